@@ -1,0 +1,385 @@
+package manager
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Broadcast invokes entry typ on every element of c. All broadcasts of a
+// collection are numbered by its root PE (0) so that every element sees them
+// in one order, and an element that migrates neither misses nor repeats one.
+func (m *Manager) Broadcast(coll uint32, typ uint32, payload any) {
+	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Payload: payload}
+	if m.Me() != 0 {
+		env.Flags = flagBcastReq
+		m.send(0, env)
+		return
+	}
+	c := m.colls[coll]
+	if c == nil {
+		env.Flags = flagBcastReq
+		m.send(0, env) // processed once the creation arrives
+		return
+	}
+	m.bcastRoot(c, env)
+}
+
+func (m *Manager) bcastRoot(c *Collection, env pe.Envelope) {
+	c.bcastNext++
+	env.Seq = c.bcastNext
+	env.Flags = flagBcastHop
+	m.onBcastHop(c, &env)
+}
+
+func (m *Manager) onBcastHop(c *Collection, env *pe.Envelope) {
+	if env.Seq != c.bcastDelivered+1 {
+		m.failf("broadcast %d to %s reached PE %d after broadcast %d (out of order)", env.Seq, c.Name, m.Me(), c.bcastDelivered)
+		return
+	}
+	c.bcastDelivered = env.Seq
+	rec := bcastRec{seq: env.Seq, typ: env.Type, payload: env.Payload}
+	if len(c.history) < bcastHistory {
+		c.history = append(c.history, rec)
+	} else {
+		c.history[env.Seq%bcastHistory] = rec
+	}
+	var kids [8]int
+	for _, ch := range c.tree.Children(m.Me(), kids[:0]) {
+		m.send(ch, *env)
+	}
+	for _, e := range c.Locals() {
+		if e.Bcast < env.Seq {
+			m.send(m.Me(), pe.Envelope{Type: env.Type, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: env.Seq, Payload: env.Payload})
+		}
+	}
+}
+
+func (c *Collection) historyAt(seq uint64) (bcastRec, bool) {
+	if seq == 0 || seq > c.bcastDelivered {
+		return bcastRec{}, false
+	}
+	var r bcastRec
+	if len(c.history) < bcastHistory {
+		r = c.history[seq-1]
+	} else {
+		r = c.history[seq%bcastHistory]
+	}
+	return r, r.seq == seq
+}
+
+// deliverBcast delivers broadcast env.Seq to e, first any it missed.
+func (m *Manager) deliverBcast(e *Element, env *pe.Envelope) {
+	c := e.Coll
+	for e.Bcast < env.Seq {
+		next := e.Bcast + 1
+		var typ uint32
+		var payload any
+		if next == env.Seq {
+			typ, payload = env.Type, env.Payload
+		} else if r, ok := c.historyAt(next); ok {
+			typ, payload = r.typ, r.payload
+		} else {
+			m.failf("%s%v on PE %d missed broadcast %d and it is no longer kept", c.Name, e.Index, m.Me(), next)
+			return
+		}
+		e.Bcast = next
+		one := pe.Envelope{Type: typ, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: next, Payload: payload}
+		m.host.Invoke(m, e, &one)
+		m.afterInvoke(e)
+		if c.local[e.Index] != e {
+			if e.Bcast < env.Seq { // moved on: the rest follow it
+				m.route(c, *env)
+			}
+			return
+		}
+	}
+}
+
+// catchUpBroadcasts queues for a newly arrived element the broadcasts this
+// PE delivered that it had not seen.
+func (m *Manager) catchUpBroadcasts(e *Element) {
+	c := e.Coll
+	for s := e.Bcast + 1; s <= c.bcastDelivered; s++ {
+		r, ok := c.historyAt(s)
+		if !ok {
+			m.failf("%s%v arrived on PE %d without broadcast %d, which is no longer kept", c.Name, e.Index, m.Me(), s)
+			return
+		}
+		m.send(m.Me(), pe.Envelope{Type: r.typ, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: s, Payload: r.payload})
+	}
+}
+
+// Section is one PE's part of an array section: its place in the section's
+// spanning tree, the members it delivers to and counts contributions for.
+type Section struct {
+	ID      uint64
+	Coll    uint32
+	Tree    *Tree
+	Members []pe.Index // members homed on this PE
+	homes   map[pe.Index]int32
+	red     *Reduction
+}
+
+func (s *Section) coll(m *Manager) *Collection { return m.colls[s.Coll] }
+
+// SectionRoot is the PE at the root of section sec's tree.
+func SectionRoot(sec uint64) int { return int(sec>>40) - 1 }
+
+// NewSection makes a section of collection c with the given members, rooted
+// on this PE, and sets it up on every PE of its tree.
+func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) {
+	if len(members) == 0 {
+		return 0, fmt.Errorf("section of %s: no members", c.Name)
+	}
+	ms := slices.Clone(members)
+	slices.SortFunc(ms, pe.Index.Compare)
+	ms = slices.Compact(ms)
+	homes := make([]int32, len(ms))
+	pes := make([]int, len(ms))
+	for i, ix := range ms {
+		if err := c.InBounds(ix); err != nil {
+			return 0, fmt.Errorf("section of %s: %w", c.Name, err)
+		}
+		h := m.home(c, ix)
+		if c.local[ix] != nil {
+			h = m.Me()
+		} else if l, ok := c.locs[ix]; ok && l.pe >= 0 {
+			h = int(l.pe)
+		}
+		homes[i], pes[i] = int32(h), h
+	}
+	m.nextSec++
+	id := uint64(m.Me()+1)<<40 | m.nextSec
+	t := SectionTree(m.Me(), pes, m.opt.Branching)
+	sm := &SectionMsg{Sec: id, Coll: c.ID, Tree: t.Members, K: t.K, Members: ms, Homes: homes}
+	for _, p := range t.Members {
+		m.sendSys(p, tSection, sm)
+	}
+	return id, nil
+}
+
+func (m *Manager) onSection(sm *SectionMsg) {
+	if len(sm.Members) != len(sm.Homes) {
+		m.failf("section %d: %d members but %d homes", sm.Sec, len(sm.Members), len(sm.Homes))
+		return
+	}
+	t := NewTree(sm.Tree, sm.K)
+	me := m.Me()
+	s := &Section{ID: sm.Sec, Coll: sm.Coll, Tree: t, homes: make(map[pe.Index]int32, len(sm.Members))}
+	kids := t.Children(me, nil)
+	s.red = NewReduction(t.Parent(me), kids)
+	below := make(map[int]int, len(kids)) // PE -> child whose subtree holds it
+	for _, k := range kids {
+		for _, p := range t.Subtree(k, nil) {
+			below[p] = k
+		}
+	}
+	childN := map[int]int64{}
+	for i, ix := range sm.Members {
+		h := int(sm.Homes[i])
+		s.homes[ix] = sm.Homes[i]
+		if h == me {
+			s.Members = append(s.Members, ix)
+		} else if k, ok := below[h]; ok {
+			childN[k]++
+		}
+	}
+	m.acts = s.red.AddLocal(0, int64(len(s.Members)), m.acts[:0])
+	for _, k := range kids {
+		m.acts = s.red.AddChildCount(k, 0, childN[k], m.acts)
+	}
+	m.acts = s.red.Enable(m.acts)
+	m.secs[s.ID] = s
+	m.runActs(m.colls[s.Coll], s)
+	if buf := m.pendingSec[s.ID]; buf != nil {
+		delete(m.pendingSec, s.ID)
+		for i := range buf {
+			m.Handle(m.PE, &buf[i])
+			m.Processed--
+		}
+	}
+}
+
+func (m *Manager) secFor(id uint64, env *pe.Envelope) *Section {
+	if s := m.secs[id]; s != nil {
+		return s
+	}
+	m.pendingSec[id] = append(m.pendingSec[id], *env)
+	return nil
+}
+
+// Multicast invokes entry typ on every member of section sec: one message
+// travels down the section's tree, and each tree PE delivers to the members
+// homed on it.
+func (m *Manager) Multicast(coll uint32, sec uint64, typ uint32, payload any) {
+	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Aux: sec, Payload: payload}
+	if root := SectionRoot(sec); root != m.Me() {
+		env.Flags = flagSecReq
+		m.send(root, env)
+		return
+	}
+	env.Flags = flagSecHop
+	m.onSecHop(&env)
+}
+
+func (m *Manager) onSecHop(env *pe.Envelope) {
+	s := m.secFor(env.Aux, env)
+	if s == nil {
+		return
+	}
+	c := m.colls[s.Coll]
+	var kids [8]int
+	for _, ch := range s.Tree.Children(m.Me(), kids[:0]) {
+		m.send(ch, *env)
+	}
+	for _, ix := range s.Members {
+		one := *env
+		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())
+		m.route(c, one)
+	}
+}
+
+// Contribute adds e's value to the next reduction of its collection
+// (sec == 0) or of section sec.
+func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback, v any) {
+	c := e.Coll
+	var r uint32
+	home := int(e.RedHome)
+	if sec == 0 {
+		r = e.RedNo
+		e.RedNo++
+	} else {
+		mem := e.Secs[sec]
+		if mem == nil {
+			if e.Secs == nil {
+				e.Secs = map[uint64]*SecMembership{}
+			}
+			mem = &SecMembership{Sec: sec, Home: -1}
+			e.Secs[sec] = mem
+		}
+		r = mem.RedNo
+		mem.RedNo++
+		home = int(mem.Home)
+		if home < 0 {
+			home = SectionRoot(sec) // it knows every member's home
+		}
+	}
+	if home == m.Me() {
+		m.contributeHere(c.ID, sec, r, e.Index, reducer, cb, v, nil)
+		return
+	}
+	m.send(home, pe.Envelope{Type: tContrib, Coll: c.ID, Kind: pe.KindReduction, Payload: &ContribMsg{
+		Coll: c.ID, Sec: sec, Red: r, Key: e.Index, Reducer: reducer, CB: cb, v: v}})
+}
+
+func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index, reducer uint32, cb Callback, v any, env *pe.Envelope) {
+	if sec == 0 {
+		c := m.colls[coll]
+		if c == nil {
+			m.pendingColl[coll] = append(m.pendingColl[coll], *env)
+			return
+		}
+		m.acts = c.red.Contribute(r, key, reducer, cb, v, m.acts[:0])
+		m.runActs(c, nil)
+		return
+	}
+	s := m.secs[sec]
+	if s == nil {
+		if env == nil {
+			m.failf("section %d: contribution from %v on PE %d, which does not know the section", sec, key, m.Me())
+			return
+		}
+		m.pendingSec[sec] = append(m.pendingSec[sec], *env)
+		return
+	}
+	if h, ok := s.homes[key]; !ok {
+		m.failf("section %d of %s: contribution from %v, which is not a member", sec, m.collName(coll), key)
+		return
+	} else if int(h) != m.Me() {
+		cm := &ContribMsg{Coll: coll, Sec: sec, Red: r, Key: key, Reducer: reducer, CB: cb, v: v}
+		m.send(int(h), pe.Envelope{Type: tContrib, Coll: coll, Kind: pe.KindReduction, Payload: cm})
+		return
+	}
+	m.acts = s.red.Contribute(r, key, reducer, cb, v, m.acts[:0])
+	m.runActs(m.colls[coll], s)
+}
+
+func (m *Manager) collName(id uint32) string {
+	if c := m.colls[id]; c != nil {
+		return c.Name
+	}
+	return fmt.Sprintf("collection#%d", id)
+}
+
+func (m *Manager) onContrib(env *pe.Envelope) {
+	cm := env.Payload.(*ContribMsg)
+	m.contributeHere(cm.Coll, cm.Sec, cm.Red, cm.Key, cm.Reducer, cm.CB, cm.v, env)
+}
+
+func (m *Manager) onPartial(env *pe.Envelope) {
+	pm := env.Payload.(*PartialMsg)
+	if pm.Sec != 0 {
+		s := m.secFor(pm.Sec, env)
+		if s == nil {
+			return
+		}
+		m.acts = s.red.Child(int(env.Src), pm.p, m.acts[:0])
+		m.runActs(m.colls[pm.Coll], s)
+		return
+	}
+	c := m.collFor(pm.Coll, env)
+	if c == nil {
+		return
+	}
+	m.acts = c.red.Child(int(env.Src), pm.p, m.acts[:0])
+	m.runActs(c, nil)
+}
+
+// runActs executes the reduction state machine's actions in m.acts.
+func (m *Manager) runActs(c *Collection, s *Section) {
+	if len(m.acts) == 0 {
+		return
+	}
+	acts := m.acts
+	m.acts = nil // a callback below may start another reduction
+	var sec uint64
+	var coll uint32
+	name := "?"
+	if c != nil {
+		coll, name = c.ID, c.Name
+	}
+	if s != nil {
+		sec, coll = s.ID, s.Coll
+		name = fmt.Sprintf("section %d of %s", s.ID, name)
+	}
+	for _, a := range acts {
+		switch a.Op {
+		case RedSendParent:
+			m.send(a.To, pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}})
+		case RedDeliver:
+			m.DeliverCallback(a.Partial.CB, a.Result)
+		case RedFail:
+			m.failf("%s: %v", name, a.Err)
+		}
+	}
+	clear(acts)
+	if m.acts == nil {
+		m.acts = acts[:0]
+	}
+}
+
+// DeliverCallback sends a result to where cb points.
+func (m *Manager) DeliverCallback(cb Callback, result any) {
+	switch cb.Kind {
+	case CBElem:
+		if err := m.SendTo(cb.Coll, cb.Index, cb.Entry, result); err != nil {
+			m.Fail(err)
+		}
+	case CBBroadcast:
+		m.Broadcast(cb.Coll, cb.Entry, result)
+	case CBFuture:
+		m.sendSys(int(cb.PE), tFuture, &FutureMsg{ID: cb.Future, Value: Lazy{V: result}})
+	}
+}

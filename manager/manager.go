@@ -1,0 +1,561 @@
+// Package manager owns the per-PE manager objects of charmgo: the k-ary
+// spanning trees of the PE set and of each array section, reductions
+// (accumulate local contributions, agglomerate with the children's partials,
+// deliver at the root in canonical order), broadcast and multicast
+// forwarding, the location of array elements (home PEs, caches, forwarding
+// across migrations), element creation, insertion, deletion and migration,
+// AtSync epochs and quiescence detection. Tree and reduction bookkeeping are
+// plain state machines (tree.go, reduce.go); this file and its siblings are
+// the glue that runs them on a PE. It knows nothing of the user's Go types:
+// the chare layer plugs in through Host.
+package manager
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Host is what the chare layer provides: construction, invocation and
+// packing of user objects, and delivery of futures.
+type Host interface {
+	// Construct builds element e (e.Obj is nil) with constructor argument arg.
+	Construct(m *Manager, e *Element, arg Lazy)
+	// Invoke runs the entry method env.Type on e.
+	Invoke(m *Manager, e *Element, env *pe.Envelope)
+	// Pack serializes e.Obj for migration.
+	Pack(e *Element) ([]byte, error)
+	// Unpack rebuilds e.Obj on its new PE and runs its arrival hook.
+	Unpack(m *Manager, e *Element, state []byte) error
+	// ResumeFromSync ends an AtSync epoch for e.
+	ResumeFromSync(m *Manager, e *Element)
+	// FutureFilled delivers a future's value on its PE.
+	FutureFilled(m *Manager, id uint64, v Lazy)
+	// Quiescent runs when quiescence detection that this PE asked for
+	// (StartQD) finds the run quiescent.
+	Quiescent(m *Manager, tag uint64)
+}
+
+// Options configure every manager of a run.
+type Options struct {
+	Branching int         // spanning-tree arity (default 4)
+	Strategy  LBStrategy  // AtSync strategy; nil: no migrations
+	MapFns    []MapFunc   // user placement functions by MapFn id-1
+	OnError   func(error) // how a runtime error ends the run (default: node.Fail)
+}
+
+// MapFunc places index ix of an array with bounds among n PEs.
+type MapFunc func(ix pe.Index, bounds []int, n int) int
+
+// Element is the runtime's record of one array element (or group member, or
+// the main chare) on its current PE.
+type Element struct {
+	Coll    *Collection
+	Index   pe.Index
+	Obj     any
+	RedHome int32  // PE whose reduction state counts this element
+	RedNo   uint32 // next reduction of the collection it contributes to
+	Bcast   uint64 // broadcasts delivered
+	Moves   uint32 // migrations so far (orders location updates)
+	Secs    map[uint64]*SecMembership
+	AtSync  bool
+	Epoch   uint32
+
+	migrateTo int
+	deleted   bool
+}
+
+type loc struct {
+	pe    int32
+	moves uint32
+}
+
+type bcastRec struct {
+	seq     uint64
+	typ     uint32
+	payload any
+}
+
+const bcastHistory = 512
+
+// Collection is a PE's view of one array, group or main chare.
+type Collection struct {
+	ID      uint32
+	Kind    CollKind
+	Type    uint32
+	Name    string
+	Bounds  []int
+	Map     MapKind
+	MapFn   uint32
+	Sparse  bool
+	Creator int32
+
+	local   map[pe.Index]*Element
+	sorted  []*Element
+	dirty   bool
+	locs    map[pe.Index]loc
+	homeBuf map[pe.Index][]pe.Envelope
+
+	tree          *Tree
+	red           *Reduction
+	doneInserting bool
+	countsIn      int
+	countsSent    bool
+
+	bcastNext      uint64 // root: last number given out
+	bcastDelivered uint64
+	history        []bcastRec
+
+	sync syncState
+}
+
+// Manager is one PE's manager object. All methods run on that PE.
+type Manager struct {
+	PE    *pe.PE
+	host  Host
+	opt   Options
+	colls map[uint32]*Collection
+	secs  map[uint64]*Section
+
+	pendingColl map[uint32][]pe.Envelope
+	pendingSec  map[uint64][]pe.Envelope
+
+	nextColl uint32
+	nextSec  uint64
+	acts     []RedAction
+
+	qd qdState
+	// Sent and Processed count application-level messages for quiescence
+	// detection.
+	Sent, Processed uint64
+}
+
+// New makes the manager of PE p.
+func New(p *pe.PE, host Host, opt Options) *Manager {
+	if opt.Branching < 2 {
+		opt.Branching = DefaultBranching
+	}
+	return &Manager{
+		PE: p, host: host, opt: opt,
+		colls:       map[uint32]*Collection{},
+		secs:        map[uint64]*Section{},
+		pendingColl: map[uint32][]pe.Envelope{},
+		pendingSec:  map[uint64][]pe.Envelope{},
+	}
+}
+
+// Of returns the manager of PE p.
+func Of(p *pe.PE) *Manager { return p.Handler().(*Manager) }
+
+// Me is this PE's number.
+func (m *Manager) Me() int { return m.PE.ID() }
+
+// NumPEs is the number of PEs in the run.
+func (m *Manager) NumPEs() int { return m.PE.NumPEs() }
+
+// Collection returns this PE's view of a collection, or nil.
+func (m *Manager) Collection(id uint32) *Collection { return m.colls[id] }
+
+// Fail ends the run with err.
+func (m *Manager) Fail(err error) {
+	if m.opt.OnError != nil {
+		m.opt.OnError(err)
+		return
+	}
+	m.PE.Node().Fail(err)
+}
+
+func (m *Manager) failf(format string, args ...any) { m.Fail(fmt.Errorf(format, args...)) }
+
+// send counts an application-level message and queues it.
+func (m *Manager) send(dst int, env pe.Envelope) {
+	m.Sent++
+	m.PE.Send(dst, env)
+}
+
+func (m *Manager) sendSys(dst int, typ uint32, payload any) {
+	m.send(dst, pe.Envelope{Type: typ, Kind: pe.KindSystem, Payload: payload})
+}
+
+// Handle implements pe.Handler.
+func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
+	switch env.Type {
+	case tQDProbe:
+		m.onQDProbe(env.Payload.(*QDProbeMsg))
+		return
+	case tQDReply:
+		m.onQDReply(env.Payload.(*QDReplyMsg))
+		return
+	}
+	m.Processed++
+	m.qd.active = true
+	switch env.Kind {
+	case pe.KindSystem:
+		m.handleSys(env)
+	case pe.KindReduction:
+		switch env.Type {
+		case tContrib:
+			m.onContrib(env)
+		case tPartial:
+			m.onPartial(env)
+		default:
+			m.failf("PE %d: unexpected reduction message %s", m.Me(), pe.TypeName(env.Type))
+		}
+	default:
+		m.handleApp(env)
+	}
+}
+
+// Idle implements pe's idle hook: quiescence replies wait for an idle PE.
+func (m *Manager) Idle(p *pe.PE) { m.qdIdle() }
+
+func (m *Manager) handleSys(env *pe.Envelope) {
+	switch env.Type {
+	case tCreate:
+		m.onCreate(env.Payload.(*CreateMsg))
+	case tInsert:
+		m.onInsert(env)
+	case tDone:
+		m.onDoneInserting(env)
+	case tCount:
+		m.onCount(env)
+	case tLoc:
+		m.onLoc(env)
+	case tMigrate:
+		m.onMigrate(env)
+	case tMigrateReq:
+		m.onMigrateReq(env)
+	case tDelete:
+		m.onDelete(env)
+	case tDeath:
+		m.onDeath(env)
+	case tSection:
+		m.onSection(env.Payload.(*SectionMsg))
+	case tFuture:
+		f := env.Payload.(*FutureMsg)
+		m.host.FutureFilled(m, f.ID, f.Value)
+	case tSync:
+		m.onSync(env.Payload.(*SyncMsg))
+	case tPlan:
+		m.onPlan(env.Payload.(*PlanMsg))
+	case tPlanDone:
+		m.onPlanDone(env.Payload.(*PlanDoneMsg))
+	case tResume:
+		m.onResume(env.Payload.(*ResumeMsg))
+	default:
+		m.failf("PE %d: unknown system message %s", m.Me(), pe.TypeName(env.Type))
+	}
+}
+
+// collFor returns the collection of env, or buffers env until the
+// collection's creation reaches this PE.
+func (m *Manager) collFor(id uint32, env *pe.Envelope) *Collection {
+	if c := m.colls[id]; c != nil {
+		return c
+	}
+	m.pendingColl[id] = append(m.pendingColl[id], *env)
+	return nil
+}
+
+// NewCollectionID returns a job-wide unique collection id (creator PE in the
+// high bits).
+func (m *Manager) NewCollectionID() uint32 {
+	m.nextColl++
+	return uint32(m.Me()+1)<<20 | m.nextColl
+}
+
+// Create makes a collection on every PE. Bounded arrays and groups are
+// populated at once; sparse arrays wait for Insert and DoneInserting.
+func (m *Manager) Create(cm *CreateMsg) {
+	cm.Creator = int32(m.Me())
+	for p := 0; p < m.NumPEs(); p++ {
+		c := *cm
+		m.sendSys(p, tCreate, &c)
+	}
+}
+
+// MainCollection is the id of the main chare's collection.
+const MainCollection uint32 = 1
+
+// Home returns the home PE of an element: it always knows where the element
+// is.
+func (c *Collection) Home(ix pe.Index, n int, fns []MapFunc) int {
+	switch c.Kind {
+	case CollGroup:
+		return int(ix.C[0])
+	case CollMain:
+		return 0
+	}
+	switch c.Map {
+	case MapBlock:
+		lin, total := linear(ix, c.Bounds)
+		return int(lin * int64(n) / total)
+	case MapRoundRobin:
+		lin, _ := linear(ix, c.Bounds)
+		return int(lin % int64(n))
+	case MapUser:
+		if int(c.MapFn) >= 1 && int(c.MapFn) <= len(fns) {
+			p := fns[c.MapFn-1](ix, c.Bounds, n)
+			if p >= 0 && p < n {
+				return p
+			}
+		}
+	}
+	return int(ix.Hash() % uint64(n))
+}
+
+func linear(ix pe.Index, bounds []int) (lin, total int64) {
+	total = 1
+	for i, b := range bounds {
+		lin = lin*int64(b) + int64(ix.C[i])
+		total *= int64(b)
+	}
+	if total == 0 {
+		total = 1
+	}
+	return lin, total
+}
+
+// InBounds reports whether ix is a valid index of c.
+func (c *Collection) InBounds(ix pe.Index) error {
+	switch c.Kind {
+	case CollMain:
+		if ix.Dims != 1 || ix.C[0] != 0 {
+			return fmt.Errorf("main chare has only index [0], not %v", ix)
+		}
+		return nil
+	}
+	if c.Bounds == nil {
+		if ix.Dims == 0 {
+			return fmt.Errorf("index with no coordinates")
+		}
+		return nil
+	}
+	if int(ix.Dims) != len(c.Bounds) {
+		return fmt.Errorf("index %v has %d dimensions, %s has %d", ix, ix.Dims, c.Name, len(c.Bounds))
+	}
+	for i, b := range c.Bounds {
+		if ix.C[i] < 0 || int(ix.C[i]) >= b {
+			return fmt.Errorf("index %v is outside %s's bounds %v (coordinate %d)", ix, c.Name, c.Bounds, i)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) home(c *Collection, ix pe.Index) int {
+	return c.Home(ix, m.NumPEs(), m.opt.MapFns)
+}
+
+// Locals returns the collection's elements on this PE in index order.
+func (c *Collection) Locals() []*Element {
+	if c.dirty {
+		c.sorted = c.sorted[:0]
+		for _, e := range c.local {
+			c.sorted = append(c.sorted, e)
+		}
+		slices.SortFunc(c.sorted, func(a, b *Element) int { return a.Index.Compare(b.Index) })
+		c.dirty = false
+	}
+	return c.sorted
+}
+
+// Local returns the element at ix if it is on this PE.
+func (c *Collection) Local(ix pe.Index) *Element { return c.local[ix] }
+
+func (m *Manager) onCreate(cm *CreateMsg) {
+	if m.colls[cm.Coll] != nil {
+		m.failf("PE %d: collection %s (%d) created twice", m.Me(), cm.Name, cm.Coll)
+		return
+	}
+	c := &Collection{
+		ID: cm.Coll, Kind: cm.Kind, Type: cm.Type, Name: cm.Name, Bounds: cm.Bounds,
+		Map: cm.Map, MapFn: cm.MapFn, Sparse: cm.Sparse, Creator: cm.Creator,
+		local: map[pe.Index]*Element{}, locs: map[pe.Index]loc{}, homeBuf: map[pe.Index][]pe.Envelope{},
+	}
+	c.tree = PETree(m.NumPEs(), 0, m.opt.Branching)
+	c.red = NewReduction(c.tree.Parent(m.Me()), c.tree.Children(m.Me(), nil))
+	m.colls[c.ID] = c
+	me := m.Me()
+	switch c.Kind {
+	case CollGroup:
+		m.newElement(c, pe.Idx(me), cm.Arg)
+	case CollMain:
+		if me == 0 {
+			m.newElement(c, pe.Idx(0), cm.Arg)
+		}
+	case CollArray:
+		if !c.Sparse {
+			forEachIndex(c.Bounds, func(ix pe.Index) {
+				if m.home(c, ix) == me {
+					m.newElement(c, ix, cm.Arg)
+				}
+			})
+		}
+	}
+	if !c.Sparse {
+		c.doneInserting = true
+		m.maybeReportCount(c)
+	}
+	if buf := m.pendingColl[c.ID]; buf != nil {
+		delete(m.pendingColl, c.ID)
+		for i := range buf {
+			m.Handle(m.PE, &buf[i])
+			m.Processed-- // counted when it first arrived
+		}
+	}
+}
+
+func forEachIndex(bounds []int, f func(pe.Index)) {
+	if len(bounds) == 0 {
+		return
+	}
+	for _, b := range bounds {
+		if b <= 0 {
+			return
+		}
+	}
+	var ix pe.Index
+	ix.Dims = uint8(len(bounds))
+	for {
+		f(ix)
+		d := len(bounds) - 1
+		for d >= 0 {
+			ix.C[d]++
+			if int(ix.C[d]) < bounds[d] {
+				break
+			}
+			ix.C[d] = 0
+			d--
+		}
+		if d < 0 {
+			return
+		}
+	}
+}
+
+// newElement creates an element homed for reductions on this PE.
+func (m *Manager) newElement(c *Collection, ix pe.Index, arg Lazy) *Element {
+	e := &Element{Coll: c, Index: ix, RedHome: int32(m.Me()), migrateTo: -1, Bcast: c.bcastDelivered}
+	c.local[ix] = e
+	c.dirty = true
+	c.locs[ix] = loc{pe: int32(m.Me())}
+	m.acts = c.red.AddLocal(0, 1, m.acts[:0])
+	m.runActs(c, nil)
+	m.host.Construct(m, e, arg)
+	m.afterInvoke(e)
+	return e
+}
+
+// Insert creates element ix of sparse array c on PE onPE (-1: its home).
+func (m *Manager) Insert(c *Collection, ix pe.Index, onPE int, arg Lazy) error {
+	if c.Kind != CollArray || !c.Sparse {
+		return fmt.Errorf("insert %s%v: only sparse arrays take insertions", c.Name, ix)
+	}
+	if err := c.InBounds(ix); err != nil {
+		return fmt.Errorf("insert into %s: %w", c.Name, err)
+	}
+	if c.doneInserting {
+		return fmt.Errorf("insert %s%v after DoneInserting is not supported", c.Name, ix)
+	}
+	h := m.home(c, ix)
+	if onPE < 0 {
+		onPE = h
+	}
+	if onPE >= m.NumPEs() {
+		return fmt.Errorf("insert %s%v on PE %d: the run has %d PEs", c.Name, ix, onPE, m.NumPEs())
+	}
+	// The creation goes out before the location notice so the new element's
+	// PE always has it before any message the home forwards to it.
+	m.send(onPE, pe.Envelope{Type: tInsert, Kind: pe.KindSystem, Coll: c.ID, Payload: &InsertMsg{Coll: c.ID, Index: ix, Arg: arg}})
+	if h != onPE {
+		m.sendSys(h, tLoc, &LocMsg{Coll: c.ID, Index: ix, PE: int32(onPE)})
+	}
+	return nil
+}
+
+func (m *Manager) onInsert(env *pe.Envelope) {
+	im := env.Payload.(*InsertMsg)
+	c := m.collFor(im.Coll, env)
+	if c == nil {
+		return
+	}
+	if c.local[im.Index] != nil {
+		m.failf("insert %s%v: element already exists on PE %d", c.Name, im.Index, m.Me())
+		return
+	}
+	if c.doneInserting {
+		m.failf("insert %s%v reached PE %d after DoneInserting", c.Name, im.Index, m.Me())
+		return
+	}
+	m.newElement(c, im.Index, im.Arg)
+	if h := m.home(c, im.Index); h == m.Me() {
+		m.flushHomeBuf(c, im.Index)
+	}
+}
+
+// DoneInserting ends the insertion phase of a sparse array everywhere.
+func (m *Manager) DoneInserting(c *Collection) {
+	for p := 0; p < m.NumPEs(); p++ {
+		m.send(p, pe.Envelope{Type: tDone, Kind: pe.KindSystem, Coll: c.ID, Payload: &DoneInsertingMsg{Coll: c.ID}})
+	}
+}
+
+func (m *Manager) onDoneInserting(env *pe.Envelope) {
+	c := m.collFor(env.Payload.(*DoneInsertingMsg).Coll, env)
+	if c == nil || c.doneInserting {
+		return
+	}
+	c.doneInserting = true
+	for ix, buf := range c.homeBuf {
+		if _, ok := c.locs[ix]; !ok && len(buf) > 0 {
+			m.failf("message %s to %s%v: no such element (never inserted)", pe.TypeName(buf[0].Type), c.Name, ix)
+			return
+		}
+	}
+	m.maybeReportCount(c)
+}
+
+// maybeReportCount sends this PE's subtree contributor count to its tree
+// parent once the local count is final and every child reported, and then
+// lets reductions complete.
+func (m *Manager) maybeReportCount(c *Collection) {
+	if c.countsSent || !c.doneInserting || c.countsIn < len(c.red.Children) {
+		return
+	}
+	c.countsSent = true
+	if !c.red.IsRoot() {
+		m.sendSys(c.red.Parent, tCount, &CountMsg{Coll: c.ID, Count: c.red.SubtreeCount(0), Final: true})
+	}
+	m.acts = c.red.Enable(m.acts[:0])
+	m.runActs(c, nil)
+	m.syncCheckRoot(c)
+}
+
+func (m *Manager) onCount(env *pe.Envelope) {
+	cm := env.Payload.(*CountMsg)
+	if cm.Sec != 0 {
+		s := m.secFor(cm.Sec, env)
+		if s == nil {
+			return
+		}
+		m.acts = s.red.AddChildCount(int(env.Src), cm.From, cm.Count, m.acts[:0])
+		m.runActs(s.coll(m), s)
+		if !s.red.IsRoot() {
+			m.sendSys(s.red.Parent, tCount, &CountMsg{Coll: cm.Coll, Sec: s.ID, From: cm.From, Count: cm.Count})
+		}
+		return
+	}
+	c := m.collFor(cm.Coll, env)
+	if c == nil {
+		return
+	}
+	m.acts = c.red.AddChildCount(int(env.Src), cm.From, cm.Count, m.acts[:0])
+	m.runActs(c, nil)
+	if cm.Final {
+		c.countsIn++
+		m.maybeReportCount(c)
+	} else if !c.red.IsRoot() {
+		m.sendSys(c.red.Parent, tCount, &CountMsg{Coll: cm.Coll, From: cm.From, Count: cm.Count})
+	}
+}

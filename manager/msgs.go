@@ -1,0 +1,404 @@
+package manager
+
+import (
+	"fmt"
+
+	"github.com/charmgo/charmgo/pe"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Lazy carries a value whose Go type only the receiver knows (constructor
+// arguments, future values). In process V travels as is; on the wire it is
+// msgpack bytes in Raw, decoded by the receiver into its own type.
+type Lazy struct {
+	V   any
+	Raw []byte
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (l Lazy) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if l.Raw != nil {
+		return enc.EncodeBytes(l.Raw)
+	}
+	b, err := msgpack.Marshal(l.V)
+	if err != nil {
+		return err
+	}
+	return enc.EncodeBytes(b)
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (l *Lazy) DecodeMsgpack(dec *msgpack.Decoder) error {
+	b, err := dec.DecodeBytes()
+	if err != nil {
+		return err
+	}
+	l.V, l.Raw = nil, b
+	return nil
+}
+
+// LazyAs returns the value of l as a T.
+func LazyAs[T any](l Lazy) (T, error) {
+	var t T
+	if l.Raw == nil {
+		if l.V == nil {
+			return t, nil
+		}
+		v, ok := l.V.(T)
+		if !ok {
+			return t, fmt.Errorf("value is %T, want %T", l.V, t)
+		}
+		return v, nil
+	}
+	err := msgpack.Unmarshal(l.Raw, &t)
+	return t, err
+}
+
+// MsgpackCodec encodes values of type T with msgpack.
+func MsgpackCodec[T any]() Codec {
+	return Codec{
+		Encode: func(v any) ([]byte, error) { return msgpack.Marshal(v.(T)) },
+		Decode: func(b []byte) (any, error) {
+			var t T
+			if err := msgpack.Unmarshal(b, &t); err != nil {
+				return nil, err
+			}
+			return t, nil
+		},
+	}
+}
+
+// RegisterMsgpackType registers a message type whose payload is a T.
+func RegisterMsgpackType[T any](name string) uint32 {
+	c := MsgpackCodec[T]()
+	return pe.RegisterType(pe.TypeInfo{Name: name, Encode: c.Encode, Decode: c.Decode})
+}
+
+// CollKind is what sort of collection a collection is.
+type CollKind uint8
+
+const (
+	CollArray CollKind = iota + 1
+	CollGroup
+	CollMain
+)
+
+// MapKind is how an array places its elements initially; it also fixes each
+// element's home PE (which knows where the element is).
+type MapKind uint8
+
+const (
+	MapBlock MapKind = iota
+	MapRoundRobin
+	MapHash // sparse arrays without bounds
+	MapUser // a registered placement function
+)
+
+// CreateMsg makes a collection on every PE.
+type CreateMsg struct {
+	Coll    uint32
+	Kind    CollKind
+	Type    uint32 // chare type (host registry)
+	Name    string
+	Bounds  []int // nil: sparse
+	Map     MapKind
+	MapFn   uint32 // MapUser: registered placement function
+	Sparse  bool   // elements come by Insert; reductions wait for DoneInserting
+	Arg     Lazy
+	Creator int32
+}
+
+// InsertMsg creates one element on the receiving PE.
+type InsertMsg struct {
+	Coll  uint32
+	Index pe.Index
+	Arg   Lazy
+}
+
+// DoneInsertingMsg ends the insertion phase of a sparse array on every PE.
+type DoneInsertingMsg struct{ Coll uint32 }
+
+// CountMsg carries a subtree's contributor count to the tree parent once
+// the counts are final (collections) or when a deletion changes them.
+type CountMsg struct {
+	Coll  uint32
+	Sec   uint64
+	From  uint32
+	Count int64
+	Final bool // the enable-time report (as opposed to a later change)
+}
+
+// LocMsg tells a PE where an element is (PE -1: deleted).
+type LocMsg struct {
+	Coll  uint32
+	Index pe.Index
+	PE    int32
+	Moves uint32
+}
+
+// MigrateMsg carries an element to its new PE.
+type MigrateMsg struct {
+	Coll    uint32
+	Index   pe.Index
+	State   []byte
+	RedHome int32
+	RedNo   uint32
+	Bcast   uint64
+	Moves   uint32
+	Secs    []SecMembership
+	AtSync  bool
+	Epoch   uint32
+}
+
+// SecMembership is an element's standing in one section.
+type SecMembership struct {
+	Sec   uint64
+	Home  int32
+	RedNo uint32
+}
+
+// MigrateReqMsg asks an element's PE to move it.
+type MigrateReqMsg struct {
+	Coll  uint32
+	Index pe.Index
+	To    int32
+}
+
+// DeleteMsg asks an element's PE to delete it.
+type DeleteMsg struct {
+	Coll  uint32
+	Index pe.Index
+}
+
+// DeathMsg tells a reduction home that a contributor homed there was deleted.
+type DeathMsg struct {
+	Coll uint32
+	Sec  uint64
+	From uint32
+}
+
+// SectionMsg sets up a section on one PE of its tree.
+type SectionMsg struct {
+	Sec     uint64
+	Coll    uint32
+	Tree    []int // PEs, root first
+	K       int
+	Members []pe.Index
+	Homes   []int32 // reduction/multicast home of each member
+}
+
+// ContribMsg is a contribution sent to its contributor's reduction home.
+type ContribMsg struct {
+	Coll    uint32
+	Sec     uint64
+	Red     uint32
+	Key     pe.Index
+	Reducer uint32
+	CB      Callback
+	Value   []byte // reducer codec; nil in process (see contribPayload)
+	v       any
+}
+
+// PartialMsg is a partial result for the tree parent.
+type PartialMsg struct {
+	Coll    uint32
+	Sec     uint64
+	Red     uint32
+	Reducer uint32
+	CB      Callback
+	Count   int64
+	Witness pe.Index
+	Keys    []pe.Index
+	Vals    [][]byte
+	Acc     []byte
+	p       *Partial
+}
+
+// FutureMsg fills a future on its PE.
+type FutureMsg struct {
+	ID    uint64
+	Value Lazy
+}
+
+// SyncMsg reports elements that reached AtSync on a PE (to PE 0).
+type SyncMsg struct {
+	Coll    uint32
+	Epoch   uint32
+	Indices []pe.Index
+	PEs     []int32
+}
+
+// PlanMsg is the load balancer's decision for one AtSync epoch.
+type PlanMsg struct {
+	Coll  uint32
+	Epoch uint32
+	Moves []Move
+}
+
+// Move migrates one element.
+type Move struct {
+	Index pe.Index
+	From  int32
+	To    int32
+}
+
+// PlanDoneMsg says a PE finished its part of a plan.
+type PlanDoneMsg struct {
+	Coll  uint32
+	Epoch uint32
+}
+
+// ResumeMsg ends an AtSync epoch.
+type ResumeMsg struct {
+	Coll  uint32
+	Epoch uint32
+}
+
+// QDProbeMsg / QDReplyMsg run quiescence detection waves.
+type QDProbeMsg struct {
+	Wave uint64
+	Req  bool // a request to PE 0 (or, with Done, its answer)
+	Done bool
+	Tag  uint64
+	From int32
+}
+
+// QDReplyMsg answers a probe with the PE's counters.
+type QDReplyMsg struct {
+	Wave      uint64
+	Sent      uint64
+	Processed uint64
+}
+
+var (
+	tCreate, tInsert, tDone, tCount, tLoc, tMigrate, tMigrateReq, tDelete, tDeath uint32
+	tSection, tContrib, tPartial, tFuture, tSync, tPlan, tPlanDone, tResume       uint32
+	tQDProbe, tQDReply                                                            uint32
+)
+
+func init() {
+	tCreate = RegisterMsgpackType[*CreateMsg]("mgr.create")
+	tInsert = RegisterMsgpackType[*InsertMsg]("mgr.insert")
+	tDone = RegisterMsgpackType[*DoneInsertingMsg]("mgr.doneInserting")
+	tCount = RegisterMsgpackType[*CountMsg]("mgr.count")
+	tLoc = RegisterMsgpackType[*LocMsg]("mgr.loc")
+	tMigrate = RegisterMsgpackType[*MigrateMsg]("mgr.migrate")
+	tMigrateReq = RegisterMsgpackType[*MigrateReqMsg]("mgr.migrateReq")
+	tDelete = RegisterMsgpackType[*DeleteMsg]("mgr.delete")
+	tDeath = RegisterMsgpackType[*DeathMsg]("mgr.death")
+	tSection = RegisterMsgpackType[*SectionMsg]("mgr.section")
+	tContrib = pe.RegisterType(pe.TypeInfo{Name: "mgr.contrib", Encode: encodeContrib, Decode: decodeContrib})
+	tPartial = pe.RegisterType(pe.TypeInfo{Name: "mgr.partial", Encode: encodePartial, Decode: decodePartial})
+	tFuture = RegisterMsgpackType[*FutureMsg]("mgr.future")
+	tSync = RegisterMsgpackType[*SyncMsg]("mgr.sync")
+	tPlan = RegisterMsgpackType[*PlanMsg]("mgr.plan")
+	tPlanDone = RegisterMsgpackType[*PlanDoneMsg]("mgr.planDone")
+	tResume = RegisterMsgpackType[*ResumeMsg]("mgr.resume")
+	tQDProbe = RegisterMsgpackType[*QDProbeMsg]("mgr.qdProbe")
+	tQDReply = RegisterMsgpackType[*QDReplyMsg]("mgr.qdReply")
+}
+
+func reducerCodec(id uint32) (*Reducer, error) {
+	r := LookupReducer(id)
+	if r == nil {
+		return nil, fmt.Errorf("unknown reducer %d", id)
+	}
+	if r.Codec.Encode == nil {
+		return nil, fmt.Errorf("reducer %s has no codec", r.Name)
+	}
+	return r, nil
+}
+
+func encodeContrib(v any) ([]byte, error) {
+	m := *v.(*ContribMsg)
+	r, err := reducerCodec(m.Reducer)
+	if err != nil {
+		return nil, err
+	}
+	if m.Value, err = r.Codec.Encode(m.v); err != nil {
+		return nil, err
+	}
+	return msgpack.Marshal(&m)
+}
+
+func decodeContrib(b []byte) (any, error) {
+	m := new(ContribMsg)
+	if err := msgpack.Unmarshal(b, m); err != nil {
+		return nil, err
+	}
+	r, err := reducerCodec(m.Reducer)
+	if err != nil {
+		return nil, err
+	}
+	if m.v, err = r.Codec.Decode(m.Value); err != nil {
+		return nil, fmt.Errorf("reducer %s value: %w", r.Name, err)
+	}
+	m.Value = nil
+	return m, nil
+}
+
+func encodePartial(v any) ([]byte, error) {
+	m := *v.(*PartialMsg)
+	p := m.p
+	m.Red, m.Reducer, m.CB, m.Count, m.Witness = p.Red, p.Reducer, p.CB, p.Count, p.Witness
+	if p.Count > 0 {
+		r, err := reducerCodec(p.Reducer)
+		if err != nil {
+			return nil, err
+		}
+		if r.Exact {
+			if m.Acc, err = r.Codec.Encode(p.Acc); err != nil {
+				return nil, err
+			}
+		} else {
+			m.Keys = make([]pe.Index, len(p.Items))
+			m.Vals = make([][]byte, len(p.Items))
+			for i, it := range p.Items {
+				m.Keys[i] = it.Key
+				if m.Vals[i], err = r.Codec.Encode(it.Value); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return msgpack.Marshal(&m)
+}
+
+func decodePartial(b []byte) (any, error) {
+	m := new(PartialMsg)
+	if err := msgpack.Unmarshal(b, m); err != nil {
+		return nil, err
+	}
+	p := &Partial{Red: m.Red, Reducer: m.Reducer, CB: m.CB, Count: m.Count, Witness: m.Witness, owned: true}
+	if m.Count < 0 {
+		return nil, fmt.Errorf("negative contribution count %d", m.Count)
+	}
+	if m.Count > 0 {
+		r, err := reducerCodec(m.Reducer)
+		if err != nil {
+			return nil, err
+		}
+		if r.Exact {
+			if p.Acc, err = r.Codec.Decode(m.Acc); err != nil {
+				return nil, fmt.Errorf("reducer %s accumulator: %w", r.Name, err)
+			}
+		} else {
+			if len(m.Keys) != len(m.Vals) || int64(len(m.Keys)) != m.Count {
+				return nil, fmt.Errorf("partial has %d keys, %d values, count %d", len(m.Keys), len(m.Vals), m.Count)
+			}
+			p.Items = make([]Item, len(m.Keys))
+			for i := range m.Keys {
+				if i > 0 && m.Keys[i-1].Compare(m.Keys[i]) >= 0 {
+					return nil, fmt.Errorf("partial items out of order at %d", i)
+				}
+				v, err := r.Codec.Decode(m.Vals[i])
+				if err != nil {
+					return nil, fmt.Errorf("reducer %s item %d: %w", r.Name, i, err)
+				}
+				p.Items[i] = Item{m.Keys[i], v}
+			}
+		}
+	}
+	m.p, m.Keys, m.Vals, m.Acc = p, nil, nil, nil
+	return m, nil
+}

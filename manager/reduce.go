@@ -1,0 +1,404 @@
+package manager
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Reducer combines contributions. Exact reducers (integer sums, min, max,
+// logical and/or, barrier) give the same bits whatever the grouping, so
+// partial results are combined anywhere in the tree. Every other reducer is
+// canonical: contributions travel as (contributor, value) items merged in
+// contributor order and Fold runs once, at the root, over all of them in
+// that order — this is what makes floating-point reductions bitwise
+// identical across runs, PE counts and recoveries.
+type Reducer struct {
+	Name  string
+	Exact bool
+	// Clone copies a contribution before an exact reducer accumulates into
+	// it, so a contributor's handed-over value is never written.
+	Clone func(v any) any
+	// Combine folds x into acc (acc may be updated in place and returned).
+	Combine func(acc, x any) (any, error)
+	// Fold combines items sorted by contributor (canonical reducers).
+	Fold func(items []Item) (any, error)
+	// Codec encodes one contribution value for the wire.
+	Codec Codec
+}
+
+// Codec encodes values of one Go type for the wire.
+type Codec struct {
+	Encode func(v any) ([]byte, error)
+	Decode func(b []byte) (any, error)
+}
+
+var (
+	reducersMu sync.RWMutex
+	reducers   = []*Reducer{nil}
+	reducerIDs = map[string]uint32{}
+)
+
+// RegisterReducer adds a reducer and returns its id (registration order, so
+// stable across the processes of one binary). Registering a name twice
+// returns the first id when both describe the same kind, and panics otherwise.
+func RegisterReducer(r *Reducer) uint32 {
+	reducersMu.Lock()
+	defer reducersMu.Unlock()
+	if id, ok := reducerIDs[r.Name]; ok {
+		return id
+	}
+	id := uint32(len(reducers))
+	reducers = append(reducers, r)
+	reducerIDs[r.Name] = id
+	return id
+}
+
+// LookupReducer returns the reducer with this id.
+func LookupReducer(id uint32) *Reducer {
+	reducersMu.RLock()
+	defer reducersMu.RUnlock()
+	if int(id) >= len(reducers) {
+		return nil
+	}
+	return reducers[id]
+}
+
+func reducerName(id uint32) string {
+	if r := LookupReducer(id); r != nil {
+		return r.Name
+	}
+	return fmt.Sprintf("reducer#%d", id)
+}
+
+// CallbackKind says where a reduction result goes.
+type CallbackKind uint8
+
+const (
+	CBNone      CallbackKind = iota
+	CBElem                   // an entry of one element (array element, group member on a PE, main)
+	CBBroadcast              // an entry broadcast to a whole collection
+	CBFuture                 // a future on a PE
+)
+
+// Callback names the receiver of a reduction result. It is a comparable
+// value so contributors' callbacks can be checked for agreement.
+type Callback struct {
+	Kind   CallbackKind
+	Coll   uint32
+	Index  pe.Index
+	Entry  uint32
+	PE     int32
+	Future uint64
+}
+
+// Item is one contributor's value in a canonical reduction.
+type Item struct {
+	Key   pe.Index
+	Value any
+}
+
+// Partial is a (partial) reduction result travelling up a tree.
+type Partial struct {
+	Red     uint32
+	Reducer uint32
+	CB      Callback
+	Count   int64
+	Witness pe.Index // one contributor, to name in errors
+	Items   []Item   // canonical reducers: sorted by Key
+	Acc     any      // exact reducers
+	owned   bool     // Acc is ours to update in place
+}
+
+// RedOp is what a reduction state machine asks its host to do.
+type RedOp uint8
+
+const (
+	RedSendParent RedOp = iota + 1 // send Partial to PE To (the tree parent)
+	RedDeliver                     // root: deliver Result to Partial.CB
+	RedFail                        // a contributor broke the rules: Err says how
+)
+
+// RedAction is one output of the reduction state machine.
+type RedAction struct {
+	Op      RedOp
+	To      int
+	Partial *Partial
+	Result  any
+	Err     error
+}
+
+// counts is a per-reduction-number count: Base plus every step whose From
+// is at or below the round.
+type counts struct {
+	base  int64
+	steps []countStep
+}
+
+type countStep struct {
+	from  uint32
+	delta int64
+}
+
+func (c *counts) at(r uint32) int64 {
+	n := c.base
+	for _, s := range c.steps {
+		if s.from <= r {
+			n += s.delta
+		}
+	}
+	return n
+}
+
+func (c *counts) add(from uint32, delta int64) {
+	if from == 0 {
+		c.base += delta
+		return
+	}
+	c.steps = append(c.steps, countStep{from, delta})
+}
+
+type round struct {
+	p        Partial
+	have     bool  // p.Reducer/CB are set
+	got      int64 // contributions from contributors homed here
+	children []bool
+}
+
+// Reduction is the per-PE state machine of one collection's (or section's)
+// reductions: accumulate the contributions of the contributors homed on this
+// PE, agglomerate them with the children's partials, send one partial to the
+// parent, and at the root deliver results in reduction-number order. It
+// holds no goroutines and does no I/O; its host executes the returned
+// actions.
+//
+// Every contributor has a fixed reduction home PE. A contributor that
+// migrated away sends its contribution home, so each PE knows statically
+// how many contributions each round needs, and waits only for children whose
+// subtree has contributors.
+type Reduction struct {
+	Parent     int
+	Children   []int
+	local      counts
+	childCount []counts
+	enabled    bool
+	nextReport uint32
+	rounds     map[uint32]*round
+}
+
+// NewReduction makes the state machine for one PE of a tree.
+func NewReduction(parent int, children []int) *Reduction {
+	return &Reduction{
+		Parent:     parent,
+		Children:   children,
+		childCount: make([]counts, len(children)),
+		rounds:     map[uint32]*round{},
+	}
+}
+
+// IsRoot reports whether this PE is the tree's root.
+func (s *Reduction) IsRoot() bool { return s.Parent < 0 }
+
+// NextReport is the lowest reduction number this PE has not yet reported.
+func (s *Reduction) NextReport() uint32 { return s.nextReport }
+
+// AddLocal changes the number of contributors homed here for every round from
+// `from` on (insertion: +1 from 0; deletion: -1 from the next reduction the
+// element would have joined).
+func (s *Reduction) AddLocal(from uint32, delta int64, out []RedAction) []RedAction {
+	s.local.add(from, delta)
+	return s.advance(out)
+}
+
+// SetChildCount records how many contributors child i's subtree holds from
+// round `from` on (added to what was known).
+func (s *Reduction) AddChildCount(child int, from uint32, delta int64, out []RedAction) []RedAction {
+	i := slices.Index(s.Children, child)
+	if i < 0 {
+		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("count from PE %d, which is not a tree child", child)})
+	}
+	s.childCount[i].add(from, delta)
+	return s.advance(out)
+}
+
+// SubtreeCount is the number of contributors in this PE's subtree for round r.
+func (s *Reduction) SubtreeCount(r uint32) int64 {
+	n := s.local.at(r)
+	for i := range s.childCount {
+		n += s.childCount[i].at(r)
+	}
+	return n
+}
+
+// Enable lets rounds complete: the counts are final (for arrays, once every
+// insertion before DoneInserting is accounted for).
+func (s *Reduction) Enable(out []RedAction) []RedAction {
+	s.enabled = true
+	return s.advance(out)
+}
+
+// Enabled reports whether Enable was called.
+func (s *Reduction) Enabled() bool { return s.enabled }
+
+func (s *Reduction) round(r uint32) *round {
+	rd := s.rounds[r]
+	if rd == nil {
+		rd = &round{children: make([]bool, len(s.Children))}
+		rd.p.Red = r
+		s.rounds[r] = rd
+	}
+	return rd
+}
+
+// Contribute adds the value of a contributor homed on this PE to round r.
+func (s *Reduction) Contribute(r uint32, key pe.Index, reducer uint32, cb Callback, v any, out []RedAction) []RedAction {
+	if r < s.nextReport {
+		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: contribution from %v after the round was complete on this PE (contributed twice?)", r, key)})
+	}
+	rd := s.round(r)
+	red := LookupReducer(reducer)
+	if red == nil {
+		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: contribution from %v names unknown reducer %d", r, key, reducer)})
+	}
+	in := Partial{Red: r, Reducer: reducer, CB: cb, Count: 1, Witness: key}
+	if red.Exact {
+		in.Acc = v
+	} else {
+		in.Items = []Item{{key, v}}
+	}
+	if err := s.merge(rd, &in, red); err != nil {
+		return append(out, RedAction{Op: RedFail, Err: err})
+	}
+	rd.got++
+	if s.enabled && rd.got > s.local.at(r) {
+		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: %d contributions on this PE, only %d contributors (a contributor contributed twice?)", r, rd.got, s.local.at(r))})
+	}
+	return s.advance(out)
+}
+
+// Child merges a child's partial.
+func (s *Reduction) Child(from int, p *Partial, out []RedAction) []RedAction {
+	i := slices.Index(s.Children, from)
+	if i < 0 {
+		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: partial from PE %d, which is not a tree child", p.Red, from)})
+	}
+	if p.Red < s.nextReport {
+		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: partial from PE %d after the round was reported", p.Red, from)})
+	}
+	rd := s.round(p.Red)
+	if rd.children[i] {
+		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: second partial from PE %d", p.Red, from)})
+	}
+	rd.children[i] = true
+	if p.Count > 0 {
+		red := LookupReducer(p.Reducer)
+		if red == nil {
+			return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: partial names unknown reducer %d", p.Red, p.Reducer)})
+		}
+		if err := s.merge(rd, p, red); err != nil {
+			return append(out, RedAction{Op: RedFail, Err: err})
+		}
+	}
+	return s.advance(out)
+}
+
+func (s *Reduction) merge(rd *round, in *Partial, red *Reducer) error {
+	if !rd.have {
+		rd.have = true
+		rd.p.Reducer, rd.p.CB, rd.p.Witness = in.Reducer, in.CB, in.Witness
+		rd.p.Count = in.Count
+		rd.p.Items = in.Items
+		rd.p.Acc, rd.p.owned = in.Acc, in.owned
+		return nil
+	}
+	if in.Reducer != rd.p.Reducer {
+		return fmt.Errorf("reduction %d: contributor %v uses reducer %s but contributor %v uses %s", rd.p.Red, in.Witness, reducerName(in.Reducer), rd.p.Witness, reducerName(rd.p.Reducer))
+	}
+	if in.CB != rd.p.CB {
+		return fmt.Errorf("reduction %d: contributor %v names callback %+v but contributor %v names %+v", rd.p.Red, in.Witness, in.CB, rd.p.Witness, rd.p.CB)
+	}
+	rd.p.Count += in.Count
+	if red.Exact {
+		if !rd.p.owned {
+			rd.p.Acc = red.Clone(rd.p.Acc)
+			rd.p.owned = true
+		}
+		acc, err := red.Combine(rd.p.Acc, in.Acc)
+		if err != nil {
+			return fmt.Errorf("reduction %d: combining contribution of %v with %v: %w", rd.p.Red, in.Witness, rd.p.Witness, err)
+		}
+		rd.p.Acc = acc
+		return nil
+	}
+	rd.p.Items = mergeItems(rd.p.Items, in.Items)
+	return nil
+}
+
+// mergeItems merges two lists sorted by key into a new sorted list.
+func mergeItems(a, b []Item) []Item {
+	if len(b) == 1 && (len(a) == 0 || a[len(a)-1].Key.Compare(b[0].Key) < 0) {
+		return append(a, b[0])
+	}
+	out := make([]Item, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if b[j].Key.Compare(a[i].Key) < 0 {
+			out = append(out, b[j])
+			j++
+		} else {
+			out = append(out, a[i])
+			i++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+func (s *Reduction) ready(r uint32, rd *round) bool {
+	if rd.got != s.local.at(r) {
+		return false
+	}
+	for i, in := range rd.children {
+		if !in && s.childCount[i].at(r) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// advance reports every round that is complete, in order.
+func (s *Reduction) advance(out []RedAction) []RedAction {
+	for s.enabled {
+		r := s.nextReport
+		if s.SubtreeCount(r) == 0 {
+			return out
+		}
+		rd := s.rounds[r]
+		if rd == nil || !s.ready(r, rd) {
+			return out
+		}
+		delete(s.rounds, r)
+		s.nextReport++
+		p := rd.p
+		p.Red = r
+		if !s.IsRoot() {
+			out = append(out, RedAction{Op: RedSendParent, To: s.Parent, Partial: &p})
+			continue
+		}
+		red := LookupReducer(p.Reducer)
+		var res any
+		if red.Exact {
+			res = p.Acc
+		} else {
+			var err error
+			if res, err = red.Fold(p.Items); err != nil {
+				out = append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: %w", r, err)})
+				continue
+			}
+		}
+		out = append(out, RedAction{Op: RedDeliver, Partial: &p, Result: res})
+	}
+	return out
+}

@@ -1,0 +1,254 @@
+package manager
+
+import (
+	"github.com/charmgo/charmgo/pe"
+)
+
+// LBStrategy decides migrations at an AtSync point from where every element
+// is. It must be a pure function of its input so a plan can be replayed.
+type LBStrategy func(coll string, numPEs int, where []ElemPlace) []Move
+
+// ElemPlace is one element's position at an AtSync point.
+type ElemPlace struct {
+	Index pe.Index
+	PE    int32
+}
+
+// RotateStrategy moves every element to the next PE (a test strategy that
+// exercises migration of everything).
+func RotateStrategy(_ string, n int, where []ElemPlace) []Move {
+	if n < 2 {
+		return nil
+	}
+	out := make([]Move, len(where))
+	for i, w := range where {
+		out[i] = Move{Index: w.Index, From: w.PE, To: (w.PE + 1) % int32(n)}
+	}
+	return out
+}
+
+type syncState struct {
+	reported map[pe.Index]bool // local elements already reported this epoch
+	// root
+	places  []ElemPlace
+	planned bool
+	done    int
+	// every PE
+	plan     *PlanMsg
+	expect   int
+	arrived  int
+	sentDone bool
+}
+
+// AtSync marks e as ready for load balancing. When every element of the
+// array has called it, the strategy runs, elements migrate, and each gets
+// ResumeFromSync.
+func (m *Manager) AtSync(e *Element) {
+	if e.AtSync {
+		return
+	}
+	e.AtSync = true
+	m.syncCheck(e.Coll)
+}
+
+func (m *Manager) syncCheck(c *Collection) {
+	var idx []pe.Index
+	for _, e := range c.Locals() {
+		if !e.AtSync {
+			return
+		}
+		if !c.sync.reported[e.Index] {
+			idx = append(idx, e.Index)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	if c.sync.reported == nil {
+		c.sync.reported = map[pe.Index]bool{}
+	}
+	pes := make([]int32, len(idx))
+	for i, ix := range idx {
+		c.sync.reported[ix] = true
+		pes[i] = int32(m.Me())
+	}
+	m.sendSys(0, tSync, &SyncMsg{Coll: c.ID, Indices: idx, PEs: pes})
+}
+
+func (m *Manager) onSync(sm *SyncMsg) {
+	c := m.colls[sm.Coll]
+	if c == nil {
+		m.failf("AtSync report for unknown collection %d", sm.Coll)
+		return
+	}
+	for i, ix := range sm.Indices {
+		c.sync.places = append(c.sync.places, ElemPlace{Index: ix, PE: sm.PEs[i]})
+	}
+	m.syncCheckRoot(c)
+}
+
+// syncCheckRoot starts the plan once every element reported (root only).
+func (m *Manager) syncCheckRoot(c *Collection) {
+	if m.Me() != 0 || c.sync.planned || !c.red.Enabled() || len(c.sync.places) == 0 {
+		return
+	}
+	if int64(len(c.sync.places)) < c.red.SubtreeCount(c.red.NextReport()) {
+		return
+	}
+	c.sync.planned = true
+	var moves []Move
+	if m.opt.Strategy != nil && c.Kind == CollArray && m.host != nil {
+		moves = m.opt.Strategy(c.Name, m.NumPEs(), c.sync.places)
+	}
+	plan := &PlanMsg{Coll: c.ID, Moves: moves}
+	for p := 0; p < m.NumPEs(); p++ {
+		m.sendSys(p, tPlan, plan)
+	}
+}
+
+func (m *Manager) onPlan(pm *PlanMsg) {
+	c := m.colls[pm.Coll]
+	c.sync.plan = pm
+	me := int32(m.Me())
+	for _, mv := range pm.Moves {
+		if mv.To == me && mv.From != me {
+			c.sync.expect++
+		}
+	}
+	for _, mv := range pm.Moves {
+		if mv.From == me && mv.To != me {
+			if e := c.local[mv.Index]; e != nil {
+				m.migrateOut(e, int(mv.To))
+			} else {
+				m.failf("load-balancing plan moves %s%v from PE %d, which does not hold it", c.Name, mv.Index, me)
+				return
+			}
+		}
+	}
+	m.syncMaybeDone(c)
+}
+
+func (m *Manager) syncArrived(c *Collection, e *Element) {
+	c.sync.arrived++
+	m.syncMaybeDone(c)
+}
+
+func (m *Manager) syncMaybeDone(c *Collection) {
+	if c.sync.plan == nil || c.sync.sentDone || c.sync.arrived < c.sync.expect {
+		return
+	}
+	c.sync.sentDone = true
+	m.sendSys(0, tPlanDone, &PlanDoneMsg{Coll: c.ID})
+}
+
+func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
+	c := m.colls[pd.Coll]
+	c.sync.done++
+	if c.sync.done < m.NumPEs() {
+		return
+	}
+	for p := 0; p < m.NumPEs(); p++ {
+		m.sendSys(p, tResume, &ResumeMsg{Coll: c.ID})
+	}
+}
+
+func (m *Manager) onResume(rm *ResumeMsg) {
+	c := m.colls[rm.Coll]
+	c.sync = syncState{}
+	for _, e := range append([]*Element(nil), c.Locals()...) {
+		if !e.AtSync {
+			continue
+		}
+		e.AtSync = false
+		e.Epoch++
+		m.host.ResumeFromSync(m, e)
+		m.afterInvoke(e)
+	}
+}
+
+type qdState struct {
+	active bool
+	// a probe waiting for this PE to go idle
+	probe     uint64
+	probeFrom bool
+	// root
+	running    bool
+	wave       uint64
+	replies    int
+	sent, proc uint64
+	prevSent   uint64
+	prevProc   uint64
+	prevOK     bool
+	waiters    []qdWaiter
+}
+
+type qdWaiter struct {
+	pe  int
+	tag uint64
+}
+
+// StartQD asks PE 0 to detect quiescence and then call Host.Quiescent(tag)
+// on this PE.
+func (m *Manager) StartQD(tag uint64) {
+	m.PE.Send(0, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Tag: tag, From: int32(m.Me())}})
+}
+
+func (m *Manager) onQDProbe(p *QDProbeMsg) {
+	if p.Req {
+		if p.Done {
+			m.host.Quiescent(m, p.Tag)
+			return
+		}
+		// root: a new request
+		m.qd.waiters = append(m.qd.waiters, qdWaiter{pe: int(p.From), tag: p.Tag})
+		if !m.qd.running {
+			m.qd.running = true
+			m.qd.prevOK = false
+			m.qdWave()
+		}
+		return
+	}
+	m.qd.probe = p.Wave
+	m.qd.probeFrom = true
+}
+
+func (m *Manager) qdWave() {
+	m.qd.wave++
+	m.qd.replies, m.qd.sent, m.qd.proc = 0, 0, 0
+	for p := 0; p < m.NumPEs(); p++ {
+		m.PE.Send(p, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: m.qd.wave}})
+	}
+}
+
+func (m *Manager) qdIdle() {
+	if !m.qd.probeFrom {
+		return
+	}
+	m.qd.probeFrom = false
+	m.qd.active = false
+	m.PE.Send(0, pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: m.qd.probe, Sent: m.Sent, Processed: m.Processed}})
+}
+
+func (m *Manager) onQDReply(r *QDReplyMsg) {
+	if r.Wave != m.qd.wave {
+		return
+	}
+	m.qd.replies++
+	m.qd.sent += r.Sent
+	m.qd.proc += r.Processed
+	if m.qd.replies < m.NumPEs() {
+		return
+	}
+	ok := m.qd.sent == m.qd.proc
+	if ok && m.qd.prevOK && m.qd.sent == m.qd.prevSent && m.qd.proc == m.qd.prevProc {
+		m.qd.running = false
+		w := m.qd.waiters
+		m.qd.waiters = nil
+		for _, x := range w {
+			m.PE.Send(x.pe, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Done: true, Tag: x.tag}})
+		}
+		return
+	}
+	m.qd.prevOK, m.qd.prevSent, m.qd.prevProc = ok, m.qd.sent, m.qd.proc
+	m.qdWave()
+}

@@ -1,0 +1,215 @@
+package pe
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Kind says what a message is for. The fault-tolerance layer logs each kind
+// differently (CAMEL paper §3), and statistics are split by it.
+type Kind uint8
+
+const (
+	// KindP2P is a point-to-point entry-method invocation.
+	KindP2P Kind = iota
+	// KindMulticast is one hop of a section multicast or collection broadcast.
+	KindMulticast
+	// KindReduction carries a reduction contribution or partial result.
+	KindReduction
+	// KindSystem is runtime bookkeeping: locations, migration, creation,
+	// quiescence, load balancing. System messages overtake application ones.
+	KindSystem
+	numKinds
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindP2P:
+		return "p2p"
+	case KindMulticast:
+		return "multicast"
+	case KindReduction:
+		return "reduction"
+	case KindSystem:
+		return "system"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Envelope is the unit every PE queue holds. It is passed by value so that
+// enqueueing allocates nothing; the payload is handed over by the sender and
+// must not be mutated after the send.
+type Envelope struct {
+	Type    uint32 // registered message type: an entry method or a system message
+	Coll    uint32 // collection (array, group, main) the message addresses
+	Kind    Kind
+	Flags   uint8
+	Src     int32 // PE that sent this hop
+	Index   Index // destination element, when the message addresses one
+	Seq     uint64
+	Aux     uint64
+	Payload any
+}
+
+// TypeInfo describes how one registered message type crosses a process
+// boundary.
+type TypeInfo struct {
+	Name   string
+	Encode func(v any) ([]byte, error)
+	Decode func(b []byte) (any, error)
+}
+
+var (
+	typesMu sync.Mutex
+	types   atomic.Pointer[[]TypeInfo]
+	byName  = map[string]uint32{}
+)
+
+func init() {
+	empty := []TypeInfo{{Name: "<none>"}}
+	types.Store(&empty)
+}
+
+// RegisterType adds a message type and returns its id. Ids follow
+// registration order, which Go makes deterministic for package-level
+// variables, so every process of one binary agrees on them. Registering a name
+// twice panics: two message types with one name cannot be told apart on the
+// wire.
+func RegisterType(ti TypeInfo) uint32 {
+	typesMu.Lock()
+	defer typesMu.Unlock()
+	if _, dup := byName[ti.Name]; dup {
+		panic(fmt.Sprintf("pe.RegisterType: message type %q registered twice", ti.Name))
+	}
+	old := *types.Load()
+	next := make([]TypeInfo, len(old), len(old)+1)
+	copy(next, old)
+	next = append(next, ti)
+	id := uint32(len(old))
+	byName[ti.Name] = id
+	types.Store(&next)
+	return id
+}
+
+// LookupType returns the registered type with this id.
+func LookupType(id uint32) (TypeInfo, bool) {
+	t := *types.Load()
+	if id == 0 || int(id) >= len(t) {
+		return TypeInfo{}, false
+	}
+	return t[id], true
+}
+
+// TypeName names a message type for error messages.
+func TypeName(id uint32) string {
+	if ti, ok := LookupType(id); ok {
+		return ti.Name
+	}
+	return fmt.Sprintf("type#%d", id)
+}
+
+const (
+	wireVersion   = 1
+	headerSize    = 4 + 4 + 4 + 4 + 4*MaxDims + 8 + 8 + 4
+	flagNilPaylod = 0x80 // wire-only: the payload was nil
+)
+
+// EncodeEnvelope appends the wire form of env to dst: a fixed little-endian
+// header (no reflection: the header is on every message) followed by the
+// payload encoded by its registered type.
+func EncodeEnvelope(dst []byte, env *Envelope) ([]byte, error) {
+	var payload []byte
+	flags := env.Flags &^ flagNilPaylod
+	if env.Payload == nil {
+		flags |= flagNilPaylod
+	} else {
+		ti, ok := LookupType(env.Type)
+		if !ok || ti.Encode == nil {
+			return dst, fmt.Errorf("encode envelope: message type %d is not registered", env.Type)
+		}
+		var err error
+		payload, err = ti.Encode(env.Payload)
+		if err != nil {
+			return dst, fmt.Errorf("encode %s payload: %w", ti.Name, err)
+		}
+	}
+	var h [headerSize]byte
+	h[0] = wireVersion
+	h[1] = byte(env.Kind)
+	h[2] = flags
+	h[3] = env.Index.Dims
+	binary.LittleEndian.PutUint32(h[4:], env.Type)
+	binary.LittleEndian.PutUint32(h[8:], env.Coll)
+	binary.LittleEndian.PutUint32(h[12:], uint32(env.Src))
+	for i := 0; i < MaxDims; i++ {
+		binary.LittleEndian.PutUint32(h[16+4*i:], uint32(env.Index.C[i]))
+	}
+	o := 16 + 4*MaxDims
+	binary.LittleEndian.PutUint64(h[o:], env.Seq)
+	binary.LittleEndian.PutUint64(h[o+8:], env.Aux)
+	binary.LittleEndian.PutUint32(h[o+16:], uint32(len(payload)))
+	dst = append(dst, h[:]...)
+	return append(dst, payload...), nil
+}
+
+// DecodeEnvelope reads one envelope from the front of b and returns the number
+// of bytes it used. Errors name the byte offset and field at fault; bytes
+// from another process are never trusted.
+func DecodeEnvelope(b []byte) (Envelope, int, error) {
+	var env Envelope
+	if len(b) < headerSize {
+		return env, 0, fmt.Errorf("decode envelope: %d bytes, a header needs %d", len(b), headerSize)
+	}
+	if b[0] != wireVersion {
+		return env, 0, fmt.Errorf("decode envelope: byte 0: wire version %d, want %d", b[0], wireVersion)
+	}
+	if Kind(b[1]) >= numKinds {
+		return env, 0, fmt.Errorf("decode envelope: byte 1: unknown message kind %d", b[1])
+	}
+	env.Kind = Kind(b[1])
+	flags := b[2]
+	env.Flags = flags &^ flagNilPaylod
+	if b[3] > MaxDims {
+		return env, 0, fmt.Errorf("decode envelope: byte 3: index has %d dimensions, at most %d", b[3], MaxDims)
+	}
+	env.Index.Dims = b[3]
+	env.Type = binary.LittleEndian.Uint32(b[4:])
+	env.Coll = binary.LittleEndian.Uint32(b[8:])
+	env.Src = int32(binary.LittleEndian.Uint32(b[12:]))
+	for i := 0; i < MaxDims; i++ {
+		v := int32(binary.LittleEndian.Uint32(b[16+4*i:]))
+		if i >= int(env.Index.Dims) && v != 0 {
+			return env, 0, fmt.Errorf("decode envelope: byte %d: coordinate %d set beyond the index's %d dimensions", 16+4*i, i, env.Index.Dims)
+		}
+		env.Index.C[i] = v
+	}
+	o := 16 + 4*MaxDims
+	env.Seq = binary.LittleEndian.Uint64(b[o:])
+	env.Aux = binary.LittleEndian.Uint64(b[o+8:])
+	n := binary.LittleEndian.Uint32(b[o+16:])
+	if uint64(n) > uint64(len(b)-headerSize) {
+		return env, 0, fmt.Errorf("decode envelope: byte %d: payload length %d, only %d bytes follow", o+16, n, len(b)-headerSize)
+	}
+	ti, ok := LookupType(env.Type)
+	if !ok {
+		return env, 0, fmt.Errorf("decode envelope: byte 4: unknown message type %d", env.Type)
+	}
+	total := headerSize + int(n)
+	if flags&flagNilPaylod != 0 {
+		if n != 0 {
+			return env, 0, fmt.Errorf("decode envelope: byte %d: nil payload with length %d", o+16, n)
+		}
+		return env, total, nil
+	}
+	if ti.Decode == nil {
+		return env, 0, fmt.Errorf("decode envelope: message type %s has no decoder", ti.Name)
+	}
+	v, err := ti.Decode(b[headerSize:total])
+	if err != nil {
+		return env, 0, fmt.Errorf("decode envelope: byte %d: %s payload: %w", headerSize, ti.Name, err)
+	}
+	env.Payload = v
+	return env, total, nil
+}

@@ -1,0 +1,451 @@
+// Package pe owns the processing elements of one OS process: one goroutine
+// per PE draining its own multi-producer single-consumer queue (with a system
+// lane that always goes first), same-PE sends that touch no atomics, batched
+// cross-PE handoff, parking when idle, and the Transport seam behind which
+// PEs of other processes will live. It knows nothing of chares: every
+// envelope is handed to the Handler the layer above installs.
+package pe
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+)
+
+// Handler runs on its PE's goroutine and processes one envelope at a time.
+type Handler interface {
+	Handle(p *PE, env *Envelope)
+}
+
+// IdleHandler is implemented by handlers that want to act when their PE
+// runs out of work, just before it parks.
+type IdleHandler interface {
+	Idle(p *PE)
+}
+
+// Config sets up a node (the PEs of one process).
+type Config struct {
+	NumPEs int
+	// WireCheck encodes and decodes every message, even between PEs of one
+	// process and to the sending PE itself, so tests prove that every
+	// message type can cross a process boundary and that no payload is
+	// shared mutable state.
+	WireCheck bool
+	// SpinPolls is how many times an idle PE yields and re-polls its inbox
+	// before parking. 0 parks at once (the default: CI has 2 cores).
+	SpinPolls int
+	// FlushEvery bounds how many messages a busy PE processes before it
+	// hands its buffered cross-PE messages over. Default 64.
+	FlushEvery int
+}
+
+// Stats counts one PE's traffic. Only the owning PE writes it; read it after
+// the node stopped.
+type Stats struct {
+	Sent      [numKinds]uint64 // envelopes sent, by kind
+	SentLocal uint64           // of which to the sending PE itself
+	Processed uint64           // envelopes dispatched
+	Flushes   uint64           // cross-PE batch handoffs
+}
+
+// Node is the set of PEs of this process.
+type Node struct {
+	cfg       Config
+	pes       []*PE
+	transport Transport
+	stopped   atomic.Bool
+	code      atomic.Int32
+	errMu     sync.Mutex
+	err       error
+	wg        sync.WaitGroup
+	done      chan struct{}
+	doneOnce  sync.Once
+}
+
+// NewNode creates cfg.NumPEs PEs; mk is called once per PE to make its
+// handler (the layer above's per-PE state).
+func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
+	if cfg.NumPEs < 1 {
+		return nil, fmt.Errorf("pe: %d PEs requested, need at least 1", cfg.NumPEs)
+	}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = 64
+	}
+	n := &Node{cfg: cfg, done: make(chan struct{})}
+	n.pes = make([]*PE, cfg.NumPEs)
+	for i := range n.pes {
+		p := &PE{id: i, node: n, flushEvery: cfg.FlushEvery, wire: cfg.WireCheck, spin: cfg.SpinPolls}
+		p.in.wake = make(chan struct{}, 1)
+		p.outApp = make([][]Envelope, cfg.NumPEs)
+		p.outSys = make([][]Envelope, cfg.NumPEs)
+		p.dirty = make([]bool, cfg.NumPEs)
+		n.pes[i] = p
+	}
+	n.transport = inProcess{n}
+	for _, p := range n.pes {
+		p.handler = mk(p)
+		p.idle, _ = p.handler.(IdleHandler)
+	}
+	return n, nil
+}
+
+// NumPEs is the number of PEs in the job.
+func (n *Node) NumPEs() int { return len(n.pes) }
+
+// PE returns PE i of this process.
+func (n *Node) PE(i int) *PE { return n.pes[i] }
+
+// WireCheck reports whether every message is encoded.
+func (n *Node) WireCheck() bool { return n.cfg.WireCheck }
+
+// Start launches one goroutine per PE.
+func (n *Node) Start() {
+	for _, p := range n.pes {
+		n.wg.Add(1)
+		go p.run()
+	}
+}
+
+// Stop ends the run with an exit code; every PE stops after its current
+// message. Safe from any goroutine; the first call wins.
+func (n *Node) Stop(code int) {
+	if n.stopped.CompareAndSwap(false, true) {
+		n.code.Store(int32(code))
+		for _, p := range n.pes {
+			p.in.signal()
+		}
+		n.doneOnce.Do(func() { close(n.done) })
+	}
+}
+
+// Fail ends the run with an error (exit code 1). The first error is kept.
+func (n *Node) Fail(err error) {
+	n.errMu.Lock()
+	if n.err == nil && !n.stopped.Load() {
+		n.err = err
+	}
+	n.errMu.Unlock()
+	n.Stop(1)
+}
+
+// Stopped reports whether Stop or Fail was called.
+func (n *Node) Stopped() bool { return n.stopped.Load() }
+
+// Done is closed when the run is stopping.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Wait blocks until every PE goroutine has returned and gives the exit code
+// and the error that ended the run, if any.
+func (n *Node) Wait() (int, error) {
+	<-n.done
+	n.wg.Wait()
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	return int(n.code.Load()), n.err
+}
+
+// Inject hands an envelope to PE dst from any goroutine (tests, launchers).
+func (n *Node) Inject(dst int, env Envelope) {
+	sys := env.Kind == KindSystem
+	if n.cfg.WireCheck {
+		var err error
+		if env, err = wireRoundTrip(env); err != nil {
+			n.Fail(err)
+			return
+		}
+	}
+	n.pes[dst].in.push(sys, []Envelope{env})
+}
+
+// Transport carries batches between PEs. The in-process one hands batches
+// straight to the destination's inbox; a later one carries them to PEs of
+// other processes. Deliver must not keep batch after it returns.
+type Transport interface {
+	Deliver(src, dst int, sys bool, batch []Envelope) error
+}
+
+type inProcess struct{ n *Node }
+
+func (t inProcess) Deliver(src, dst int, sys bool, batch []Envelope) error {
+	t.n.pes[dst].in.push(sys, batch)
+	return nil
+}
+
+func wireRoundTrip(env Envelope) (Envelope, error) {
+	b, err := EncodeEnvelope(nil, &env)
+	if err != nil {
+		return env, fmt.Errorf("wire check: %s from PE %d: %w", TypeName(env.Type), env.Src, err)
+	}
+	out, used, err := DecodeEnvelope(b)
+	if err != nil {
+		return env, fmt.Errorf("wire check: %s from PE %d: %w", TypeName(env.Type), env.Src, err)
+	}
+	if used != len(b) {
+		return env, fmt.Errorf("wire check: %s: decoder used %d of %d bytes", TypeName(env.Type), used, len(b))
+	}
+	return out, nil
+}
+
+// inbox is the multi-producer side of a PE: a mutex-protected pair of
+// slices that the owner swaps out whole, so one lock acquisition moves a
+// whole batch.
+type inbox struct {
+	mu      sync.Mutex
+	sys     []Envelope
+	app     []Envelope
+	parked  bool
+	pending atomic.Bool
+	wake    chan struct{}
+}
+
+func (in *inbox) push(sys bool, batch []Envelope) {
+	in.mu.Lock()
+	if sys {
+		in.sys = append(in.sys, batch...)
+	} else {
+		in.app = append(in.app, batch...)
+	}
+	in.pending.Store(true)
+	wake := in.parked
+	in.parked = false
+	in.mu.Unlock()
+	if wake {
+		in.signal()
+	}
+}
+
+func (in *inbox) signal() {
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+}
+
+// queue is a FIFO owned by one goroutine.
+type queue struct {
+	buf  []Envelope
+	head int
+}
+
+func (q *queue) len() int { return len(q.buf) - q.head }
+
+func (q *queue) push(e Envelope) {
+	if q.head > 0 && q.head == len(q.buf) {
+		q.buf = q.buf[:0]
+		q.head = 0
+	} else if q.head > 1024 && q.head > len(q.buf)/2 {
+		n := copy(q.buf, q.buf[q.head:])
+		clear(q.buf[n:])
+		q.buf = q.buf[:n]
+		q.head = 0
+	}
+	q.buf = append(q.buf, e)
+}
+
+// take moves every envelope of src into q, swapping buffers when q is empty
+// so the common case copies nothing. It returns the buffer src should reuse.
+func (q *queue) take(src []Envelope) []Envelope {
+	if q.len() == 0 {
+		old := q.buf[:0]
+		q.buf, q.head = src, 0
+		return old
+	}
+	q.buf = append(q.buf, src...)
+	clear(src)
+	return src[:0]
+}
+
+// PE is one processing element: a goroutine, its queues and its outboxes.
+// Every method except those documented otherwise must be called from the
+// PE's own goroutine (or from code it is blocked on, such as a threaded
+// entry method).
+type PE struct {
+	id         int
+	node       *Node
+	handler    Handler
+	idle       IdleHandler
+	in         inbox
+	sysq, appq queue
+	outApp     [][]Envelope
+	outSys     [][]Envelope
+	dirty      []bool
+	dirtyList  []int
+	sinceFlush int
+	flushEvery int
+	spin       int
+	wire       bool
+	Stats      Stats
+}
+
+// ID is the PE's number in the job.
+func (p *PE) ID() int { return p.id }
+
+// Node is the process the PE belongs to.
+func (p *PE) Node() *Node { return p.node }
+
+// NumPEs is the number of PEs in the job.
+func (p *PE) NumPEs() int { return len(p.node.pes) }
+
+// Handler returns the layer above's per-PE state.
+func (p *PE) Handler() Handler { return p.handler }
+
+// Send queues env for PE dst. A send to the PE itself goes to its local queue
+// with no synchronisation; a send to another PE is buffered and handed over
+// in a batch when the PE goes idle, after FlushEvery messages, or when the
+// buffer holds FlushEvery envelopes.
+func (p *PE) Send(dst int, env Envelope) {
+	env.Src = int32(p.id)
+	p.Stats.Sent[env.Kind]++
+	sys := env.Kind == KindSystem
+	if dst == p.id {
+		p.Stats.SentLocal++
+		if p.wire {
+			var err error
+			if env, err = wireRoundTrip(env); err != nil {
+				p.node.Fail(err)
+				return
+			}
+		}
+		if sys {
+			p.sysq.push(env)
+		} else {
+			p.appq.push(env)
+		}
+		return
+	}
+	var n int
+	if sys {
+		p.outSys[dst] = append(p.outSys[dst], env)
+		n = len(p.outSys[dst])
+	} else {
+		p.outApp[dst] = append(p.outApp[dst], env)
+		n = len(p.outApp[dst])
+	}
+	if !p.dirty[dst] {
+		p.dirty[dst] = true
+		p.dirtyList = append(p.dirtyList, dst)
+	}
+	if n >= p.flushEvery {
+		p.flushTo(dst)
+	}
+}
+
+// Flush hands every buffered cross-PE message over now.
+func (p *PE) Flush() {
+	for _, dst := range p.dirtyList {
+		if p.dirty[dst] {
+			p.flushTo(dst)
+		}
+	}
+	p.dirtyList = p.dirtyList[:0]
+	p.sinceFlush = 0
+}
+
+func (p *PE) flushTo(dst int) {
+	p.dirty[dst] = false
+	for _, sys := range [2]bool{true, false} {
+		box := &p.outApp[dst]
+		if sys {
+			box = &p.outSys[dst]
+		}
+		if len(*box) == 0 {
+			continue
+		}
+		batch := *box
+		if p.wire {
+			for i := range batch {
+				e, err := wireRoundTrip(batch[i])
+				if err != nil {
+					p.node.Fail(err)
+					clear(batch)
+					*box = batch[:0]
+					return
+				}
+				batch[i] = e
+			}
+		}
+		if err := p.node.transport.Deliver(p.id, dst, sys, batch); err != nil {
+			p.node.Fail(fmt.Errorf("PE %d: deliver to PE %d: %w", p.id, dst, err))
+		}
+		p.Stats.Flushes++
+		clear(batch)
+		*box = batch[:0]
+	}
+}
+
+func (p *PE) grab() {
+	in := &p.in
+	in.mu.Lock()
+	if len(in.sys) > 0 {
+		in.sys = p.sysq.take(in.sys)
+	}
+	if len(in.app) > 0 {
+		in.app = p.appq.take(in.app)
+	}
+	in.pending.Store(false)
+	in.mu.Unlock()
+}
+
+func (p *PE) run() {
+	defer p.node.wg.Done()
+	for !p.node.stopped.Load() {
+		if p.in.pending.Load() {
+			p.grab()
+		}
+		var q *queue
+		switch {
+		case p.sysq.len() > 0:
+			q = &p.sysq
+		case p.appq.len() > 0:
+			q = &p.appq
+		default:
+			if p.idle != nil {
+				p.idle.Idle(p)
+				if p.sysq.len()+p.appq.len() > 0 {
+					continue
+				}
+			}
+			p.Flush()
+			p.park()
+			continue
+		}
+		env := &q.buf[q.head]
+		p.dispatch(env)
+		*env = Envelope{}
+		q.head++
+		p.Stats.Processed++
+		if p.sinceFlush++; p.sinceFlush >= p.flushEvery {
+			p.Flush()
+		}
+	}
+	p.Flush()
+}
+
+func (p *PE) dispatch(env *Envelope) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.node.Fail(fmt.Errorf("PE %d: panic handling %s: %v\n%s", p.id, TypeName(env.Type), r, debug.Stack()))
+		}
+	}()
+	p.handler.Handle(p, env)
+}
+
+func (p *PE) park() {
+	for i := 0; i < p.spin; i++ {
+		if p.in.pending.Load() || p.node.stopped.Load() {
+			return
+		}
+		runtime.Gosched()
+	}
+	in := &p.in
+	in.mu.Lock()
+	if len(in.sys)+len(in.app) > 0 || p.node.stopped.Load() {
+		in.mu.Unlock()
+		return
+	}
+	in.parked = true
+	in.mu.Unlock()
+	<-in.wake
+}

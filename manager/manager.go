@@ -148,6 +148,9 @@ func New(p *pe.PE, host Host, opt Options) *Manager {
 // Of returns the manager of PE p.
 func Of(p *pe.PE) *Manager { return p.Handler().(*Manager) }
 
+// Host is the chare layer's per-PE state.
+func (m *Manager) Host() Host { return m.host }
+
 // Me is this PE's number.
 func (m *Manager) Me() int { return m.PE.ID() }
 
@@ -267,12 +270,20 @@ func (m *Manager) NewCollectionID() uint32 {
 
 // Create makes a collection on every PE. Bounded arrays and groups are
 // populated at once; sparse arrays wait for Insert and DoneInserting.
+//
+// The creating PE sets the collection up before Create returns, so the new
+// proxy can be used at once (sections, insertions); its local elements are
+// constructed then too.
 func (m *Manager) Create(cm *CreateMsg) {
 	cm.Creator = int32(m.Me())
 	for p := 0; p < m.NumPEs(); p++ {
-		c := *cm
-		m.sendSys(p, tCreate, &c)
+		if p != m.Me() {
+			c := *cm
+			m.sendSys(p, tCreate, &c)
+		}
 	}
+	c := *cm
+	m.onCreate(&c)
 }
 
 // MainCollection is the id of the main chare's collection.

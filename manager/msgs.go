@@ -402,3 +402,7 @@ func decodePartial(b []byte) (any, error) {
 	m.p, m.Keys, m.Vals, m.Acc = p, nil, nil, nil
 	return m, nil
 }
+
+// CreateType is the message type that creates a collection (for launchers
+// that inject the main chare's creation).
+func CreateType() uint32 { return tCreate }

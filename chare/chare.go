@@ -1,0 +1,347 @@
+// Package chare is charmgo's user API: chare types and their typed entry
+// methods, proxies to arrays (1D–6D), groups, sections and the main chare,
+// asynchronous sends, broadcasts and multicasts, reductions with callbacks
+// and futures, migration, AtSync, quiescence and Exit.
+//
+// A chare is a Go value that lives on one PE at a time and is only touched
+// by its entry methods, which its PE runs one at a time: chare code needs no
+// locks. Messages are handed over on send: the sender must not change a
+// payload after sending it (in process it is passed by reference; between
+// processes, and under --wire-check, it is encoded with msgpack).
+//
+// A chare's state migrates as msgpack of its exported fields, or through
+// Pack/Unpack when it implements Migratable.
+package chare
+
+import (
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"sync"
+
+	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/pe"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Index is an array index of 1 to 6 integer coordinates.
+type Index = pe.Index
+
+// Idx builds an index: Idx(1, 2, 3).
+func Idx(c ...int) Index { return pe.Idx(c...) }
+
+// Migratable is implemented by chares that pack their own state for
+// migration and checkpoints instead of msgpack of their exported fields.
+type Migratable interface {
+	Pack() ([]byte, error)
+	Unpack([]byte) error
+}
+
+// Migrated is implemented by chares that want to act after arriving on a
+// new PE (Charm++'s ckJustMigrated).
+type Migrated interface {
+	Migrated(ctx *Ctx)
+}
+
+// ResumeFromSync is implemented by chares that call AtSync: it runs when
+// the load-balancing step the chare waited for is over.
+type ResumeFromSync interface {
+	ResumeFromSync(ctx *Ctx)
+}
+
+type typeInfo struct {
+	id         uint32
+	name       string
+	kind       manager.CollKind
+	construct  func(ctx *Ctx, arg manager.Lazy) (any, error)
+	unpack     func(b []byte) (any, error)
+	migratable bool
+	threaded   bool // the constructor may block on futures (main)
+}
+
+type entryInfo struct {
+	name     string
+	typ      uint32 // owning chare type
+	threaded bool
+	invoke   func(obj any, ctx *Ctx, payload any)
+}
+
+var (
+	regMu   sync.RWMutex
+	types   = map[uint32]*typeInfo{}
+	typeIDs = map[string]uint32{}
+	entries = map[uint32]*entryInfo{}
+	nextTyp uint32
+)
+
+func lookupEntry(id uint32) *entryInfo {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	return entries[id]
+}
+
+func lookupType(id uint32) *typeInfo {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	return types[id]
+}
+
+// Type is a registered chare type C whose constructor takes an A.
+type Type[C any, A any] struct {
+	info *typeInfo
+}
+
+// TypeOption changes how a chare type is registered.
+type TypeOption func(*typeInfo)
+
+// NotMigratable keeps elements of the type on the PE they were created on
+// (load balancers leave them alone).
+func NotMigratable() TypeOption { return func(t *typeInfo) { t.migratable = false } }
+
+// NewType registers chare type C, whose elements are built by their
+// Init(ctx, arg A) method (the constructor entry method). The name must be
+// the same in every process of a job: register at package level,
+//
+//	var Cells = chare.NewType[Cell, CellArgs]("leanmd.Cell")
+func NewType[C any, A any, PC interface {
+	*C
+	Init(*Ctx, A)
+}](name string, opts ...TypeOption) *Type[C, A] {
+	t := &typeInfo{name: name, kind: manager.CollArray, migratable: true}
+	t.construct = func(ctx *Ctx, l manager.Lazy) (any, error) {
+		a, err := manager.LazyAs[A](l)
+		if err != nil {
+			return nil, fmt.Errorf("constructor argument: %w", err)
+		}
+		c := PC(new(C))
+		c.Init(ctx, a)
+		return c, nil
+	}
+	t.unpack = func(b []byte) (any, error) {
+		c := new(C)
+		if mg, ok := any(c).(Migratable); ok {
+			return c, mg.Unpack(b)
+		}
+		return c, msgpack.Unmarshal(b, c)
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := typeIDs[name]; dup {
+		panic(fmt.Sprintf("chare.NewType: chare type %q registered twice", name))
+	}
+	nextTyp++
+	t.id = nextTyp
+	types[t.id] = t
+	typeIDs[name] = t.id
+	return &Type[C, A]{info: t}
+}
+
+// NewMainType registers the main chare type: its Init runs once, on PE 0,
+// with the program's arguments, and may block on futures.
+func NewMainType[C any, PC interface {
+	*C
+	Init(*Ctx, []string)
+}](name string) *Type[C, []string] {
+	t := NewType[C, []string, PC](name, NotMigratable())
+	t.info.kind = manager.CollMain
+	t.info.threaded = true
+	return t
+}
+
+// Name is the type's registered name.
+func (t *Type[C, A]) Name() string { return t.info.name }
+
+// Entry is a typed entry method of chare type C taking an M.
+type Entry[C any, M any] struct {
+	id   uint32
+	name string
+}
+
+// EntryOption changes how an entry method runs.
+type EntryOption func(*entryInfo)
+
+// Threaded lets the entry method block on futures (Charm++'s [threaded]):
+// its PE runs other messages meanwhile and resumes it when the future is
+// filled. It costs a goroutine per invocation.
+func Threaded() EntryOption { return func(e *entryInfo) { e.threaded = true } }
+
+// NewEntry registers the exported method of C named method as an entry
+// method taking an M. The method must have the signature
+// func (c *C) Method(ctx *chare.Ctx, msg M); it is looked up once, here, and
+// called directly afterwards (no reflection per message). Binding by name
+// lets a method send to its own entry without an initialization cycle:
+//
+//	var Pass = chare.NewEntry[Token](Ring, "Pass")
+func NewEntry[M any, C any, A any](t *Type[C, A], method string, opts ...EntryOption) *Entry[C, M] {
+	mt, ok := reflect.TypeFor[*C]().MethodByName(method)
+	if !ok {
+		panic(fmt.Sprintf("chare.NewEntry: %s has no exported method %s", reflect.TypeFor[*C](), method))
+	}
+	fn, ok := mt.Func.Interface().(func(*C, *Ctx, M))
+	if !ok {
+		panic(fmt.Sprintf("chare.NewEntry: %s.%s is %s, want func(*Ctx, %s)", reflect.TypeFor[*C](), method, mt.Type, reflect.TypeFor[M]()))
+	}
+	return NewEntryFunc(t, method, fn, opts...)
+}
+
+// NewEntryFunc registers fn as entry method name of t.
+func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *Ctx, M), opts ...EntryOption) *Entry[C, M] {
+	full := t.info.name + "." + name
+	codec := manager.MsgpackCodec[M]()
+	id := pe.RegisterType(pe.TypeInfo{Name: full, Encode: codec.Encode, Decode: codec.Decode})
+	ei := &entryInfo{name: full, typ: t.info.id}
+	ei.invoke = func(obj any, ctx *Ctx, payload any) {
+		var m M
+		if payload != nil {
+			var ok bool
+			if m, ok = payload.(M); !ok {
+				panic(fmt.Sprintf("entry %s takes %s, got %T", full, reflect.TypeFor[M](), payload))
+			}
+		}
+		fn(obj.(*C), ctx, m)
+	}
+	for _, o := range opts {
+		o(ei)
+	}
+	regMu.Lock()
+	entries[id] = ei
+	regMu.Unlock()
+	return &Entry[C, M]{id: id, name: full}
+}
+
+// Name is the entry's full name (type.entry).
+func (e *Entry[C, M]) Name() string { return e.name }
+
+// host implements manager.Host for one PE.
+type host struct {
+	ctx     Ctx // reused for every non-threaded invocation
+	futures map[uint64]*futureState
+	nextFut uint64
+	qd      map[uint64]manager.Callback
+	nextQD  uint64
+	run     *runState
+}
+
+func identity(m *manager.Manager, e *manager.Element) string {
+	return fmt.Sprintf("%s%v on PE %d", e.Coll.Name, e.Index, m.Me())
+}
+
+func (h *host) Construct(m *manager.Manager, e *manager.Element, arg manager.Lazy) {
+	ti := lookupType(e.Coll.Type)
+	if ti == nil {
+		m.Fail(fmt.Errorf("%s: unknown chare type %d", identity(m, e), e.Coll.Type))
+		return
+	}
+	call := func(ctx *Ctx) {
+		obj, err := ti.construct(ctx, arg)
+		if err != nil {
+			m.Fail(fmt.Errorf("%s: construct %s: %w", identity(m, e), ti.name, err))
+			return
+		}
+		e.Obj = obj
+	}
+	if ti.threaded {
+		h.runThreaded(m, e, "constructor", call, func() {
+			if e.Coll.Kind == manager.CollMain {
+				// main returned: end the run once nothing is left to do.
+				m.StartQD(0)
+			}
+		})
+		return
+	}
+	h.guard(m, e, "constructor", call)
+}
+
+// guard runs f as entry method `what` of e, turning a panic into an error
+// that names the chare and ends the run.
+func (h *host) guard(m *manager.Manager, e *manager.Element, what string, f func(ctx *Ctx)) {
+	ctx := &h.ctx
+	saved := *ctx // entry methods nest when one creates an array
+	ctx.m, ctx.e, ctx.th = m, e, nil
+	defer func() {
+		if r := recover(); r != nil {
+			m.Fail(fmt.Errorf("%s: %s panicked: %v\n%s", identity(m, e), what, r, debug.Stack()))
+		}
+		*ctx = saved
+	}()
+	f(ctx)
+}
+
+func (h *host) Invoke(m *manager.Manager, e *manager.Element, env *pe.Envelope) {
+	ent := lookupEntry(env.Type)
+	if ent == nil {
+		m.Fail(fmt.Errorf("%s: message %s is not an entry method", identity(m, e), pe.TypeName(env.Type)))
+		return
+	}
+	if ent.typ != e.Coll.Type {
+		m.Fail(fmt.Errorf("%s: entry %s belongs to another chare type", identity(m, e), ent.name))
+		return
+	}
+	if e.Obj == nil {
+		m.Fail(fmt.Errorf("%s: entry %s reached an element that was never constructed", identity(m, e), ent.name))
+		return
+	}
+	payload := env.Payload
+	if ent.threaded {
+		h.runThreaded(m, e, ent.name, func(ctx *Ctx) { ent.invoke(e.Obj, ctx, payload) }, nil)
+		return
+	}
+	ctx := &h.ctx
+	saved := *ctx
+	ctx.m, ctx.e, ctx.th = m, e, nil
+	defer func() {
+		if r := recover(); r != nil {
+			m.Fail(fmt.Errorf("%s: entry %s panicked: %v\n%s", identity(m, e), ent.name, r, debug.Stack()))
+		}
+		*ctx = saved
+	}()
+	ent.invoke(e.Obj, ctx, payload)
+}
+
+func (h *host) Pack(e *manager.Element) ([]byte, error) {
+	if ti := lookupType(e.Coll.Type); ti != nil && !ti.migratable {
+		return nil, fmt.Errorf("chare type %s is not migratable", ti.name)
+	}
+	if mg, ok := e.Obj.(Migratable); ok {
+		return mg.Pack()
+	}
+	return msgpack.Marshal(e.Obj)
+}
+
+func (h *host) Unpack(m *manager.Manager, e *manager.Element, state []byte) error {
+	ti := lookupType(e.Coll.Type)
+	if ti == nil {
+		return fmt.Errorf("unknown chare type %d", e.Coll.Type)
+	}
+	obj, err := ti.unpack(state)
+	if err != nil {
+		return err
+	}
+	e.Obj = obj
+	if mg, ok := obj.(Migrated); ok {
+		h.guard(m, e, "Migrated", mg.Migrated)
+	}
+	return nil
+}
+
+func (h *host) ResumeFromSync(m *manager.Manager, e *manager.Element) {
+	if r, ok := e.Obj.(ResumeFromSync); ok {
+		h.guard(m, e, "ResumeFromSync", r.ResumeFromSync)
+	}
+}
+
+func (h *host) Quiescent(m *manager.Manager, tag uint64) {
+	if tag == 0 {
+		m.PE.Node().Stop(0)
+		return
+	}
+	cb, ok := h.qd[tag]
+	if !ok {
+		return
+	}
+	delete(h.qd, tag)
+	m.DeliverCallback(cb, struct{}{})
+}

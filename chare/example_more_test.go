@@ -1,0 +1,204 @@
+package chare_test
+
+import (
+	"fmt"
+
+	"github.com/charmgo/charmgo/chare"
+)
+
+// ---- a ring: a token goes around a 1D array three times ----
+
+type RingMain struct{}
+
+type RingNode struct {
+	N int
+}
+
+type Token struct {
+	Hops, Laps int
+}
+
+var (
+	ringMain = chare.NewMainType[RingMain]("example.RingMain")
+	ringNode = chare.NewType[RingNode, int]("example.RingNode")
+	passTok  = chare.NewEntry[Token](ringNode, "Pass")
+	ringDone = chare.NewEntry[Token](ringMain, "Done")
+)
+
+func (m *RingMain) Init(ctx *chare.Ctx, args []string) {
+	ring := ringNode.NewArray(ctx, []int{7}, 7)
+	passTok.Send(ctx, ring.At(0), Token{})
+}
+
+func (r *RingNode) Init(ctx *chare.Ctx, n int) { r.N = n }
+
+func (r *RingNode) Pass(ctx *chare.Ctx, t Token) {
+	t.Hops++
+	next := (int(ctx.Index().C[0]) + 1) % r.N
+	if next == 0 {
+		t.Laps++
+		if t.Laps == 3 {
+			ringDone.Send(ctx, ringMain.MainProxy(), t)
+			return
+		}
+	}
+	passTok.Send(ctx, chare.ThisArray[RingNode](ctx).At(next), t)
+}
+
+func (m *RingMain) Done(ctx *chare.Ctx, t Token) {
+	sayf("token made %d hops in %d laps\n", t.Hops, t.Laps)
+	ctx.Exit(0)
+}
+
+func Example_ring() {
+	res := chare.Run(ringMain, chare.Config{PEs: 3})
+	fmt.Println("exit", res.Code, res.Err)
+	// Output:
+	// token made 21 hops in 3 laps
+	// exit 0 <nil>
+}
+
+// ---- a reduction to main, waited on with a future ----
+
+type SumMain struct{}
+
+type Summer struct{}
+
+var (
+	sumMain  = chare.NewMainType[SumMain]("example.SumMain")
+	summers  = chare.NewType[Summer, struct{}]("example.Summer")
+	startSum = chare.NewEntry[chare.Callback[[]float64]](summers, "Start")
+)
+
+func (s *Summer) Init(*chare.Ctx, struct{}) {}
+
+// Each element contributes three values; main's Init blocks on the future.
+func (s *Summer) Start(ctx *chare.Ctx, cb chare.Callback[[]float64]) {
+	i := float64(ctx.Index().C[0])
+	chare.Contribute(ctx, chare.SumFloat64s, []float64{1, i, 0.1 * i}, cb)
+}
+
+func (m *SumMain) Init(ctx *chare.Ctx, args []string) {
+	arr := summers.NewArray(ctx, []int{100}, struct{}{})
+	f := chare.NewFuture[[]float64](ctx)
+	startSum.Broadcast(ctx, arr, f.Callback())
+	v, err := f.Get(ctx)
+	sayf("count %.0f, sum %.0f, tenth %.1f, err %v\n", v[0], v[1], v[2], err)
+	ctx.Exit(0)
+}
+
+func Example_reductionToMain() {
+	res := chare.Run(sumMain, chare.Config{PEs: 4})
+	fmt.Println("exit", res.Code, res.Err)
+	// Output:
+	// count 100, sum 4950, tenth 495.0, err <nil>
+	// exit 0 <nil>
+}
+
+// ---- a section multicast with a section reduction ----
+
+type SecMain struct{}
+
+type Cellish struct {
+	Value int64
+}
+
+var (
+	secMain   = chare.NewMainType[SecMain]("example.SecMain")
+	cellishes = chare.NewType[Cellish, struct{}]("example.Cellish")
+	scale     = chare.NewEntry[ScaleMsg](cellishes, "Scale")
+	secDone   = chare.NewEntry[int64](secMain, "Done")
+)
+
+type ScaleMsg struct {
+	Factor int64
+	Sec    chare.SectionProxy[Cellish]
+}
+
+func (c *Cellish) Init(ctx *chare.Ctx, _ struct{}) {
+	ix := ctx.Index()
+	c.Value = int64(ix.C[0]*10 + ix.C[1])
+}
+
+func (c *Cellish) Scale(ctx *chare.Ctx, m ScaleMsg) {
+	chare.ContributeSection(ctx, m.Sec, chare.SumInt64, c.Value*m.Factor, secDone.CallbackTo(secMain.MainProxy()))
+}
+
+func (m *SecMain) Init(ctx *chare.Ctx, args []string) {
+	grid := cellishes.NewArray(ctx, []int{6, 6}, struct{}{})
+	// The diagonal band |x - y| <= 1 of a 6×6 grid: 16 members.
+	sec := grid.SectionWhere(ctx, func(ix chare.Index) bool {
+		d := ix.C[0] - ix.C[1]
+		return d >= -1 && d <= 1
+	})
+	scale.Multicast(ctx, sec, ScaleMsg{Factor: 2, Sec: sec})
+}
+
+func (m *SecMain) Done(ctx *chare.Ctx, sum int64) {
+	sayln("section sum", sum)
+	ctx.Exit(0)
+}
+
+func Example_sectionMulticastAndReduction() {
+	res := chare.Run(secMain, chare.Config{PEs: 4})
+	fmt.Println("exit", res.Code, res.Err)
+	// Output:
+	// section sum 880
+	// exit 0 <nil>
+}
+
+// ---- a migrating element that keeps receiving ----
+
+type MigMain struct {
+	Wanderer chare.ArrayProxy[Wanderer]
+	Sent     int
+}
+
+type Wanderer struct {
+	Got   int
+	Sum   int
+	Moves int
+}
+
+var (
+	migMain  = chare.NewMainType[MigMain]("example.MigMain")
+	wanderer = chare.NewType[Wanderer, struct{}]("example.Wanderer")
+	visit    = chare.NewEntry[int](wanderer, "Visit")
+	migDone  = chare.NewEntry[[2]int](migMain, "Done")
+)
+
+func (w *Wanderer) Init(*chare.Ctx, struct{}) {}
+
+// Every visit moves the element on to the next PE while main keeps
+// sending; messages are forwarded to it, none lost or repeated. (Order is
+// not promised across a migration, as in Charm++, so it counts.)
+func (w *Wanderer) Visit(ctx *chare.Ctx, n int) {
+	w.Got++
+	w.Sum += n
+	w.Moves++
+	if w.Got == 200 {
+		migDone.Send(ctx, migMain.MainProxy(), [2]int{w.Got, w.Sum})
+		return
+	}
+	ctx.Migrate((ctx.PE() + 1) % ctx.NumPEs())
+}
+
+func (m *MigMain) Init(ctx *chare.Ctx, args []string) {
+	arr := wanderer.NewArray(ctx, []int{1}, struct{}{})
+	for i := 1; i <= 200; i++ {
+		visit.Send(ctx, arr.At(0), i)
+	}
+}
+
+func (m *MigMain) Done(ctx *chare.Ctx, r [2]int) {
+	sayf("received %d messages, sum %d\n", r[0], r[1])
+	ctx.Exit(0)
+}
+
+func Example_migratingElement() {
+	res := chare.Run(migMain, chare.Config{PEs: 3})
+	fmt.Println("exit", res.Code, res.Err)
+	// Output:
+	// received 200 messages, sum 20100
+	// exit 0 <nil>
+}

@@ -1,0 +1,209 @@
+package chare
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Config is a run's runtime settings; ParseFlags fills it from the command
+// line.
+type Config struct {
+	PEs       int    // number of PEs (default GOMAXPROCS)
+	WireCheck bool   // encode every message with msgpack, even in process
+	Branching int    // spanning-tree arity (default 4)
+	Balancer  string // AtSync strategy: "" or "none", "rotate"
+	SpinPolls int    // polls before an idle PE parks (default 0)
+	Args      []string
+}
+
+// ErrHelp is returned by ParseFlags when --help was asked for; the usage
+// was written.
+var ErrHelp = errors.New("help requested")
+
+// RuntimeUsage lists the runtime flags every charmgo program accepts.
+const RuntimeUsage = `runtime flags (every charmgo program):
+  +p N, --pes N          number of PEs (default: GOMAXPROCS = %d)
+  --wire-check           encode every message with msgpack, even within the process
+  --branching K          spanning-tree arity for reductions and multicasts (default 4)
+  +balancer NAME, --lb NAME
+                         load balancer at AtSync: none (default), rotate (RotateLB)
+  --spin N               idle PEs poll N times before parking (default 0)
+  --help                 this text
+`
+
+// ParseFlags takes the runtime flags out of args (Charm++ spellings and Go
+// style both accepted, anywhere on the line) and returns the config with the
+// program's own arguments in Args. "--" ends runtime flags.
+func ParseFlags(args []string) (Config, error) {
+	cfg := Config{PEs: runtime.GOMAXPROCS(0), Branching: manager.DefaultBranching}
+	num := func(flag, v string, min, max int) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("flag %s: %q is not a whole number (want %d to %d)", flag, v, min, max)
+		}
+		if n < min || n > max {
+			return 0, fmt.Errorf("flag %s: %d is out of range (want %d to %d)", flag, n, min, max)
+		}
+		return n, nil
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			cfg.Args = append(cfg.Args, args[i+1:]...)
+			break
+		}
+		name, val, hasVal := a, "", false
+		if strings.HasPrefix(a, "--") {
+			if k, v, ok := strings.Cut(a, "="); ok {
+				name, val, hasVal = k, v, true
+			}
+		} else if strings.HasPrefix(a, "+p") && len(a) > 2 {
+			name, val, hasVal = "+p", a[2:], true
+		}
+		value := func() (string, error) {
+			if hasVal {
+				return val, nil
+			}
+			if i+1 >= len(args) {
+				return "", fmt.Errorf("flag %s needs a value", name)
+			}
+			i++
+			return args[i], nil
+		}
+		var err error
+		var v string
+		switch name {
+		case "+p", "--pes", "-pes":
+			if v, err = value(); err == nil {
+				cfg.PEs, err = num(name, v, 1, 4096)
+			}
+		case "--wire-check":
+			cfg.WireCheck = true
+		case "--branching":
+			if v, err = value(); err == nil {
+				cfg.Branching, err = num(name, v, 2, 64)
+			}
+		case "+balancer", "--lb", "--balancer":
+			if v, err = value(); err == nil {
+				cfg.Balancer, err = balancerName(v)
+			}
+		case "--spin":
+			if v, err = value(); err == nil {
+				cfg.SpinPolls, err = num(name, v, 0, 1<<20)
+			}
+		case "--help", "-h", "-help", "+help":
+			return cfg, ErrHelp
+		default:
+			if strings.HasPrefix(a, "+") || (strings.HasPrefix(a, "--") && len(a) > 2) {
+				return cfg, fmt.Errorf("unknown runtime flag %s (see --help)", a)
+			}
+			cfg.Args = append(cfg.Args, a)
+		}
+		if err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+func balancerName(v string) (string, error) {
+	switch strings.ToLower(v) {
+	case "", "none", "dummylb", "nulllb":
+		return "none", nil
+	case "rotate", "rotatelb":
+		return "rotate", nil
+	}
+	return "", fmt.Errorf("flag +balancer: unknown load balancer %q (want none or rotate)", v)
+}
+
+// WriteUsage writes the runtime flags' usage.
+func WriteUsage(w io.Writer) { fmt.Fprintf(w, RuntimeUsage, runtime.GOMAXPROCS(0)) }
+
+// Stats is what a finished run reports.
+type Stats struct {
+	PEs []pe.Stats
+}
+
+// Result is how a run ended.
+type Result struct {
+	Code  int
+	Err   error
+	Stats Stats
+}
+
+type runState struct{}
+
+// Run runs a program: it starts the PEs, constructs the main chare on PE 0
+// with cfg.Args, and returns when a chare calls Exit, when a runtime error or
+// panic ends the run, or when main's constructor has returned and the run is
+// quiescent (exit code 0).
+func Run[C any](main *Type[C, []string], cfg Config) Result {
+	if main.info.kind != manager.CollMain {
+		return Result{Code: 2, Err: fmt.Errorf("run: %s is not a main chare type (use NewMainType)", main.info.name)}
+	}
+	if cfg.PEs == 0 {
+		cfg.PEs = runtime.GOMAXPROCS(0)
+	}
+	opt := manager.Options{Branching: cfg.Branching, MapFns: mapFns}
+	if name, err := balancerName(cfg.Balancer); err != nil {
+		return Result{Code: 2, Err: err}
+	} else if name == "rotate" {
+		opt.Strategy = manager.RotateStrategy
+	}
+	rs := &runState{}
+	node, err := pe.NewNode(pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls},
+		func(p *pe.PE) pe.Handler {
+			return manager.New(p, &host{run: rs}, opt)
+		})
+	if err != nil {
+		return Result{Code: 2, Err: err}
+	}
+	args := cfg.Args
+	if args == nil {
+		args = []string{}
+	}
+	for p := 0; p < node.NumPEs(); p++ {
+		node.Inject(p, pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
+			Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
+			Arg: manager.Lazy{V: args},
+		}})
+	}
+	node.Start()
+	code, err := node.Wait()
+	res := Result{Code: code, Err: err}
+	for i := 0; i < node.NumPEs(); i++ {
+		res.Stats.PEs = append(res.Stats.PEs, node.PE(i).Stats)
+	}
+	return res
+}
+
+// Main is a program's whole main function: it parses the runtime flags from
+// os.Args, runs, reports an error on stderr, and exits with the run's code
+// (2 for bad flags).
+func Main[C any](main *Type[C, []string]) {
+	cfg, err := ParseFlags(os.Args[1:])
+	if errors.Is(err, ErrHelp) {
+		WriteUsage(os.Stdout)
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[0], err)
+		os.Exit(2)
+	}
+	res := Run(main, cfg)
+	if res.Err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[0], res.Err)
+		if res.Code == 0 {
+			res.Code = 1
+		}
+	}
+	os.Exit(res.Code)
+}

@@ -53,7 +53,8 @@ type typeInfo struct {
 	id         uint32
 	name       string
 	kind       manager.CollKind
-	construct  func(ctx *Ctx, arg manager.Lazy) (any, error)
+	alloc      func() any
+	construct  func(obj any, ctx *Ctx, arg manager.Lazy) error
 	unpack     func(b []byte) (any, error)
 	migratable bool
 	threaded   bool // the constructor may block on futures (main)
@@ -108,14 +109,14 @@ func NewType[C any, A any, PC interface {
 	Init(*Ctx, A)
 }](name string, opts ...TypeOption) *Type[C, A] {
 	t := &typeInfo{name: name, kind: manager.CollArray, migratable: true}
-	t.construct = func(ctx *Ctx, l manager.Lazy) (any, error) {
+	t.alloc = func() any { return new(C) }
+	t.construct = func(obj any, ctx *Ctx, l manager.Lazy) error {
 		a, err := manager.LazyAs[A](l)
 		if err != nil {
-			return nil, fmt.Errorf("constructor argument: %w", err)
+			return fmt.Errorf("constructor argument: %w", err)
 		}
-		c := PC(new(C))
-		c.Init(ctx, a)
-		return c, nil
+		PC(obj.(*C)).Init(ctx, a)
+		return nil
 	}
 	t.unpack = func(b []byte) (any, error) {
 		c := new(C)
@@ -235,13 +236,13 @@ func (h *host) Construct(m *manager.Manager, e *manager.Element, arg manager.Laz
 		m.Fail(fmt.Errorf("%s: unknown chare type %d", identity(m, e), e.Coll.Type))
 		return
 	}
+	// The object exists while Init runs: a threaded Init (main) may wait
+	// on futures while the chare's other entry methods run.
+	e.Obj = ti.alloc()
 	call := func(ctx *Ctx) {
-		obj, err := ti.construct(ctx, arg)
-		if err != nil {
+		if err := ti.construct(e.Obj, ctx, arg); err != nil {
 			m.Fail(fmt.Errorf("%s: construct %s: %w", identity(m, e), ti.name, err))
-			return
 		}
-		e.Obj = obj
 	}
 	if ti.threaded {
 		h.runThreaded(m, e, "constructor", call, func() {

@@ -214,7 +214,9 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 
 func (m *Manager) qdWave() {
 	m.qd.wave++
-	m.qd.replies, m.qd.sent, m.qd.proc = 0, 0, 0
+	// Messages injected from outside the PEs were processed but never
+	// sent by one.
+	m.qd.replies, m.qd.sent, m.qd.proc = 0, m.PE.Node().Injected(), 0
 	for p := 0; p < m.NumPEs(); p++ {
 		m.PE.Send(p, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: m.qd.wave}})
 	}

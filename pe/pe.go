@@ -62,6 +62,7 @@ type Node struct {
 	wg        sync.WaitGroup
 	done      chan struct{}
 	doneOnce  sync.Once
+	injected  atomic.Uint64
 }
 
 // NewNode creates cfg.NumPEs PEs; mk is called once per PE to make its
@@ -147,7 +148,11 @@ func (n *Node) Wait() (int, error) {
 }
 
 // Inject hands an envelope to PE dst from any goroutine (tests, launchers).
+//
+// Injected messages are counted (Injected) so quiescence detection can
+// balance them against the messages PEs processed.
 func (n *Node) Inject(dst int, env Envelope) {
+	n.injected.Add(1)
 	sys := env.Kind == KindSystem
 	if n.cfg.WireCheck {
 		var err error
@@ -158,6 +163,9 @@ func (n *Node) Inject(dst int, env Envelope) {
 	}
 	n.pes[dst].in.push(sys, []Envelope{env})
 }
+
+// Injected is the number of envelopes handed in with Inject.
+func (n *Node) Injected() uint64 { return n.injected.Load() }
 
 // Transport carries batches between PEs. The in-process one hands batches
 // straight to the destination's inbox; a later one carries them to PEs of

@@ -10,20 +10,12 @@ import (
 // Broadcast invokes entry typ on every element of c. All broadcasts of a
 // collection are numbered by its root PE (0) so that every element sees them
 // in one order, and an element that migrates neither misses nor repeats one.
+//
+// The broadcast always goes through the queue to the root, even from the
+// root itself, so it reaches elements whose insertion the caller requested
+// before broadcasting.
 func (m *Manager) Broadcast(coll uint32, typ uint32, payload any) {
-	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Payload: payload}
-	if m.Me() != 0 {
-		env.Flags = flagBcastReq
-		m.send(0, env)
-		return
-	}
-	c := m.colls[coll]
-	if c == nil {
-		env.Flags = flagBcastReq
-		m.send(0, env) // processed once the creation arrives
-		return
-	}
-	m.bcastRoot(c, env)
+	m.send(0, pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Flags: flagBcastReq, Payload: payload})
 }
 
 func (m *Manager) bcastRoot(c *Collection, env pe.Envelope) {

@@ -67,9 +67,14 @@ var (
 	byName  = map[string]uint32{}
 )
 
-func init() {
-	empty := []TypeInfo{{Name: "<none>"}}
-	types.Store(&empty)
+// loadTypes returns the registry; id 0 is reserved. Registration happens in
+// package-level variable initializers, which run before init functions, so
+// the registry cannot rely on one.
+func loadTypes() []TypeInfo {
+	if t := types.Load(); t != nil {
+		return *t
+	}
+	return []TypeInfo{{Name: "<none>"}}
 }
 
 // RegisterType adds a message type and returns its id. Ids follow
@@ -83,7 +88,7 @@ func RegisterType(ti TypeInfo) uint32 {
 	if _, dup := byName[ti.Name]; dup {
 		panic(fmt.Sprintf("pe.RegisterType: message type %q registered twice", ti.Name))
 	}
-	old := *types.Load()
+	old := loadTypes()
 	next := make([]TypeInfo, len(old), len(old)+1)
 	copy(next, old)
 	next = append(next, ti)
@@ -95,7 +100,7 @@ func RegisterType(ti TypeInfo) uint32 {
 
 // LookupType returns the registered type with this id.
 func LookupType(id uint32) (TypeInfo, bool) {
-	t := *types.Load()
+	t := loadTypes()
 	if id == 0 || int(id) >= len(t) {
 		return TypeInfo{}, false
 	}

@@ -18,6 +18,7 @@ import (
 	"reflect"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
@@ -71,14 +72,17 @@ var (
 	regMu   sync.RWMutex
 	types   = map[uint32]*typeInfo{}
 	typeIDs = map[string]uint32{}
-	entries = map[uint32]*entryInfo{}
 	nextTyp uint32
+	// entries is indexed by message type id and replaced whole on
+	// registration, so dispatch reads it without a lock.
+	entries atomic.Pointer[[]*entryInfo]
 )
 
 func lookupEntry(id uint32) *entryInfo {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	return entries[id]
+	if t := entries.Load(); t != nil && int(id) < len(*t) {
+		return (*t)[id]
+	}
+	return nil
 }
 
 func lookupType(id uint32) *typeInfo {
@@ -208,7 +212,15 @@ func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *
 		o(ei)
 	}
 	regMu.Lock()
-	entries[id] = ei
+	var next []*entryInfo
+	if old := entries.Load(); old != nil {
+		next = append(next, *old...)
+	}
+	for len(next) <= int(id) {
+		next = append(next, nil)
+	}
+	next[id] = ei
+	entries.Store(&next)
 	regMu.Unlock()
 	return &Entry[C, M]{id: id, name: full}
 }

@@ -15,7 +15,7 @@ import (
 // root itself, so it reaches elements whose insertion the caller requested
 // before broadcasting.
 func (m *Manager) Broadcast(coll uint32, typ uint32, payload any) {
-	m.send(0, pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Flags: flagBcastReq, Payload: payload})
+	m.send(0, &pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Flags: flagBcastReq, Payload: payload})
 }
 
 func (m *Manager) bcastRoot(c *Collection, env pe.Envelope) {
@@ -39,11 +39,11 @@ func (m *Manager) onBcastHop(c *Collection, env *pe.Envelope) {
 	}
 	var kids [8]int
 	for _, ch := range c.tree.Children(m.Me(), kids[:0]) {
-		m.send(ch, *env)
+		m.send(ch, env)
 	}
 	for _, e := range c.Locals() {
 		if e.Bcast < env.Seq {
-			m.send(m.Me(), pe.Envelope{Type: env.Type, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: env.Seq, Payload: env.Payload})
+			m.send(m.Me(), &pe.Envelope{Type: env.Type, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: env.Seq, Payload: env.Payload})
 		}
 	}
 }
@@ -80,9 +80,9 @@ func (m *Manager) deliverBcast(e *Element, env *pe.Envelope) {
 		one := pe.Envelope{Type: typ, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: next, Payload: payload}
 		m.host.Invoke(m, e, &one)
 		m.afterInvoke(e)
-		if c.local[e.Index] != e {
+		if c.get(e.Index) != e {
 			if e.Bcast < env.Seq { // moved on: the rest follow it
-				m.route(c, *env)
+				m.route(c, env)
 			}
 			return
 		}
@@ -99,7 +99,7 @@ func (m *Manager) catchUpBroadcasts(e *Element) {
 			m.failf("%s%v arrived on PE %d without broadcast %d, which is no longer kept", c.Name, e.Index, m.Me(), s)
 			return
 		}
-		m.send(m.Me(), pe.Envelope{Type: r.typ, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: s, Payload: r.payload})
+		m.send(m.Me(), &pe.Envelope{Type: r.typ, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: s, Payload: r.payload})
 	}
 }
 
@@ -114,7 +114,7 @@ type Section struct {
 	red     *Reduction
 }
 
-func (s *Section) coll(m *Manager) *Collection { return m.colls[s.Coll] }
+func (s *Section) coll(m *Manager) *Collection { return m.coll(s.Coll) }
 
 // SectionRoot is the PE at the root of section sec's tree.
 func SectionRoot(sec uint64) int { return int(sec>>40) - 1 }
@@ -135,9 +135,9 @@ func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) 
 			return 0, fmt.Errorf("section of %s: %w", c.Name, err)
 		}
 		h := m.home(c, ix)
-		if c.local[ix] != nil {
+		if c.get(ix) != nil {
 			h = m.Me()
-		} else if l, ok := c.locs[ix]; ok && l.pe >= 0 {
+		} else if l, ok := c.getLoc(ix); ok && l.pe >= 0 {
 			h = int(l.pe)
 		}
 		homes[i], pes[i] = int32(h), h
@@ -184,7 +184,7 @@ func (m *Manager) onSection(sm *SectionMsg) {
 	}
 	m.acts = s.red.Enable(m.acts)
 	m.secs[s.ID] = s
-	m.runActs(m.colls[s.Coll], s)
+	m.runActs(m.coll(s.Coll), s)
 	if buf := m.pendingSec[s.ID]; buf != nil {
 		delete(m.pendingSec, s.ID)
 		for i := range buf {
@@ -209,7 +209,7 @@ func (m *Manager) Multicast(coll uint32, sec uint64, typ uint32, payload any) {
 	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Aux: sec, Payload: payload}
 	if root := SectionRoot(sec); root != m.Me() {
 		env.Flags = flagSecReq
-		m.send(root, env)
+		m.send(root, &env)
 		return
 	}
 	env.Flags = flagSecHop
@@ -221,15 +221,15 @@ func (m *Manager) onSecHop(env *pe.Envelope) {
 	if s == nil {
 		return
 	}
-	c := m.colls[s.Coll]
+	c := m.coll(s.Coll)
 	var kids [8]int
 	for _, ch := range s.Tree.Children(m.Me(), kids[:0]) {
-		m.send(ch, *env)
+		m.send(ch, env)
 	}
 	for _, ix := range s.Members {
 		one := *env
 		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())
-		m.route(c, one)
+		m.route(c, &one)
 	}
 }
 
@@ -262,13 +262,13 @@ func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback
 		m.contributeHere(c.ID, sec, r, e.Index, reducer, cb, v, nil)
 		return
 	}
-	m.send(home, pe.Envelope{Type: tContrib, Coll: c.ID, Kind: pe.KindReduction, Payload: &ContribMsg{
+	m.send(home, &pe.Envelope{Type: tContrib, Coll: c.ID, Kind: pe.KindReduction, Payload: &ContribMsg{
 		Coll: c.ID, Sec: sec, Red: r, Key: e.Index, Reducer: reducer, CB: cb, v: v}})
 }
 
 func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index, reducer uint32, cb Callback, v any, env *pe.Envelope) {
 	if sec == 0 {
-		c := m.colls[coll]
+		c := m.coll(coll)
 		if c == nil {
 			m.pendingColl[coll] = append(m.pendingColl[coll], *env)
 			return
@@ -291,15 +291,15 @@ func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index
 		return
 	} else if int(h) != m.Me() {
 		cm := &ContribMsg{Coll: coll, Sec: sec, Red: r, Key: key, Reducer: reducer, CB: cb, v: v}
-		m.send(int(h), pe.Envelope{Type: tContrib, Coll: coll, Kind: pe.KindReduction, Payload: cm})
+		m.send(int(h), &pe.Envelope{Type: tContrib, Coll: coll, Kind: pe.KindReduction, Payload: cm})
 		return
 	}
 	m.acts = s.red.Contribute(r, key, reducer, cb, v, m.acts[:0])
-	m.runActs(m.colls[coll], s)
+	m.runActs(m.coll(coll), s)
 }
 
 func (m *Manager) collName(id uint32) string {
-	if c := m.colls[id]; c != nil {
+	if c := m.coll(id); c != nil {
 		return c.Name
 	}
 	return fmt.Sprintf("collection#%d", id)
@@ -318,7 +318,7 @@ func (m *Manager) onPartial(env *pe.Envelope) {
 			return
 		}
 		m.acts = s.red.Child(int(env.Src), pm.p, m.acts[:0])
-		m.runActs(m.colls[pm.Coll], s)
+		m.runActs(m.coll(pm.Coll), s)
 		return
 	}
 	c := m.collFor(pm.Coll, env)
@@ -349,7 +349,7 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 	for _, a := range acts {
 		switch a.Op {
 		case RedSendParent:
-			m.send(a.To, pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}})
+			m.send(a.To, &pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}})
 		case RedDeliver:
 			m.DeliverCallback(a.Partial.CB, a.Result)
 		case RedFail:

@@ -92,6 +92,10 @@ type Collection struct {
 	Creator int32
 
 	local   map[pe.Index]*Element
+	dense   []*Element // lookup by linear index for bounded arrays up to denseLimit elements
+	dlocs   []loc      // locations by linear index (dense arrays); pe -2: unknown
+	dims    uint8
+	bounds  [pe.MaxDims]uint32
 	sorted  []*Element
 	dirty   bool
 	locs    map[pe.Index]loc
@@ -121,6 +125,7 @@ type Manager struct {
 	pendingColl map[uint32][]pe.Envelope
 	pendingSec  map[uint64][]pe.Envelope
 
+	last     *Collection // the collection of the previous message: most runs hit it again
 	nextColl uint32
 	nextSec  uint64
 	acts     []RedAction
@@ -158,7 +163,7 @@ func (m *Manager) Me() int { return m.PE.ID() }
 func (m *Manager) NumPEs() int { return m.PE.NumPEs() }
 
 // Collection returns this PE's view of a collection, or nil.
-func (m *Manager) Collection(id uint32) *Collection { return m.colls[id] }
+func (m *Manager) Collection(id uint32) *Collection { return m.coll(id) }
 
 // Fail ends the run with err.
 func (m *Manager) Fail(err error) {
@@ -172,13 +177,13 @@ func (m *Manager) Fail(err error) {
 func (m *Manager) failf(format string, args ...any) { m.Fail(fmt.Errorf(format, args...)) }
 
 // send counts an application-level message and queues it.
-func (m *Manager) send(dst int, env pe.Envelope) {
+func (m *Manager) send(dst int, env *pe.Envelope) {
 	m.Sent++
 	m.PE.Send(dst, env)
 }
 
 func (m *Manager) sendSys(dst int, typ uint32, payload any) {
-	m.send(dst, pe.Envelope{Type: typ, Kind: pe.KindSystem, Payload: payload})
+	m.send(dst, &pe.Envelope{Type: typ, Kind: pe.KindSystem, Payload: payload})
 }
 
 // Handle implements pe.Handler.
@@ -192,7 +197,6 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		return
 	}
 	m.Processed++
-	m.qd.active = true
 	switch env.Kind {
 	case pe.KindSystem:
 		m.handleSys(env)
@@ -254,7 +258,7 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 // collFor returns the collection of env, or buffers env until the
 // collection's creation reaches this PE.
 func (m *Manager) collFor(id uint32, env *pe.Envelope) *Collection {
-	if c := m.colls[id]; c != nil {
+	if c := m.coll(id); c != nil {
 		return c
 	}
 	m.pendingColl[id] = append(m.pendingColl[id], *env)
@@ -316,6 +320,14 @@ func (c *Collection) Home(ix pe.Index, n int, fns []MapFunc) int {
 	return int(ix.Hash() % uint64(n))
 }
 
+func boundsTotal(bounds []int) int64 {
+	t := int64(1)
+	for _, b := range bounds {
+		t *= int64(b)
+	}
+	return t
+}
+
 func linear(ix pe.Index, bounds []int) (lin, total int64) {
 	total = 1
 	for i, b := range bounds {
@@ -354,8 +366,115 @@ func (c *Collection) InBounds(ix pe.Index) error {
 	return nil
 }
 
+// homeOfSlot is home(c, ix) for an element of a dense array whose slot is
+// known: block and round-robin maps need no recomputation.
+func (m *Manager) homeOfSlot(c *Collection, ix pe.Index, slot int) int {
+	n := m.NumPEs()
+	if c.Kind == CollArray {
+		switch c.Map {
+		case MapBlock:
+			return int(int64(slot) * int64(n) / int64(len(c.dense)))
+		case MapRoundRobin:
+			return slot % n
+		}
+	}
+	return c.Home(ix, n, m.opt.MapFns)
+}
+
 func (m *Manager) home(c *Collection, ix pe.Index) int {
 	return c.Home(ix, m.NumPEs(), m.opt.MapFns)
+}
+
+// denseLimit bounds the per-PE lookup slice of a bounded array (8 bytes an
+// element on every PE); larger arrays use the map alone.
+const denseLimit = 1 << 16
+
+func (m *Manager) coll(id uint32) *Collection {
+	if c := m.last; c != nil && c.ID == id {
+		return c
+	}
+	c := m.colls[id]
+	if c != nil {
+		m.last = c
+	}
+	return c
+}
+
+// slot is ix's position in the dense table, or -1 when ix is outside the
+// bounds.
+func (c *Collection) slot(ix pe.Index) int {
+	if ix.Dims != c.dims {
+		return -1
+	}
+	if c.dims == 1 {
+		if uint32(ix.C[0]) >= c.bounds[0] {
+			return -1
+		}
+		return int(ix.C[0])
+	}
+	lin := 0
+	for i := 0; i < int(c.dims) && i < pe.MaxDims; i++ {
+		v := uint32(ix.C[i])
+		if v >= c.bounds[i] {
+			return -1
+		}
+		lin = lin*int(c.bounds[i]) + int(v)
+	}
+	return lin
+}
+
+const locUnknown = -2
+
+// getLoc returns the last known location of ix (PE -1: deleted).
+func (c *Collection) getLoc(ix pe.Index) (loc, bool) {
+	if c.dlocs != nil {
+		if i := c.slot(ix); i >= 0 && c.dlocs[i].pe != locUnknown {
+			return c.dlocs[i], true
+		}
+		return loc{}, false
+	}
+	l, ok := c.locs[ix]
+	return l, ok
+}
+
+func (c *Collection) setLoc(ix pe.Index, l loc) {
+	if c.dlocs != nil {
+		if i := c.slot(ix); i >= 0 {
+			c.dlocs[i] = l
+		}
+		return
+	}
+	c.locs[ix] = l
+}
+
+func (c *Collection) get(ix pe.Index) *Element {
+	if c.dense != nil {
+		if i := c.slot(ix); i >= 0 {
+			return c.dense[i]
+		}
+		return nil
+	}
+	return c.local[ix]
+}
+
+func (c *Collection) put(e *Element) {
+	c.local[e.Index] = e
+	if c.dense != nil {
+		if i := c.slot(e.Index); i >= 0 {
+			c.dense[i] = e
+		}
+	}
+	c.dirty = true
+}
+
+func (c *Collection) del(ix pe.Index) {
+	delete(c.local, ix)
+	if c.dense != nil {
+		if i := c.slot(ix); i >= 0 {
+			c.dense[i] = nil
+		}
+	}
+	c.dirty = true
 }
 
 // Locals returns the collection's elements on this PE in index order.
@@ -372,10 +491,10 @@ func (c *Collection) Locals() []*Element {
 }
 
 // Local returns the element at ix if it is on this PE.
-func (c *Collection) Local(ix pe.Index) *Element { return c.local[ix] }
+func (c *Collection) Local(ix pe.Index) *Element { return c.get(ix) }
 
 func (m *Manager) onCreate(cm *CreateMsg) {
-	if m.colls[cm.Coll] != nil {
+	if m.coll(cm.Coll) != nil {
 		m.failf("PE %d: collection %s (%d) created twice", m.Me(), cm.Name, cm.Coll)
 		return
 	}
@@ -387,6 +506,19 @@ func (m *Manager) onCreate(cm *CreateMsg) {
 	c.tree = PETree(m.NumPEs(), 0, m.opt.Branching)
 	c.red = NewReduction(c.tree.Parent(m.Me()), c.tree.Children(m.Me(), nil))
 	m.colls[c.ID] = c
+	if len(c.Bounds) > 0 {
+		if total := boundsTotal(c.Bounds); total <= denseLimit && len(c.Bounds) <= pe.MaxDims {
+			c.dense = make([]*Element, total)
+			c.dlocs = make([]loc, total)
+			for i := range c.dlocs {
+				c.dlocs[i].pe = locUnknown
+			}
+			c.dims = uint8(len(c.Bounds))
+			for i, b := range c.Bounds {
+				c.bounds[i] = uint32(b)
+			}
+		}
+	}
 	me := m.Me()
 	switch c.Kind {
 	case CollGroup:
@@ -448,9 +580,8 @@ func forEachIndex(bounds []int, f func(pe.Index)) {
 // newElement creates an element homed for reductions on this PE.
 func (m *Manager) newElement(c *Collection, ix pe.Index, arg Lazy) *Element {
 	e := &Element{Coll: c, Index: ix, RedHome: int32(m.Me()), migrateTo: -1, Bcast: c.bcastDelivered}
-	c.local[ix] = e
-	c.dirty = true
-	c.locs[ix] = loc{pe: int32(m.Me())}
+	c.put(e)
+	c.setLoc(ix, loc{pe: int32(m.Me())})
 	m.acts = c.red.AddLocal(0, 1, m.acts[:0])
 	m.runActs(c, nil)
 	m.host.Construct(m, e, arg)
@@ -478,7 +609,7 @@ func (m *Manager) Insert(c *Collection, ix pe.Index, onPE int, arg Lazy) error {
 	}
 	// The creation goes out before the location notice so the new element's
 	// PE always has it before any message the home forwards to it.
-	m.send(onPE, pe.Envelope{Type: tInsert, Kind: pe.KindSystem, Coll: c.ID, Payload: &InsertMsg{Coll: c.ID, Index: ix, Arg: arg}})
+	m.send(onPE, &pe.Envelope{Type: tInsert, Kind: pe.KindSystem, Coll: c.ID, Payload: &InsertMsg{Coll: c.ID, Index: ix, Arg: arg}})
 	if h != onPE {
 		m.sendSys(h, tLoc, &LocMsg{Coll: c.ID, Index: ix, PE: int32(onPE)})
 	}
@@ -491,7 +622,7 @@ func (m *Manager) onInsert(env *pe.Envelope) {
 	if c == nil {
 		return
 	}
-	if c.local[im.Index] != nil {
+	if c.get(im.Index) != nil {
 		m.failf("insert %s%v: element already exists on PE %d", c.Name, im.Index, m.Me())
 		return
 	}
@@ -508,7 +639,7 @@ func (m *Manager) onInsert(env *pe.Envelope) {
 // DoneInserting ends the insertion phase of a sparse array everywhere.
 func (m *Manager) DoneInserting(c *Collection) {
 	for p := 0; p < m.NumPEs(); p++ {
-		m.send(p, pe.Envelope{Type: tDone, Kind: pe.KindSystem, Coll: c.ID, Payload: &DoneInsertingMsg{Coll: c.ID}})
+		m.send(p, &pe.Envelope{Type: tDone, Kind: pe.KindSystem, Coll: c.ID, Payload: &DoneInsertingMsg{Coll: c.ID}})
 	}
 }
 
@@ -519,7 +650,7 @@ func (m *Manager) onDoneInserting(env *pe.Envelope) {
 	}
 	c.doneInserting = true
 	for ix, buf := range c.homeBuf {
-		if _, ok := c.locs[ix]; !ok && len(buf) > 0 {
+		if _, ok := c.getLoc(ix); !ok && len(buf) > 0 {
 			m.failf("message %s to %s%v: no such element (never inserted)", pe.TypeName(buf[0].Type), c.Name, ix)
 			return
 		}

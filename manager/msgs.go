@@ -259,6 +259,7 @@ type QDProbeMsg struct {
 	Wave uint64
 	Req  bool // a request to PE 0 (or, with Done, its answer)
 	Done bool
+	Idle bool // every PE of the process was parked
 	Tag  uint64
 	From int32
 }

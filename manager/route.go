@@ -21,27 +21,43 @@ const (
 // Bad indices are reported to the caller before anything is queued.
 func (m *Manager) SendTo(coll uint32, ix pe.Index, typ uint32, payload any) error {
 	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindP2P, Index: ix, Payload: payload}
-	c := m.colls[coll]
+	c := m.coll(coll)
 	if c == nil {
 		// The creation has not reached this PE yet: route once it has.
-		m.send(m.Me(), env)
+		m.send(m.Me(), &env)
 		return nil
 	}
-	if err := c.InBounds(ix); err != nil {
+	if c.dense != nil {
+		// Bounded array: one slot computation checks the index and finds
+		// the element's PE.
+		i := c.slot(ix)
+		if i < 0 {
+			return fmt.Errorf("send %s to %s%v: %w", pe.TypeName(typ), c.Name, ix, c.InBounds(ix))
+		}
+		switch l := c.dlocs[i]; {
+		case c.dense[i] != nil:
+			m.send(m.Me(), &env)
+		case l.pe >= 0:
+			m.send(int(l.pe), &env)
+		default:
+			m.send(m.homeOfSlot(c, ix, i), &env)
+		}
+		return nil
+	} else if err := c.InBounds(ix); err != nil {
 		return fmt.Errorf("send %s to %s%v: %w", pe.TypeName(typ), c.Name, ix, err)
 	}
-	m.route(c, env)
+	m.route(c, &env)
 	return nil
 }
 
 // route sends env toward its element by the best location this PE knows.
-func (m *Manager) route(c *Collection, env pe.Envelope) {
+func (m *Manager) route(c *Collection, env *pe.Envelope) {
 	ix := env.Index
-	if c.local[ix] != nil {
+	if c.get(ix) != nil {
 		m.send(m.Me(), env)
 		return
 	}
-	if l, ok := c.locs[ix]; ok && l.pe >= 0 && int(l.pe) != m.Me() {
+	if l, ok := c.getLoc(ix); ok && l.pe >= 0 && int(l.pe) != m.Me() {
 		m.send(int(l.pe), env)
 		return
 	}
@@ -69,7 +85,7 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 		m.onSecHop(env)
 		return
 	}
-	e := c.local[env.Index]
+	e := c.get(env.Index)
 	if e == nil {
 		m.forward(c, env)
 		return
@@ -97,7 +113,7 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 func (m *Manager) forward(c *Collection, env *pe.Envelope) {
 	ix := env.Index
 	me := m.Me()
-	if l, ok := c.locs[ix]; ok {
+	if l, ok := c.getLoc(ix); ok {
 		if l.pe < 0 {
 			m.failf("message %s to %s%v: the element was deleted", pe.TypeName(env.Type), c.Name, ix)
 			return
@@ -107,12 +123,12 @@ func (m *Manager) forward(c *Collection, env *pe.Envelope) {
 				// Correct the sender's cache so its next message goes direct.
 				m.sendSys(int(env.Src), tLoc, &LocMsg{Coll: c.ID, Index: ix, PE: l.pe, Moves: l.moves})
 			}
-			m.send(int(l.pe), *env)
+			m.send(int(l.pe), env)
 			return
 		}
 	}
 	if m.home(c, ix) != me {
-		m.send(m.home(c, ix), *env)
+		m.send(m.home(c, ix), env)
 		return
 	}
 	if err := c.InBounds(ix); err != nil {
@@ -132,8 +148,8 @@ func (m *Manager) flushHomeBuf(c *Collection, ix pe.Index) {
 		return
 	}
 	delete(c.homeBuf, ix)
-	for _, env := range buf {
-		m.route(c, env)
+	for i := range buf {
+		m.route(c, &buf[i])
 	}
 }
 
@@ -143,11 +159,11 @@ func (m *Manager) onLoc(env *pe.Envelope) {
 	if c == nil {
 		return
 	}
-	if c.local[lm.Index] != nil {
+	if c.get(lm.Index) != nil {
 		return // we hold it: nothing is newer
 	}
-	if cur, ok := c.locs[lm.Index]; !ok || lm.Moves >= cur.moves {
-		c.locs[lm.Index] = loc{pe: lm.PE, moves: lm.Moves}
+	if cur, ok := c.getLoc(lm.Index); !ok || lm.Moves >= cur.moves {
+		c.setLoc(lm.Index, loc{pe: lm.PE, moves: lm.Moves})
 	}
 	if m.home(c, lm.Index) == m.Me() {
 		m.flushHomeBuf(c, lm.Index)
@@ -185,7 +201,7 @@ func (m *Manager) MigrateElement(coll uint32, ix pe.Index, to int) error {
 	if to < 0 || to >= m.NumPEs() {
 		return fmt.Errorf("migrate to PE %d: the run has PEs 0..%d", to, m.NumPEs()-1)
 	}
-	c := m.colls[coll]
+	c := m.coll(coll)
 	if c != nil {
 		if c.Kind != CollArray {
 			return fmt.Errorf("%s%v: only array elements migrate", c.Name, ix)
@@ -194,7 +210,7 @@ func (m *Manager) MigrateElement(coll uint32, ix pe.Index, to int) error {
 			return fmt.Errorf("migrate: %w", err)
 		}
 	}
-	m.send(m.Me(), pe.Envelope{Type: tMigrateReq, Coll: coll, Kind: pe.KindSystem, Index: ix, Payload: &MigrateReqMsg{Coll: coll, Index: ix, To: int32(to)}})
+	m.send(m.Me(), &pe.Envelope{Type: tMigrateReq, Coll: coll, Kind: pe.KindSystem, Index: ix, Payload: &MigrateReqMsg{Coll: coll, Index: ix, To: int32(to)}})
 	return nil
 }
 
@@ -204,7 +220,7 @@ func (m *Manager) onMigrateReq(env *pe.Envelope) {
 	if c == nil {
 		return
 	}
-	e := c.local[req.Index]
+	e := c.get(req.Index)
 	if e == nil {
 		m.forward(c, env)
 		return
@@ -227,10 +243,9 @@ func (m *Manager) migrateOut(e *Element, to int) {
 		secs = append(secs, *s)
 	}
 	e.Moves++
-	delete(c.local, e.Index)
-	c.dirty = true
-	c.locs[e.Index] = loc{pe: int32(to), moves: e.Moves}
-	m.send(to, pe.Envelope{Type: tMigrate, Coll: c.ID, Kind: pe.KindSystem, Index: e.Index, Payload: &MigrateMsg{
+	c.del(e.Index)
+	c.setLoc(e.Index, loc{pe: int32(to), moves: e.Moves})
+	m.send(to, &pe.Envelope{Type: tMigrate, Coll: c.ID, Kind: pe.KindSystem, Index: e.Index, Payload: &MigrateMsg{
 		Coll: c.ID, Index: e.Index, State: state, RedHome: e.RedHome, RedNo: e.RedNo,
 		Bcast: e.Bcast, Moves: e.Moves, Secs: secs, AtSync: e.AtSync, Epoch: e.Epoch,
 	}})
@@ -252,9 +267,8 @@ func (m *Manager) onMigrate(env *pe.Envelope) {
 			e.Secs[s.Sec] = &s
 		}
 	}
-	c.local[e.Index] = e
-	c.dirty = true
-	c.locs[e.Index] = loc{pe: int32(m.Me()), moves: e.Moves}
+	c.put(e)
+	c.setLoc(e.Index, loc{pe: int32(m.Me()), moves: e.Moves})
 	if err := m.host.Unpack(m, e, mm.State); err != nil {
 		m.failf("migrate %s%v to PE %d: unpack: %v", c.Name, e.Index, m.Me(), err)
 		return
@@ -276,7 +290,7 @@ func (m *Manager) RequestDelete(e *Element) { e.deleted = true }
 
 // DeleteElement deletes element ix of coll wherever it is.
 func (m *Manager) DeleteElement(coll uint32, ix pe.Index) {
-	m.send(m.Me(), pe.Envelope{Type: tDelete, Coll: coll, Kind: pe.KindSystem, Index: ix, Payload: &DeleteMsg{Coll: coll, Index: ix}})
+	m.send(m.Me(), &pe.Envelope{Type: tDelete, Coll: coll, Kind: pe.KindSystem, Index: ix, Payload: &DeleteMsg{Coll: coll, Index: ix}})
 }
 
 func (m *Manager) onDelete(env *pe.Envelope) {
@@ -285,7 +299,7 @@ func (m *Manager) onDelete(env *pe.Envelope) {
 	if c == nil {
 		return
 	}
-	e := c.local[dm.Index]
+	e := c.get(dm.Index)
 	if e == nil {
 		m.forward(c, env)
 		return
@@ -299,9 +313,8 @@ func (m *Manager) removeElement(e *Element) {
 		m.failf("%s%v: only array elements can be deleted", c.Name, e.Index)
 		return
 	}
-	delete(c.local, e.Index)
-	c.dirty = true
-	c.locs[e.Index] = loc{pe: -1, moves: e.Moves + 1}
+	c.del(e.Index)
+	c.setLoc(e.Index, loc{pe: -1, moves: e.Moves + 1})
 	if h := m.home(c, e.Index); h != m.Me() {
 		m.sendSys(h, tLoc, &LocMsg{Coll: c.ID, Index: e.Index, PE: -1, Moves: e.Moves + 1})
 	}
@@ -340,9 +353,9 @@ func (m *Manager) applyCountChange(coll uint32, sec uint64, from uint32, delta i
 			}
 			return
 		}
-		red, c = s.red, m.colls[coll]
+		red, c = s.red, m.coll(coll)
 	} else {
-		if c = m.colls[coll]; c == nil {
+		if c = m.coll(coll); c == nil {
 			if env != nil {
 				m.pendingColl[coll] = append(m.pendingColl[coll], *env)
 			}

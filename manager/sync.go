@@ -76,7 +76,7 @@ func (m *Manager) syncCheck(c *Collection) {
 }
 
 func (m *Manager) onSync(sm *SyncMsg) {
-	c := m.colls[sm.Coll]
+	c := m.coll(sm.Coll)
 	if c == nil {
 		m.failf("AtSync report for unknown collection %d", sm.Coll)
 		return
@@ -107,7 +107,7 @@ func (m *Manager) syncCheckRoot(c *Collection) {
 }
 
 func (m *Manager) onPlan(pm *PlanMsg) {
-	c := m.colls[pm.Coll]
+	c := m.coll(pm.Coll)
 	c.sync.plan = pm
 	me := int32(m.Me())
 	for _, mv := range pm.Moves {
@@ -117,7 +117,7 @@ func (m *Manager) onPlan(pm *PlanMsg) {
 	}
 	for _, mv := range pm.Moves {
 		if mv.From == me && mv.To != me {
-			if e := c.local[mv.Index]; e != nil {
+			if e := c.get(mv.Index); e != nil {
 				m.migrateOut(e, int(mv.To))
 			} else {
 				m.failf("load-balancing plan moves %s%v from PE %d, which does not hold it", c.Name, mv.Index, me)
@@ -142,7 +142,7 @@ func (m *Manager) syncMaybeDone(c *Collection) {
 }
 
 func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
-	c := m.colls[pd.Coll]
+	c := m.coll(pd.Coll)
 	c.sync.done++
 	if c.sync.done < m.NumPEs() {
 		return
@@ -153,7 +153,7 @@ func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
 }
 
 func (m *Manager) onResume(rm *ResumeMsg) {
-	c := m.colls[rm.Coll]
+	c := m.coll(rm.Coll)
 	c.sync = syncState{}
 	for _, e := range append([]*Element(nil), c.Locals()...) {
 		if !e.AtSync {
@@ -167,12 +167,12 @@ func (m *Manager) onResume(rm *ResumeMsg) {
 }
 
 type qdState struct {
-	active bool
 	// a probe waiting for this PE to go idle
 	probe     uint64
 	probeFrom bool
 	// root
 	running    bool
+	inWave     bool
 	wave       uint64
 	replies    int
 	sent, proc uint64
@@ -190,7 +190,7 @@ type qdWaiter struct {
 // StartQD asks PE 0 to detect quiescence and then call Host.Quiescent(tag)
 // on this PE.
 func (m *Manager) StartQD(tag uint64) {
-	m.PE.Send(0, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Tag: tag, From: int32(m.Me())}})
+	m.PE.Send(0, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Tag: tag, From: int32(m.Me())}})
 }
 
 func (m *Manager) onQDProbe(p *QDProbeMsg) {
@@ -199,11 +199,17 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 			m.host.Quiescent(m, p.Tag)
 			return
 		}
-		// root: a new request
+		// root: a new request. Waves start once the process is idle.
 		m.qd.waiters = append(m.qd.waiters, qdWaiter{pe: int(p.From), tag: p.Tag})
 		if !m.qd.running {
 			m.qd.running = true
 			m.qd.prevOK = false
+			m.armQD()
+		}
+		return
+	}
+	if p.Idle {
+		if m.qd.running && !m.qd.inWave {
 			m.qdWave()
 		}
 		return
@@ -212,13 +218,18 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 	m.qd.probeFrom = true
 }
 
+func (m *Manager) armQD() {
+	m.PE.Node().ArmIdleNotice(0, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Idle: true}})
+}
+
 func (m *Manager) qdWave() {
+	m.qd.inWave = true
 	m.qd.wave++
 	// Messages injected from outside the PEs were processed but never
 	// sent by one.
 	m.qd.replies, m.qd.sent, m.qd.proc = 0, m.PE.Node().Injected(), 0
 	for p := 0; p < m.NumPEs(); p++ {
-		m.PE.Send(p, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: m.qd.wave}})
+		m.PE.Send(p, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: m.qd.wave}})
 	}
 }
 
@@ -227,8 +238,7 @@ func (m *Manager) qdIdle() {
 		return
 	}
 	m.qd.probeFrom = false
-	m.qd.active = false
-	m.PE.Send(0, pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: m.qd.probe, Sent: m.Sent, Processed: m.Processed}})
+	m.PE.Send(0, &pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: m.qd.probe, Sent: m.Sent, Processed: m.Processed}})
 }
 
 func (m *Manager) onQDReply(r *QDReplyMsg) {
@@ -241,16 +251,21 @@ func (m *Manager) onQDReply(r *QDReplyMsg) {
 	if m.qd.replies < m.NumPEs() {
 		return
 	}
+	m.qd.inWave = false
 	ok := m.qd.sent == m.qd.proc
 	if ok && m.qd.prevOK && m.qd.sent == m.qd.prevSent && m.qd.proc == m.qd.prevProc {
 		m.qd.running = false
 		w := m.qd.waiters
 		m.qd.waiters = nil
 		for _, x := range w {
-			m.PE.Send(x.pe, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Done: true, Tag: x.tag}})
+			m.PE.Send(x.pe, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Done: true, Tag: x.tag}})
 		}
 		return
 	}
 	m.qd.prevOK, m.qd.prevSent, m.qd.prevProc = ok, m.qd.sent, m.qd.proc
-	m.qdWave()
+	if ok {
+		m.qdWave() // confirm with a second wave
+	} else {
+		m.armQD() // busy: try again when the process is next idle
+	}
 }

@@ -63,6 +63,10 @@ type Node struct {
 	done      chan struct{}
 	doneOnce  sync.Once
 	injected  atomic.Uint64
+	parked    atomic.Int32 // PEs blocked in park
+	idleArmed atomic.Bool
+	idleDst   int
+	idleEnv   Envelope
 }
 
 // NewNode creates cfg.NumPEs PEs; mk is called once per PE to make its
@@ -79,6 +83,7 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 	for i := range n.pes {
 		p := &PE{id: i, node: n, flushEvery: cfg.FlushEvery, wire: cfg.WireCheck, spin: cfg.SpinPolls}
 		p.in.wake = make(chan struct{}, 1)
+		p.in.parkedCount = &n.parked
 		p.outApp = make([][]Envelope, cfg.NumPEs)
 		p.outSys = make([][]Envelope, cfg.NumPEs)
 		p.dirty = make([]bool, cfg.NumPEs)
@@ -164,6 +169,18 @@ func (n *Node) Inject(dst int, env Envelope) {
 	n.pes[dst].in.push(sys, []Envelope{env})
 }
 
+// ArmIdleNotice asks the node to hand env to PE dst (system lane, not
+// counted as injected) the next time every PE of the process is parked at
+// once. Quiescence detection uses it so that its waves run only when the
+// process has gone quiet, not on every idle moment of a busy run.
+func (n *Node) ArmIdleNotice(dst int, env Envelope) {
+	n.idleDst, n.idleEnv = dst, env
+	n.idleArmed.Store(true)
+	if int(n.parked.Load()) == len(n.pes) && n.idleArmed.CompareAndSwap(true, false) {
+		n.pes[dst].in.push(true, []Envelope{env})
+	}
+}
+
 // Injected is the number of envelopes handed in with Inject.
 func (n *Node) Injected() uint64 { return n.injected.Load() }
 
@@ -206,6 +223,8 @@ type inbox struct {
 	parked  bool
 	pending atomic.Bool
 	wake    chan struct{}
+	// parkedCount is the node's count of parked PEs.
+	parkedCount *atomic.Int32
 }
 
 func (in *inbox) push(sys bool, batch []Envelope) {
@@ -217,7 +236,12 @@ func (in *inbox) push(sys bool, batch []Envelope) {
 	}
 	in.pending.Store(true)
 	wake := in.parked
-	in.parked = false
+	if wake {
+		// Un-count the PE here, under its lock, not when it gets to run:
+		// "every PE parked" must never be seen while a message waits.
+		in.parked = false
+		in.parkedCount.Add(-1)
+	}
 	in.mu.Unlock()
 	if wake {
 		in.signal()
@@ -239,7 +263,7 @@ type queue struct {
 
 func (q *queue) len() int { return len(q.buf) - q.head }
 
-func (q *queue) push(e Envelope) {
+func (q *queue) push(e *Envelope) {
 	if q.head > 0 && q.head == len(q.buf) {
 		q.buf = q.buf[:0]
 		q.head = 0
@@ -249,7 +273,7 @@ func (q *queue) push(e Envelope) {
 		q.buf = q.buf[:n]
 		q.head = 0
 	}
-	q.buf = append(q.buf, e)
+	q.buf = append(q.buf, *e)
 }
 
 // take moves every envelope of src into q, swapping buffers when q is empty
@@ -303,18 +327,19 @@ func (p *PE) Handler() Handler { return p.handler }
 // with no synchronisation; a send to another PE is buffered and handed over
 // in a batch when the PE goes idle, after FlushEvery messages, or when the
 // buffer holds FlushEvery envelopes.
-func (p *PE) Send(dst int, env Envelope) {
+func (p *PE) Send(dst int, env *Envelope) {
 	env.Src = int32(p.id)
 	p.Stats.Sent[env.Kind]++
 	sys := env.Kind == KindSystem
 	if dst == p.id {
 		p.Stats.SentLocal++
 		if p.wire {
-			var err error
-			if env, err = wireRoundTrip(env); err != nil {
+			e, err := wireRoundTrip(*env)
+			if err != nil {
 				p.node.Fail(err)
 				return
 			}
+			env = &e
 		}
 		if sys {
 			p.sysq.push(env)
@@ -325,10 +350,10 @@ func (p *PE) Send(dst int, env Envelope) {
 	}
 	var n int
 	if sys {
-		p.outSys[dst] = append(p.outSys[dst], env)
+		p.outSys[dst] = append(p.outSys[dst], *env)
 		n = len(p.outSys[dst])
 	} else {
-		p.outApp[dst] = append(p.outApp[dst], env)
+		p.outApp[dst] = append(p.outApp[dst], *env)
 		n = len(p.outApp[dst])
 	}
 	if !p.dirty[dst] {
@@ -441,11 +466,17 @@ func (p *PE) dispatch(env *Envelope) {
 }
 
 func (p *PE) park() {
+	// Optional busy-poll before parking (Charm++ multicore spins): it saves
+	// the park/wake handoff when replies come back fast, at the price of a
+	// busy core, so it is off by default. Every 64 polls it yields, so a
+	// spinning PE never starves a goroutine sharing its core.
 	for i := 0; i < p.spin; i++ {
 		if p.in.pending.Load() || p.node.stopped.Load() {
 			return
 		}
-		runtime.Gosched()
+		if i&63 == 63 {
+			runtime.Gosched()
+		}
 	}
 	in := &p.in
 	in.mu.Lock()
@@ -454,6 +485,11 @@ func (p *PE) park() {
 		return
 	}
 	in.parked = true
+	n := p.node
+	all := int(n.parked.Add(1)) == len(n.pes)
 	in.mu.Unlock()
+	if all && n.idleArmed.CompareAndSwap(true, false) {
+		n.pes[n.idleDst].in.push(true, []Envelope{n.idleEnv})
+	}
 	<-in.wake
 }

@@ -131,7 +131,7 @@ func (h *pingPong) Handle(p *PE, env *Envelope) {
 		p.Node().Stop(0)
 		return
 	}
-	p.Send(1-p.ID(), Envelope{Type: testType, Kind: KindP2P, Seq: env.Seq + 1})
+	p.Send(1-p.ID(), &Envelope{Type: testType, Kind: KindP2P, Seq: env.Seq + 1})
 }
 
 // Two PEs bounce a message; every hop parks and wakes a PE. Also under

@@ -1,0 +1,363 @@
+package bench
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/charmgo/charmgo/chare"
+)
+
+// Each charmgo benchmark is a small chare program. Its main measures the
+// pattern from inside (so PE start-up is left out) and the benchmark reports
+// that as ns/op; the baselines run the same pattern on raw Go channels and on
+// protoactor-go in the same process, so the ratios come from one run.
+
+// Msg is the small payload every messaging benchmark sends.
+type Msg struct {
+	Seq  int64
+	From int32
+}
+
+var (
+	benchN       int
+	benchElapsed time.Duration
+)
+
+func runProgram[C any](b *testing.B, main *chare.Type[C, []string], pes int) {
+	b.Helper()
+	benchN = b.N
+	benchElapsed = 0
+	res := chare.Run(main, chare.Config{PEs: pes})
+	if res.Err != nil || res.Code != 0 {
+		b.Fatalf("run: code %d, %v", res.Code, res.Err)
+	}
+	if benchElapsed == 0 {
+		b.Fatal("program did not report its time")
+	}
+	b.ReportMetric(float64(benchElapsed.Nanoseconds())/float64(b.N), "ns/op")
+}
+
+// ---- 1. cross-PE ping-pong round trip ----
+
+type PingMain struct{ start time.Time }
+
+type Pinger struct{ N int64 }
+
+var (
+	pingMain = chare.NewMainType[PingMain]("bench.PingMain")
+	pingers  = chare.NewType[Pinger, struct{}]("bench.Pinger")
+	pingBall = chare.NewEntry[Msg](pingers, "Ball")
+	pingDone = chare.NewEntry[int64](pingMain, "Done")
+)
+
+func (p *Pinger) Init(*chare.Ctx, struct{}) {}
+
+func (p *Pinger) Ball(ctx *chare.Ctx, m Msg) {
+	me := ctx.Index().C[0]
+	if me == 0 {
+		p.N++
+		if p.N == int64(benchN) {
+			pingDone.Send(ctx, pingMain.MainProxy(), p.N)
+			return
+		}
+	}
+	pingBall.Send(ctx, chare.ThisArray[Pinger](ctx).At(int(1-me)), Msg{Seq: m.Seq + 1, From: me})
+}
+
+func (m *PingMain) Init(ctx *chare.Ctx, _ []string) {
+	arr := pingers.NewArray(ctx, []int{2}, struct{}{}, chare.RoundRobinMap()) // [0] on PE 0, [1] on PE 1
+	m.start = time.Now()
+	pingBall.Send(ctx, arr.At(1), Msg{})
+}
+
+func (m *PingMain) Done(ctx *chare.Ctx, n int64) {
+	benchElapsed = time.Since(m.start)
+	ctx.Exit(0)
+}
+
+func BenchmarkPingPong_Charmgo(b *testing.B) { runProgram(b, pingMain, 2) }
+
+func BenchmarkPingPong_Channels(b *testing.B) {
+	ping, pong := make(chan Msg), make(chan Msg)
+	go func() {
+		for m := range ping {
+			pong <- Msg{Seq: m.Seq + 1, From: 1}
+		}
+	}()
+	b.ResetTimer()
+	m := Msg{}
+	for i := 0; i < b.N; i++ {
+		ping <- m
+		m = <-pong
+	}
+	b.StopTimer()
+	close(ping)
+}
+
+type paPonger struct{}
+
+func (paPonger) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(*Msg); ok {
+		ctx.Respond(&Msg{Seq: m.Seq + 1, From: 1})
+	}
+}
+
+type paPinger struct {
+	ponger *actor.PID
+	left   int
+	done   chan struct{}
+}
+
+func (p *paPinger) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+	case string:
+		ctx.Request(p.ponger, &Msg{})
+	case *Msg:
+		p.left--
+		if p.left == 0 {
+			close(p.done)
+			return
+		}
+		ctx.Request(p.ponger, &Msg{Seq: m.Seq})
+	}
+}
+
+func BenchmarkPingPong_Protoactor(b *testing.B) {
+	sys := actor.NewActorSystem()
+	ponger := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return paPonger{} }))
+	done := make(chan struct{})
+	pinger := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &paPinger{ponger: ponger, left: b.N, done: done} }))
+	b.ResetTimer()
+	sys.Root.Send(pinger, "go")
+	<-done
+	b.StopTimer()
+	sys.Shutdown()
+}
+
+// ---- 2. one-way streaming of small messages from many chares on PE 0 to
+// chares on PE 1 ----
+
+const (
+	streamPairs = 64 // senders on PE 0, each with a receiver on PE 1
+	streamBurst = 64 // messages a sender's entry method sends per invocation
+)
+
+type StreamMain struct{ start time.Time }
+
+type Streamer struct{ Got int }
+
+var (
+	streamMain = chare.NewMainType[StreamMain]("bench.StreamMain")
+	streamers  = chare.NewType[Streamer, struct{}]("bench.Streamer")
+	streamTick = chare.NewEntry[int](streamers, "Tick")
+	streamRecv = chare.NewEntry[Msg](streamers, "Recv")
+	streamDone = chare.NewEntry[struct{}](streamMain, "Done")
+)
+
+// Tick sends a burst of messages to this sender's receiver on the other PE
+// (like a producer loop on a channel), then re-arms itself with a local send
+// so other senders interleave.
+func (s *Streamer) Tick(ctx *chare.Ctx, left int) {
+	me := int(ctx.Index().C[0])
+	arr := chare.ThisArray[Streamer](ctx)
+	to := arr.At(me + streamPairs)
+	n := min(left, streamBurst)
+	for i := 0; i < n; i++ {
+		streamRecv.Send(ctx, to, Msg{Seq: int64(left - i), From: int32(me)})
+	}
+	if left > n {
+		streamTick.Send(ctx, arr.At(me), left-n)
+	}
+}
+
+func (s *Streamer) Init(*chare.Ctx, struct{}) {}
+
+func (s *Streamer) Recv(ctx *chare.Ctx, m Msg) {
+	s.Got++
+	if m.Seq == 1 { // this receiver's last message
+		chare.Contribute(ctx, chare.Barrier, struct{}{}, streamDone.CallbackTo(streamMain.MainProxy()))
+	}
+}
+
+// Senders join the barrier once at the start so it counts every element.
+func (s *Streamer) Joins(ctx *chare.Ctx, _ struct{}) {
+	chare.Contribute(ctx, chare.Barrier, struct{}{}, streamDone.CallbackTo(streamMain.MainProxy()))
+}
+
+var streamJoin = chare.NewEntry[struct{}](streamers, "Joins")
+
+func (m *StreamMain) Init(ctx *chare.Ctx, _ []string) {
+	per := benchN / streamPairs
+	arr := streamers.NewArray(ctx, []int{2 * streamPairs}, struct{}{}) // block map on 2 PEs: senders on PE 0, receivers on PE 1
+	m.start = time.Now()
+	for i := 0; i < streamPairs; i++ {
+		streamJoin.Send(ctx, arr.At(i), struct{}{})
+		streamTick.Send(ctx, arr.At(i), per)
+	}
+}
+
+func (m *StreamMain) Done(ctx *chare.Ctx, _ struct{}) {
+	benchElapsed = time.Since(m.start)
+	ctx.Exit(0)
+}
+
+func BenchmarkStream_Charmgo(b *testing.B) {
+	b.ReportAllocs()
+	n := max(b.N-b.N%streamPairs, streamPairs)
+	benchN = n
+	benchElapsed = 0
+	res := chare.Run(streamMain, chare.Config{PEs: 2})
+	if res.Err != nil || res.Code != 0 {
+		b.Fatal(res.Code, res.Err)
+	}
+	b.ReportMetric(float64(benchElapsed.Nanoseconds())/float64(n), "ns/op")
+	b.ReportMetric(float64(n)/benchElapsed.Seconds(), "msgs/s")
+}
+
+func BenchmarkStream_BufferedChannel(b *testing.B) {
+	b.ReportAllocs()
+	ch := make(chan Msg, 1024)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		got := 0
+		for range ch {
+			got++
+		}
+	}()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		ch <- Msg{Seq: int64(i)}
+	}
+	close(ch)
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+type paCounter struct {
+	want, got int
+	done      chan struct{}
+}
+
+func (c *paCounter) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(*Msg); ok {
+		c.got++
+		if c.got == c.want {
+			close(c.done)
+		}
+	}
+}
+
+func BenchmarkStream_Protoactor(b *testing.B) {
+	b.ReportAllocs()
+	sys := actor.NewActorSystem()
+	done := make(chan struct{})
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &paCounter{want: b.N, done: done} }))
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		sys.Root.Send(pid, &Msg{Seq: int64(i)})
+	}
+	<-done
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	b.StopTimer()
+	sys.Shutdown()
+}
+
+// ---- same-PE send: allocations of the local path ----
+
+type LocalMain struct{ start time.Time }
+
+type LocalPair struct{ Left int }
+
+var (
+	localMain = chare.NewMainType[LocalMain]("bench.LocalMain")
+	localT    = chare.NewType[LocalPair, struct{}]("bench.LocalPair")
+	localHop  = chare.NewEntry[*Msg](localT, "Hop")
+	localDone = chare.NewEntry[struct{}](localMain, "Done")
+)
+
+func (l *LocalPair) Init(*chare.Ctx, struct{}) {}
+
+// Hop passes one message back and forth between two chares of one PE. The
+// payload is a pointer that is handed on, so the runtime's own cost shows.
+func (l *LocalPair) Hop(ctx *chare.Ctx, m *Msg) {
+	m.Seq--
+	if m.Seq == 0 {
+		localDone.Send(ctx, localMain.MainProxy(), struct{}{})
+		return
+	}
+	localHop.Send(ctx, chare.ThisArray[LocalPair](ctx).At(int(1-ctx.Index().C[0])), m)
+}
+
+func (m *LocalMain) Init(ctx *chare.Ctx, _ []string) {
+	arr := localT.NewArray(ctx, []int{2}, struct{}{})
+	m.start = time.Now()
+	localHop.Send(ctx, arr.At(0), &Msg{Seq: int64(benchN)})
+}
+
+func (m *LocalMain) Done(ctx *chare.Ctx, _ struct{}) {
+	benchElapsed = time.Since(m.start)
+	ctx.Exit(0)
+}
+
+func BenchmarkLocalSend_Charmgo(b *testing.B) {
+	b.ReportAllocs()
+	runProgram(b, localMain, 1)
+}
+
+func BenchmarkPingPong_CharmgoSpin(b *testing.B) {
+	benchN = b.N
+	benchElapsed = 0
+	res := chare.Run(pingMain, chare.Config{PEs: 2, SpinPolls: 20000})
+	if res.Err != nil {
+		b.Fatal(res.Err)
+	}
+	b.ReportMetric(float64(benchElapsed.Nanoseconds())/float64(b.N), "ns/op")
+}
+
+type PingPMain struct{ start time.Time }
+
+type PingerP struct{ N int64 }
+
+var (
+	pingPMain = chare.NewMainType[PingPMain]("bench.PingPMain")
+	pingersP  = chare.NewType[PingerP, struct{}]("bench.PingerP")
+	pingBallP = chare.NewEntry[*Msg](pingersP, "Ball")
+	pingDoneP = chare.NewEntry[int64](pingPMain, "Done")
+)
+
+func (p *PingerP) Init(*chare.Ctx, struct{}) {}
+
+// Ball with a pointer payload that is handed back and forth: no allocation
+// per message.
+func (p *PingerP) Ball(ctx *chare.Ctx, m *Msg) {
+	me := ctx.Index().C[0]
+	if me == 0 {
+		p.N++
+		if p.N == int64(benchN) {
+			pingDoneP.Send(ctx, pingPMain.MainProxy(), p.N)
+			return
+		}
+	}
+	m.Seq++
+	pingBallP.Send(ctx, chare.ThisArray[PingerP](ctx).At(int(1-me)), m)
+}
+
+func (m *PingPMain) Init(ctx *chare.Ctx, _ []string) {
+	arr := pingersP.NewArray(ctx, []int{2}, struct{}{}, chare.RoundRobinMap())
+	m.start = time.Now()
+	pingBallP.Send(ctx, arr.At(1), &Msg{})
+}
+
+func (m *PingPMain) Done(ctx *chare.Ctx, n int64) {
+	benchElapsed = time.Since(m.start)
+	ctx.Exit(0)
+}
+
+func BenchmarkPingPong_CharmgoPtr(b *testing.B) { runProgram(b, pingPMain, 2) }

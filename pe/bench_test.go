@@ -1,0 +1,50 @@
+package pe
+
+import "testing"
+
+// BenchmarkPERoundTrip is the PE layer alone: two PEs bounce an envelope
+// through their inboxes with a handler that does nothing else.
+func BenchmarkPERoundTrip(b *testing.B) {
+	n, err := NewNode(Config{NumPEs: 2}, func(p *PE) Handler { return &pingPong{limit: 2 * b.N} })
+	if err != nil {
+		b.Fatal(err)
+	}
+	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
+	b.ResetTimer()
+	n.Start()
+	if _, err := n.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+type streamH struct{ left int }
+
+func (h *streamH) Handle(p *PE, env *Envelope) {
+	if p.ID() == 0 {
+		for i := 0; i < 64 && h.left > 0; i++ {
+			p.Send(1, &Envelope{Type: testType, Kind: KindP2P, Seq: uint64(h.left)})
+			h.left--
+		}
+		if h.left > 0 {
+			p.Send(0, &Envelope{Type: testType, Kind: KindP2P})
+		}
+		return
+	}
+	if env.Seq == 1 {
+		p.Node().Stop(0)
+	}
+}
+
+// BenchmarkPEStream is the PE layer alone: PE 0 streams envelopes to PE 1.
+func BenchmarkPEStream(b *testing.B) {
+	n, err := NewNode(Config{NumPEs: 2}, func(p *PE) Handler { return &streamH{left: b.N} })
+	if err != nil {
+		b.Fatal(err)
+	}
+	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
+	b.ResetTimer()
+	n.Start()
+	if _, err := n.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -189,18 +190,19 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 // os.Args, runs, reports an error on stderr, and exits with the run's code
 // (2 for bad flags).
 func Main[C any](main *Type[C, []string]) {
+	prog := filepath.Base(os.Args[0])
 	cfg, err := ParseFlags(os.Args[1:])
 	if errors.Is(err, ErrHelp) {
 		WriteUsage(os.Stdout)
 		os.Exit(0)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[0], err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
 		os.Exit(2)
 	}
 	res := Run(main, cfg)
 	if res.Err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[0], res.Err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, res.Err)
 		if res.Code == 0 {
 			res.Code = 1
 		}

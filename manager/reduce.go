@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -36,8 +37,8 @@ type Codec struct {
 }
 
 var (
-	reducersMu sync.RWMutex
-	reducers   = []*Reducer{nil}
+	reducersMu sync.Mutex
+	reducers   atomic.Pointer[[]*Reducer] // replaced whole: read without a lock
 	reducerIDs = map[string]uint32{}
 )
 
@@ -50,20 +51,24 @@ func RegisterReducer(r *Reducer) uint32 {
 	if id, ok := reducerIDs[r.Name]; ok {
 		return id
 	}
-	id := uint32(len(reducers))
-	reducers = append(reducers, r)
+	next := []*Reducer{nil}
+	if old := reducers.Load(); old != nil {
+		next = append([]*Reducer(nil), *old...)
+	}
+	id := uint32(len(next))
 	reducerIDs[r.Name] = id
+	next = append(next, r)
+	reducers.Store(&next)
 	return id
 }
 
 // LookupReducer returns the reducer with this id.
 func LookupReducer(id uint32) *Reducer {
-	reducersMu.RLock()
-	defer reducersMu.RUnlock()
-	if int(id) >= len(reducers) {
+	t := reducers.Load()
+	if t == nil || int(id) >= len(*t) {
 		return nil
 	}
-	return reducers[id]
+	return (*t)[id]
 }
 
 func reducerName(id uint32) string {
@@ -186,6 +191,7 @@ type Reduction struct {
 	enabled    bool
 	nextReport uint32
 	rounds     map[uint32]*round
+	last       *round // the round of the previous contribution
 }
 
 // NewReduction makes the state machine for one PE of a tree.
@@ -243,12 +249,16 @@ func (s *Reduction) Enable(out []RedAction) []RedAction {
 func (s *Reduction) Enabled() bool { return s.enabled }
 
 func (s *Reduction) round(r uint32) *round {
+	if rd := s.last; rd != nil && rd.p.Red == r {
+		return rd
+	}
 	rd := s.rounds[r]
 	if rd == nil {
 		rd = &round{children: make([]bool, len(s.Children))}
 		rd.p.Red = r
 		s.rounds[r] = rd
 	}
+	s.last = rd
 	return rd
 }
 
@@ -262,13 +272,7 @@ func (s *Reduction) Contribute(r uint32, key pe.Index, reducer uint32, cb Callba
 	if red == nil {
 		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: contribution from %v names unknown reducer %d", r, key, reducer)})
 	}
-	in := Partial{Red: r, Reducer: reducer, CB: cb, Count: 1, Witness: key}
-	if red.Exact {
-		in.Acc = v
-	} else {
-		in.Items = []Item{{key, v}}
-	}
-	if err := s.merge(rd, &in, red); err != nil {
+	if err := s.add(rd, key, reducer, cb, v, red); err != nil {
 		return append(out, RedAction{Op: RedFail, Err: err})
 	}
 	rd.got++
@@ -302,6 +306,46 @@ func (s *Reduction) Child(from int, p *Partial, out []RedAction) []RedAction {
 		}
 	}
 	return s.advance(out)
+}
+
+// add folds one local contribution into the round without building a
+// Partial for it (the per-contribution path).
+func (s *Reduction) add(rd *round, key pe.Index, reducer uint32, cb Callback, v any, red *Reducer) error {
+	if !rd.have {
+		rd.have = true
+		rd.p.Reducer, rd.p.CB, rd.p.Witness, rd.p.Count = reducer, cb, key, 1
+		if red.Exact {
+			rd.p.Acc, rd.p.owned = v, false
+		} else {
+			rd.p.Items = append(rd.p.Items, Item{key, v})
+		}
+		return nil
+	}
+	if reducer != rd.p.Reducer || cb != rd.p.CB {
+		in := Partial{Red: rd.p.Red, Reducer: reducer, CB: cb, Witness: key}
+		return s.merge(rd, &in, red)
+	}
+	rd.p.Count++
+	if red.Exact {
+		if !rd.p.owned {
+			rd.p.Acc = red.Clone(rd.p.Acc)
+			rd.p.owned = true
+		}
+		acc, err := red.Combine(rd.p.Acc, v)
+		if err != nil {
+			return fmt.Errorf("reduction %d: combining contribution of %v with %v: %w", rd.p.Red, key, rd.p.Witness, err)
+		}
+		rd.p.Acc = acc
+		return nil
+	}
+	items := rd.p.Items
+	if n := len(items); n == 0 || items[n-1].Key.Compare(key) < 0 {
+		rd.p.Items = append(items, Item{key, v}) // contributions usually come in index order
+		return nil
+	}
+	i, _ := slices.BinarySearchFunc(items, key, func(it Item, k pe.Index) int { return it.Key.Compare(k) })
+	rd.p.Items = slices.Insert(items, i, Item{key, v})
+	return nil
 }
 
 func (s *Reduction) merge(rd *round, in *Partial, red *Reducer) error {
@@ -380,6 +424,9 @@ func (s *Reduction) advance(out []RedAction) []RedAction {
 			return out
 		}
 		delete(s.rounds, r)
+		if s.last == rd {
+			s.last = nil
+		}
 		s.nextReport++
 		p := rd.p
 		p.Red = r

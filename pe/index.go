@@ -19,6 +19,15 @@ type Index struct {
 // Idx builds an index from its coordinates. It panics on more than MaxDims
 // coordinates because that is a programming error caught at the call site.
 func Idx(c ...int) Index {
+	var ix Index
+	if len(c) == 1 { // the common case, kept small enough to inline
+		ix.Dims, ix.C[0] = 1, int32(c[0])
+		return ix
+	}
+	return idxN(c)
+}
+
+func idxN(c []int) Index {
 	if len(c) == 0 || len(c) > MaxDims {
 		panic(fmt.Sprintf("pe.Idx: %d coordinates; an index has 1 to %d", len(c), MaxDims))
 	}

@@ -1,0 +1,33 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/require"
+)
+
+// The benchmark programs run (tiny) in the test suite so they cannot rot.
+func TestBenchProgramsRun(t *testing.T) {
+	run := func(name string, pes int, f func(chare.Config) chare.Result) {
+		t.Run(name, func(t *testing.T) {
+			benchN, benchElapsed = 64*3, 0
+			res := f(chare.Config{PEs: pes})
+			require.NoError(t, res.Err)
+			require.Equal(t, 0, res.Code)
+			require.NotZero(t, benchElapsed)
+		})
+	}
+	run("pingpong", 2, func(c chare.Config) chare.Result { return chare.Run(pingMain, c) })
+	run("pingpong-ptr", 2, func(c chare.Config) chare.Result { return chare.Run(pingPMain, c) })
+	run("stream", 2, func(c chare.Config) chare.Result { return chare.Run(streamMain, c) })
+	run("local", 1, func(c chare.Config) chare.Result { return chare.Run(localMain, c) })
+	for _, mode := range []string{"reduction", "p2p"} {
+		redMode = mode
+		run("reduce-"+mode, 2, func(c chare.Config) chare.Result { return chare.Run(redMain, c) })
+	}
+	for _, mode := range []string{"section", "p2p"} {
+		mcMode = mode
+		run("multicast-"+mode, 3, func(c chare.Config) chare.Result { return chare.Run(mcMain, c) })
+	}
+}

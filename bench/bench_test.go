@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,13 @@ import (
 type Msg struct {
 	Seq  int64
 	From int32
+}
+
+// newActorSystem makes a protoactor-go system that logs only errors (its
+// default writes a line per system started).
+func newActorSystem() *actor.ActorSystem {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 }
 
 var (
@@ -126,7 +135,7 @@ func (p *paPinger) Receive(ctx actor.Context) {
 }
 
 func BenchmarkPingPong_Protoactor(b *testing.B) {
-	sys := actor.NewActorSystem()
+	sys := newActorSystem()
 	ponger := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return paPonger{} }))
 	done := make(chan struct{})
 	pinger := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &paPinger{ponger: ponger, left: b.N, done: done} }))
@@ -255,7 +264,7 @@ func (c *paCounter) Receive(ctx actor.Context) {
 
 func BenchmarkStream_Protoactor(b *testing.B) {
 	b.ReportAllocs()
-	sys := actor.NewActorSystem()
+	sys := newActorSystem()
 	done := make(chan struct{})
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &paCounter{want: b.N, done: done} }))
 	b.ResetTimer()

@@ -65,7 +65,7 @@ type entryInfo struct {
 	name     string
 	typ      uint32 // owning chare type
 	threaded bool
-	invoke   func(obj any, ctx *Ctx, payload any)
+	invoke   func(obj any, ctx *Ctx, env *pe.Envelope)
 }
 
 var (
@@ -161,8 +161,9 @@ func (t *Type[C, A]) Name() string { return t.info.name }
 
 // Entry is a typed entry method of chare type C taking an M.
 type Entry[C any, M any] struct {
-	id   uint32
-	name string
+	id     uint32
+	name   string
+	inline bool // M travels in the envelope, not boxed in an interface
 }
 
 // EntryOption changes how an entry method runs.
@@ -198,12 +199,14 @@ func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *
 	codec := manager.MsgpackCodec[M]()
 	id := pe.RegisterType(pe.TypeInfo{Name: full, Encode: codec.Encode, Decode: codec.Decode})
 	ei := &entryInfo{name: full, typ: t.info.id}
-	ei.invoke = func(obj any, ctx *Ctx, payload any) {
+	ei.invoke = func(obj any, ctx *Ctx, env *pe.Envelope) {
 		var m M
-		if payload != nil {
+		if env.Flags == manager.FlagInline {
+			m = *(*M)(env.Inline())
+		} else if env.Payload != nil {
 			var ok bool
-			if m, ok = payload.(M); !ok {
-				panic(fmt.Sprintf("entry %s takes %s, got %T", full, reflect.TypeFor[M](), payload))
+			if m, ok = env.Payload.(M); !ok {
+				panic(fmt.Sprintf("entry %s takes %s, got %T", full, reflect.TypeFor[M](), env.Payload))
 			}
 		}
 		fn(obj.(*C), ctx, m)
@@ -222,7 +225,33 @@ func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *
 	next[id] = ei
 	entries.Store(&next)
 	regMu.Unlock()
-	return &Entry[C, M]{id: id, name: full}
+	return &Entry[C, M]{id: id, name: full, inline: inlinable(reflect.TypeFor[M]())}
+}
+
+// inlinable reports whether values of t can travel in an envelope's inline
+// area: small enough, and holding no pointers the garbage collector would
+// need to see.
+func inlinable(t reflect.Type) bool {
+	return t.Size() <= pe.InlineSize && t.Size() > 0 && pointerFree(t)
+}
+
+func pointerFree(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return true
+	case reflect.Array:
+		return pointerFree(t.Elem())
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			if !pointerFree(t.Field(i).Type) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // Name is the entry's full name (type.entry).
@@ -297,9 +326,9 @@ func (h *host) Invoke(m *manager.Manager, e *manager.Element, env *pe.Envelope) 
 		m.Fail(fmt.Errorf("%s: entry %s reached an element that was never constructed", identity(m, e), ent.name))
 		return
 	}
-	payload := env.Payload
 	if ent.threaded {
-		h.runThreaded(m, e, ent.name, func(ctx *Ctx) { ent.invoke(e.Obj, ctx, payload) }, nil)
+		own := *env // the queue slot is reused once Invoke returns
+		h.runThreaded(m, e, ent.name, func(ctx *Ctx) { ent.invoke(e.Obj, ctx, &own) }, nil)
 		return
 	}
 	ctx := &h.ctx
@@ -311,7 +340,7 @@ func (h *host) Invoke(m *manager.Manager, e *manager.Element, env *pe.Envelope) 
 		}
 		*ctx = saved
 	}()
-	ent.invoke(e.Obj, ctx, payload)
+	ent.invoke(e.Obj, ctx, env)
 }
 
 func (h *host) Pack(e *manager.Element) ([]byte, error) {

@@ -15,16 +15,26 @@ const (
 	flagSecReq          // to the section's root PE; Aux is the section
 	flagSecHop          // one hop down the section tree
 	flagSecElem         // delivery to one member; Seq is the member's section home
+	// FlagInline is a plain point-to-point message whose payload is stored
+	// in the envelope's Seq and Aux words (see pe.InlineSize).
+	FlagInline
 )
 
 // SendTo sends an entry-method invocation to element ix of collection coll.
 // Bad indices are reported to the caller before anything is queued.
 func (m *Manager) SendTo(coll uint32, ix pe.Index, typ uint32, payload any) error {
 	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindP2P, Index: ix, Payload: payload}
+	return m.SendEnv(&env)
+}
+
+// SendEnv routes a point-to-point envelope (Type, Coll, Index and payload
+// set) to its element.
+func (m *Manager) SendEnv(env *pe.Envelope) error {
+	coll, ix, typ := env.Coll, env.Index, env.Type
 	c := m.coll(coll)
 	if c == nil {
 		// The creation has not reached this PE yet: route once it has.
-		m.send(m.Me(), &env)
+		m.send(m.Me(), env)
 		return nil
 	}
 	if c.dense != nil {
@@ -36,17 +46,17 @@ func (m *Manager) SendTo(coll uint32, ix pe.Index, typ uint32, payload any) erro
 		}
 		switch l := c.dlocs[i]; {
 		case c.dense[i] != nil:
-			m.send(m.Me(), &env)
+			m.send(m.Me(), env)
 		case l.pe >= 0:
-			m.send(int(l.pe), &env)
+			m.send(int(l.pe), env)
 		default:
-			m.send(m.homeOfSlot(c, ix, i), &env)
+			m.send(m.homeOfSlot(c, ix, i), env)
 		}
 		return nil
 	} else if err := c.InBounds(ix); err != nil {
 		return fmt.Errorf("send %s to %s%v: %w", pe.TypeName(typ), c.Name, ix, err)
 	}
-	m.route(c, &env)
+	m.route(c, env)
 	return nil
 }
 

@@ -48,3 +48,27 @@ func BenchmarkPEStream(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+type selfH struct{ left int }
+
+func (h *selfH) Handle(p *PE, env *Envelope) {
+	if h.left--; h.left <= 0 {
+		p.Node().Stop(0)
+		return
+	}
+	p.Send(p.ID(), &Envelope{Type: testType, Kind: KindP2P, Seq: env.Seq + 1})
+}
+
+// BenchmarkPELocalHop is the PE layer's floor for a same-PE send + dispatch.
+func BenchmarkPELocalHop(b *testing.B) {
+	n, err := NewNode(Config{NumPEs: 1}, func(p *PE) Handler { return &selfH{left: b.N} })
+	if err != nil {
+		b.Fatal(err)
+	}
+	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
+	b.ResetTimer()
+	n.Start()
+	if _, err := n.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Kind says what a message is for. The fault-tolerance layer logs each kind
@@ -49,8 +50,22 @@ type Envelope struct {
 	Src     int32 // PE that sent this hop
 	Index   Index // destination element, when the message addresses one
 	Seq     uint64
-	Aux     uint64
+	Aux     uint64 // must follow Seq: together they are the inline payload area
 	Payload any
+}
+
+// InlineSize is how many bytes of payload a plain point-to-point message can
+// carry in Seq and Aux instead of Payload (no allocation, no pointer chase).
+const InlineSize = 16
+
+// Inline returns the 16-byte inline payload area (Seq and Aux).
+func (e *Envelope) Inline() unsafe.Pointer { return unsafe.Pointer(&e.Seq) }
+
+func init() {
+	var e Envelope
+	if unsafe.Offsetof(e.Aux) != unsafe.Offsetof(e.Seq)+8 {
+		panic("pe: Envelope.Seq and Aux must be adjacent")
+	}
 }
 
 // TypeInfo describes how one registered message type crosses a process

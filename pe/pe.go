@@ -220,9 +220,14 @@ type inbox struct {
 	mu      sync.Mutex
 	sys     []Envelope
 	app     []Envelope
-	parked  bool
 	pending atomic.Bool
-	wake    chan struct{}
+	// parked is set by the owner before it blocks and cleared by whoever
+	// wakes it (or by the owner if it finds work after all). With pending it
+	// forms a Dekker pair: the owner stores parked then loads pending, a
+	// producer stores pending then swaps parked, so a wake-up is never lost
+	// and parking takes no lock.
+	parked atomic.Bool
+	wake   chan struct{}
 	// parkedCount is the node's count of parked PEs.
 	parkedCount *atomic.Int32
 }
@@ -235,15 +240,11 @@ func (in *inbox) push(sys bool, batch []Envelope) {
 		in.app = append(in.app, batch...)
 	}
 	in.pending.Store(true)
-	wake := in.parked
-	if wake {
-		// Un-count the PE here, under its lock, not when it gets to run:
-		// "every PE parked" must never be seen while a message waits.
-		in.parked = false
-		in.parkedCount.Add(-1)
-	}
 	in.mu.Unlock()
-	if wake {
+	if in.parked.Load() && in.parked.CompareAndSwap(true, false) {
+		// Un-count the PE now, not when it gets to run: "every PE parked"
+		// must not be seen while a message waits.
+		in.parkedCount.Add(-1)
 		in.signal()
 	}
 }
@@ -479,16 +480,21 @@ func (p *PE) park() {
 		}
 	}
 	in := &p.in
-	in.mu.Lock()
-	if len(in.sys)+len(in.app) > 0 || p.node.stopped.Load() {
-		in.mu.Unlock()
+	n := p.node
+	in.parked.Store(true)
+	if in.pending.Load() || n.stopped.Load() {
+		if in.parked.CompareAndSwap(true, false) {
+			return
+		}
+		// A producer claimed the wake-up (and un-counted us): take its
+		// signal and balance the count.
+		n.parked.Add(1)
+		<-in.wake
 		return
 	}
-	in.parked = true
-	n := p.node
-	all := int(n.parked.Add(1)) == len(n.pes)
-	in.mu.Unlock()
-	if all && n.idleArmed.CompareAndSwap(true, false) {
+	// Counted only once no work was found, so the count never exceeds the
+	// PEs that are really blocked.
+	if int(n.parked.Add(1)) == len(n.pes) && n.idleArmed.CompareAndSwap(true, false) {
 		n.pes[n.idleDst].in.push(true, []Envelope{n.idleEnv})
 	}
 	<-in.wake

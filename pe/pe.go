@@ -55,7 +55,9 @@ type Node struct {
 	cfg       Config
 	pes       []*PE
 	transport Transport
-	stopped   atomic.Bool
+	_         [64]byte
+	stopped   atomic.Bool // read by every PE on every message: alone on its cache line
+	_         [64]byte
 	code      atomic.Int32
 	errMu     sync.Mutex
 	err       error
@@ -63,7 +65,9 @@ type Node struct {
 	done      chan struct{}
 	doneOnce  sync.Once
 	injected  atomic.Uint64
-	parked    atomic.Int32 // PEs blocked in park
+	_         [64]byte
+	parked    atomic.Int32 // PEs blocked in park (written on every park and wake)
+	_         [64]byte
 	idleArmed atomic.Bool
 	idleDst   int
 	idleEnv   Envelope
@@ -186,15 +190,17 @@ func (n *Node) Injected() uint64 { return n.injected.Load() }
 
 // Transport carries batches between PEs. The in-process one hands batches
 // straight to the destination's inbox; a later one carries them to PEs of
-// other processes. Deliver must not keep batch after it returns.
+// other processes. Deliver may take *batch (then it leaves an empty slice
+// with capacity in its place) or copy it; either way the caller reuses
+// *batch afterwards.
 type Transport interface {
-	Deliver(src, dst int, sys bool, batch []Envelope) error
+	Deliver(src, dst int, sys bool, batch *[]Envelope) error
 }
 
 type inProcess struct{ n *Node }
 
-func (t inProcess) Deliver(src, dst int, sys bool, batch []Envelope) error {
-	t.n.pes[dst].in.push(sys, batch)
+func (t inProcess) Deliver(src, dst int, sys bool, batch *[]Envelope) error {
+	t.n.pes[dst].in.handOver(sys, batch)
 	return nil
 }
 
@@ -233,11 +239,24 @@ type inbox struct {
 }
 
 func (in *inbox) push(sys bool, batch []Envelope) {
+	in.handOver(sys, &batch)
+}
+
+// handOver moves *batch into the inbox. When the inbox lane is empty the
+// slices are swapped instead of copied, and *batch comes back as the lane's
+// old (drained, cleared) buffer.
+func (in *inbox) handOver(sys bool, batch *[]Envelope) {
 	in.mu.Lock()
+	lane := &in.app
 	if sys {
-		in.sys = append(in.sys, batch...)
+		lane = &in.sys
+	}
+	if len(*lane) == 0 {
+		*lane, *batch = *batch, (*lane)[:0]
 	} else {
-		in.app = append(in.app, batch...)
+		*lane = append(*lane, *batch...)
+		clear(*batch)
+		*batch = (*batch)[:0]
 	}
 	in.pending.Store(true)
 	in.mu.Unlock()
@@ -299,7 +318,9 @@ type PE struct {
 	node       *Node
 	handler    Handler
 	idle       IdleHandler
-	in         inbox
+	_          [64]byte
+	in         inbox // written by other PEs: kept off the owner's cache lines
+	_          [64]byte
 	sysq, appq queue
 	outApp     [][]Envelope
 	outSys     [][]Envelope
@@ -400,12 +421,12 @@ func (p *PE) flushTo(dst int) {
 				batch[i] = e
 			}
 		}
-		if err := p.node.transport.Deliver(p.id, dst, sys, batch); err != nil {
+		if err := p.node.transport.Deliver(p.id, dst, sys, box); err != nil {
 			p.node.Fail(fmt.Errorf("PE %d: deliver to PE %d: %w", p.id, dst, err))
 		}
 		p.Stats.Flushes++
-		clear(batch)
-		*box = batch[:0]
+		clear(*box)
+		*box = (*box)[:0]
 	}
 }
 

@@ -256,5 +256,5 @@ func (en *Entry[C, M]) CallbackBroadcast(to Collection[C]) Callback[M] {
 
 // MainProxy is the proxy of the main chare.
 func (t *Type[C, A]) MainProxy() ElemProxy[C] {
-	return ElemProxy[C]{Coll: manager.MainCollection, Index: pe.Idx(0)}
+	return ElemProxy[C]{Coll: manager.MainCollection, Index: pe.Index{Dims: 1}}
 }

@@ -85,6 +85,22 @@ func foldSlice[T number](op func(x, y T) T) func(items []manager.Item) ([]T, err
 	}
 }
 
+// foldSum is foldSlice(add) without a call per element: the sum of force
+// and energy vectors is the hottest fold there is.
+func foldSum[T number](items []manager.Item) ([]T, error) {
+	acc := slices.Clone(items[0].Value.([]T))
+	for _, it := range items[1:] {
+		x := it.Value.([]T)
+		if len(x) != len(acc) {
+			return nil, fmt.Errorf("contribution of %v: contributions of %d and %d elements (first contributor %v)", it.Key, len(acc), len(x), items[0].Key)
+		}
+		for i := range acc {
+			acc[i] += x[i]
+		}
+	}
+	return acc, nil
+}
+
 func add[T number](x, y T) T { return x + y }
 func mul[T number](x, y T) T { return x * y }
 func lo[T number](x, y T) T {
@@ -112,7 +128,7 @@ var (
 	MaxInt64s     = Reducer[[]int64, []int64]{exactSlice("max.[]int64", hi[int64])}
 
 	SumFloat64      = Reducer[float64, float64]{canonical[float64]("sum.float64", foldScalar(add[float64]))}
-	SumFloat64s     = Reducer[[]float64, []float64]{canonical[[]float64]("sum.[]float64", foldSlice(add[float64]))}
+	SumFloat64s     = Reducer[[]float64, []float64]{canonical[[]float64]("sum.[]float64", foldSum[float64])}
 	ProductFloat64  = Reducer[float64, float64]{canonical[float64]("product.float64", foldScalar(mul[float64]))}
 	ProductFloat64s = Reducer[[]float64, []float64]{canonical[[]float64]("product.[]float64", foldSlice(mul[float64]))}
 	MinFloat64      = Reducer[float64, float64]{exact("min.float64", math.Min, same[float64])}

@@ -64,6 +64,12 @@ func (c *Collection) historyAt(seq uint64) (bcastRec, bool) {
 // deliverBcast delivers broadcast env.Seq to e, first any it missed.
 func (m *Manager) deliverBcast(e *Element, env *pe.Envelope) {
 	c := e.Coll
+	if e.Bcast+1 == env.Seq { // the usual case: no gap to fill
+		e.Bcast = env.Seq
+		m.host.Invoke(m, e, env)
+		m.afterInvoke(e)
+		return
+	}
 	for e.Bcast < env.Seq {
 		next := e.Bcast + 1
 		var typ uint32

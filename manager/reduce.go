@@ -317,7 +317,10 @@ func (s *Reduction) add(rd *round, key pe.Index, reducer uint32, cb Callback, v 
 		if red.Exact {
 			rd.p.Acc, rd.p.owned = v, false
 		} else {
-			rd.p.Items = append(rd.p.Items, Item{key, v})
+			// Sized for every contributor of the subtree so neither local
+			// appends nor merging the children's partials reallocate.
+			rd.p.Items = make([]Item, 1, max(s.SubtreeCount(rd.p.Red), 1))
+			rd.p.Items[0] = Item{key, v}
 		}
 		return nil
 	}
@@ -380,10 +383,25 @@ func (s *Reduction) merge(rd *round, in *Partial, red *Reducer) error {
 	return nil
 }
 
-// mergeItems merges two lists sorted by key into a new sorted list.
+// mergeItems merges two lists sorted by key. When a has the room, the merge
+// runs from the back, in place; otherwise into a new list.
 func mergeItems(a, b []Item) []Item {
 	if len(b) == 1 && (len(a) == 0 || a[len(a)-1].Key.Compare(b[0].Key) < 0) {
 		return append(a, b[0])
+	}
+	if cap(a) >= len(a)+len(b) {
+		i, j := len(a)-1, len(b)-1
+		a = a[:len(a)+len(b)]
+		for k := len(a) - 1; j >= 0; k-- {
+			if i >= 0 && a[i].Key.Compare(b[j].Key) > 0 {
+				a[k] = a[i]
+				i--
+			} else {
+				a[k] = b[j]
+				j--
+			}
+		}
+		return a
 	}
 	out := make([]Item, 0, len(a)+len(b))
 	i, j := 0, 0

@@ -35,10 +35,14 @@ var (
 )
 
 func runProgram[C any](b *testing.B, main *chare.Type[C, []string], pes int) {
+	runProgramWith(b, main, chare.Config{PEs: pes})
+}
+
+func runProgramWith[C any](b *testing.B, main *chare.Type[C, []string], cfg chare.Config) {
 	b.Helper()
 	benchN = b.N
 	benchElapsed = 0
-	res := chare.Run(main, chare.Config{PEs: pes})
+	res := chare.Run(main, cfg)
 	if res.Err != nil || res.Code != 0 {
 		b.Fatalf("run: code %d, %v", res.Code, res.Err)
 	}
@@ -321,13 +325,7 @@ func BenchmarkLocalSend_Charmgo(b *testing.B) {
 }
 
 func BenchmarkPingPong_CharmgoSpin(b *testing.B) {
-	benchN = b.N
-	benchElapsed = 0
-	res := chare.Run(pingMain, chare.Config{PEs: 2, SpinPolls: 20000})
-	if res.Err != nil {
-		b.Fatal(res.Err)
-	}
-	b.ReportMetric(float64(benchElapsed.Nanoseconds())/float64(b.N), "ns/op")
+	runProgramWith(b, pingMain, chare.Config{PEs: 2, SpinPolls: 20000})
 }
 
 type PingPMain struct{ start time.Time }

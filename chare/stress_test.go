@@ -174,14 +174,14 @@ var stressReport []string
 
 func TestStressRandomSendsMigrationsReductions(t *testing.T) {
 	for _, c := range []struct {
-		pes  int
-		wire bool
-		seed uint64
-	}{{4, false, 1}, {3, false, 2}, {2, true, 3}, {1, false, 4}} {
-		t.Run(fmt.Sprintf("p%d/wire=%v/seed%d", c.pes, c.wire, c.seed), func(t *testing.T) {
+		pes, k int
+		wire   bool
+		seed   uint64
+	}{{4, 4, false, 1}, {3, 2, false, 2}, {2, 4, true, 3}, {1, 4, false, 4}, {5, 3, false, 5}} {
+		t.Run(fmt.Sprintf("p%d/k%d/wire=%v/seed%d", c.pes, c.k, c.wire, c.seed), func(t *testing.T) {
 			stressSeed = c.seed
 			stressReport = []string{"main did not finish"}
-			res := chare.Run(stressMain, chare.Config{PEs: c.pes, WireCheck: c.wire})
+			res := chare.Run(stressMain, chare.Config{PEs: c.pes, Branching: c.k, WireCheck: c.wire})
 			require.NoError(t, res.Err)
 			require.Equal(t, 0, res.Code)
 			require.Empty(t, stressReport)

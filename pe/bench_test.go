@@ -2,10 +2,10 @@ package pe
 
 import "testing"
 
-// BenchmarkPERoundTrip is the PE layer alone: two PEs bounce an envelope
-// through their inboxes with a handler that does nothing else.
-func BenchmarkPERoundTrip(b *testing.B) {
-	n, err := NewNode(Config{NumPEs: 2}, func(p *PE) Handler { return &pingPong{limit: 2 * b.N} })
+// runNode runs numPEs PEs with handlers from mk, starting with one envelope
+// injected on PE 0, and times it.
+func runNode(b *testing.B, numPEs int, mk func(p *PE) Handler) {
+	n, err := NewNode(Config{NumPEs: numPEs}, mk)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -15,6 +15,12 @@ func BenchmarkPERoundTrip(b *testing.B) {
 	if _, err := n.Wait(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkPERoundTrip is the PE layer alone: two PEs bounce an envelope
+// through their inboxes with a handler that does nothing else.
+func BenchmarkPERoundTrip(b *testing.B) {
+	runNode(b, 2, func(p *PE) Handler { return &pingPong{limit: 2 * b.N} })
 }
 
 type streamH struct{ left int }
@@ -37,16 +43,7 @@ func (h *streamH) Handle(p *PE, env *Envelope) {
 
 // BenchmarkPEStream is the PE layer alone: PE 0 streams envelopes to PE 1.
 func BenchmarkPEStream(b *testing.B) {
-	n, err := NewNode(Config{NumPEs: 2}, func(p *PE) Handler { return &streamH{left: b.N} })
-	if err != nil {
-		b.Fatal(err)
-	}
-	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
-	b.ResetTimer()
-	n.Start()
-	if _, err := n.Wait(); err != nil {
-		b.Fatal(err)
-	}
+	runNode(b, 2, func(p *PE) Handler { return &streamH{left: b.N} })
 }
 
 type selfH struct{ left int }
@@ -61,14 +58,5 @@ func (h *selfH) Handle(p *PE, env *Envelope) {
 
 // BenchmarkPELocalHop is the PE layer's floor for a same-PE send + dispatch.
 func BenchmarkPELocalHop(b *testing.B) {
-	n, err := NewNode(Config{NumPEs: 1}, func(p *PE) Handler { return &selfH{left: b.N} })
-	if err != nil {
-		b.Fatal(err)
-	}
-	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
-	b.ResetTimer()
-	n.Start()
-	if _, err := n.Wait(); err != nil {
-		b.Fatal(err)
-	}
+	runNode(b, 1, func(p *PE) Handler { return &selfH{left: b.N} })
 }

@@ -114,7 +114,7 @@ func (t *Type[C, A]) create(ctx *Ctx, kind manager.CollKind, bounds []int, spars
 	}
 	cm := &manager.CreateMsg{
 		Coll: ctx.m.NewCollectionID(), Kind: kind, Type: t.info.id, Name: t.info.name,
-		Bounds: bounds, Sparse: sparse, Arg: manager.Lazy{V: arg},
+		Bounds: bounds, Sparse: sparse, Migratable: t.info.migratable, Arg: manager.Lazy{V: arg},
 	}
 	for _, o := range opts {
 		o(cm)

@@ -130,7 +130,10 @@ func WriteUsage(w io.Writer) { fmt.Fprintf(w, RuntimeUsage, runtime.GOMAXPROCS(0
 
 // Stats is what a finished run reports.
 type Stats struct {
-	PEs []pe.Stats
+	PEs []pe.Stats // envelopes per PE, runtime traffic included
+	// Ops sums, over PEs, what the program asked for: sends, multicasts,
+	// deliveries, broadcasts, contributions, with payload bytes.
+	Ops manager.Stats
 }
 
 // Result is how a run ended.
@@ -182,6 +185,7 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 	res := Result{Code: code, Err: err}
 	for i := 0; i < node.NumPEs(); i++ {
 		res.Stats.PEs = append(res.Stats.PEs, node.PE(i).Stats)
+		res.Stats.Ops.Add(manager.Of(node.PE(i)).Stats)
 	}
 	return res
 }

@@ -15,6 +15,8 @@ import (
 // root itself, so it reaches elements whose insertion the caller requested
 // before broadcasting.
 func (m *Manager) Broadcast(coll uint32, typ uint32, payload any) {
+	m.Stats.Broadcasts++
+	m.Stats.bytes(&m.Stats.BroadcastBytes, payload)
 	m.send(0, &pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Flags: flagBcastReq, Payload: payload})
 }
 
@@ -134,28 +136,113 @@ func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) 
 	ms := slices.Clone(members)
 	slices.SortFunc(ms, pe.Index.Compare)
 	ms = slices.Compact(ms)
-	homes := make([]int32, len(ms))
-	pes := make([]int, len(ms))
-	for i, ix := range ms {
+	for _, ix := range ms {
 		if err := c.InBounds(ix); err != nil {
 			return 0, fmt.Errorf("section of %s: %w", c.Name, err)
 		}
-		h := m.home(c, ix)
-		if c.get(ix) != nil {
-			h = m.Me()
-		} else if l, ok := c.getLoc(ix); ok && l.pe >= 0 {
-			h = int(l.pe)
-		}
-		homes[i], pes[i] = int32(h), h
 	}
 	m.nextSec++
 	id := uint64(m.Me()+1)<<40 | m.nextSec
+	b := &sectionBuild{id: id, coll: c.ID, members: ms, homes: make([]int32, len(ms))}
+	// Each member is delivered to and counted on the PE where it is now, so
+	// multicasts need no forwarding. Members whose PE this PE does not know
+	// are looked up at their home first; until the section is set up its
+	// multicasts and contributions wait at the root.
+	for i, ix := range ms {
+		switch l, ok := c.getLoc(ix); {
+		case c.get(ix) != nil:
+			b.homes[i] = int32(m.Me())
+		case ok && l.pe >= 0:
+			b.homes[i] = l.pe
+		case m.home(c, ix) == m.Me() || !c.Sparse:
+			b.homes[i] = int32(m.home(c, ix)) // the home knows it, and holds it unless it moved
+		default:
+			b.homes[i] = -1
+			b.missing++
+			m.sendSys(m.home(c, ix), tLocQuery, &LocQueryMsg{Coll: c.ID, Index: ix, Sec: id, From: int32(m.Me())})
+		}
+	}
+	if b.missing == 0 {
+		m.finishSection(b)
+		return id, nil
+	}
+	if m.building == nil {
+		m.building = map[uint64]*sectionBuild{}
+	}
+	m.building[id] = b
+	return id, nil
+}
+
+type sectionBuild struct {
+	id      uint64
+	coll    uint32
+	members []pe.Index
+	homes   []int32
+	missing int
+}
+
+func (m *Manager) finishSection(b *sectionBuild) {
+	pes := make([]int, len(b.homes))
+	for i, h := range b.homes {
+		pes[i] = int(h)
+	}
 	t := SectionTree(m.Me(), pes, m.opt.Branching)
-	sm := &SectionMsg{Sec: id, Coll: c.ID, Tree: t.Members, K: t.K, Members: ms, Homes: homes}
+	sm := &SectionMsg{Sec: b.id, Coll: b.coll, Tree: t.Members, K: t.K, Members: b.members, Homes: b.homes}
 	for _, p := range t.Members {
 		m.sendSys(p, tSection, sm)
 	}
-	return id, nil
+}
+
+// onLocQuery answers where an element is: from its PE, or from its home
+// (which waits for the location if the element is still being inserted).
+func (m *Manager) onLocQuery(env *pe.Envelope) {
+	q := env.Payload.(*LocQueryMsg)
+	c := m.collFor(q.Coll, env)
+	if c == nil {
+		return
+	}
+	reply := func(p int32, moves uint32) {
+		m.sendSys(int(q.From), tLoc, &LocMsg{Coll: q.Coll, Index: q.Index, PE: p, Moves: moves, Sec: q.Sec})
+	}
+	if e := c.get(q.Index); e != nil {
+		reply(int32(m.Me()), e.Moves)
+		return
+	}
+	if l, ok := c.getLoc(q.Index); ok && l.pe >= 0 && int(l.pe) != m.Me() {
+		if m.home(c, q.Index) == m.Me() {
+			reply(l.pe, l.moves)
+		} else {
+			m.send(int(l.pe), env)
+		}
+		return
+	}
+	if m.home(c, q.Index) != m.Me() {
+		m.send(m.home(c, q.Index), env)
+		return
+	}
+	if c.doneInserting {
+		m.failf("section of %s: member %v does not exist", c.Name, q.Index)
+		return
+	}
+	e := *env
+	e.Index = q.Index
+	c.homeBuf[q.Index] = append(c.homeBuf[q.Index], e) // answered by its PE once it exists
+}
+
+func (m *Manager) sectionMemberFound(lm *LocMsg) {
+	b := m.building[lm.Sec]
+	if b == nil {
+		return
+	}
+	i, ok := slices.BinarySearchFunc(b.members, lm.Index, pe.Index.Compare)
+	if !ok || b.homes[i] >= 0 {
+		return
+	}
+	b.homes[i] = lm.PE
+	if b.missing--; b.missing == 0 {
+		delete(m.building, b.id)
+		m.finishSection(b)
+	}
 }
 
 func (m *Manager) onSection(sm *SectionMsg) {
@@ -212,6 +299,8 @@ func (m *Manager) secFor(id uint64, env *pe.Envelope) *Section {
 // travels down the section's tree, and each tree PE delivers to the members
 // homed on it.
 func (m *Manager) Multicast(coll uint32, sec uint64, typ uint32, payload any) {
+	m.Stats.Multicasts++
+	m.Stats.bytes(&m.Stats.MulticastBytes, payload)
 	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Aux: sec, Payload: payload}
 	if root := SectionRoot(sec); root != m.Me() {
 		env.Flags = flagSecReq
@@ -243,6 +332,8 @@ func (m *Manager) onSecHop(env *pe.Envelope) {
 // (sec == 0) or of section sec.
 func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback, v any) {
 	c := e.Coll
+	m.Stats.Contributions++
+	m.Stats.bytes(&m.Stats.ReductionBytes, v)
 	var r uint32
 	home := int(e.RedHome)
 	if sec == 0 {
@@ -285,9 +376,10 @@ func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index
 	}
 	s := m.secs[sec]
 	if s == nil {
+		// Not set up here yet (a section still resolving its members).
 		if env == nil {
-			m.failf("section %d: contribution from %v on PE %d, which does not know the section", sec, key, m.Me())
-			return
+			env = &pe.Envelope{Type: tContrib, Coll: coll, Kind: pe.KindReduction, Payload: &ContribMsg{
+				Coll: coll, Sec: sec, Red: r, Key: key, Reducer: reducer, CB: cb, v: v}}
 		}
 		m.pendingSec[sec] = append(m.pendingSec[sec], *env)
 		return

@@ -81,15 +81,16 @@ const bcastHistory = 512
 
 // Collection is a PE's view of one array, group or main chare.
 type Collection struct {
-	ID      uint32
-	Kind    CollKind
-	Type    uint32
-	Name    string
-	Bounds  []int
-	Map     MapKind
-	MapFn   uint32
-	Sparse  bool
-	Creator int32
+	ID         uint32
+	Kind       CollKind
+	Type       uint32
+	Name       string
+	Bounds     []int
+	Map        MapKind
+	MapFn      uint32
+	Sparse     bool
+	Migratable bool
+	Creator    int32
 
 	local   map[pe.Index]*Element
 	dense   []*Element // lookup by linear index for bounded arrays up to denseLimit elements
@@ -124,6 +125,7 @@ type Manager struct {
 
 	pendingColl map[uint32][]pe.Envelope
 	pendingSec  map[uint64][]pe.Envelope
+	building    map[uint64]*sectionBuild // sections waiting for member locations
 
 	last     *Collection // the collection of the previous message: most runs hit it again
 	nextColl uint32
@@ -134,6 +136,74 @@ type Manager struct {
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64
+	// Stats counts what the program asked for, by kind.
+	Stats Stats
+}
+
+// Stats counts application-level operations and their payload bytes, as a
+// program sees them (not the runtime's own tree hops and bookkeeping).
+// Bytes count payloads whose size is known (see PayloadSize); Unsized counts
+// the others.
+type Stats struct {
+	P2P, P2PBytes                 uint64 // point-to-point sends (callback deliveries included)
+	Multicasts, MulticastBytes    uint64 // section multicasts issued
+	Deliveries                    uint64 // multicast deliveries to section members
+	Broadcasts, BroadcastBytes    uint64 // collection broadcasts issued
+	Contributions, ReductionBytes uint64 // reduction contributions (collections and sections)
+	Unsized                       uint64
+}
+
+// Add accumulates o into s.
+func (s *Stats) Add(o Stats) {
+	s.P2P += o.P2P
+	s.P2PBytes += o.P2PBytes
+	s.Multicasts += o.Multicasts
+	s.MulticastBytes += o.MulticastBytes
+	s.Deliveries += o.Deliveries
+	s.Broadcasts += o.Broadcasts
+	s.BroadcastBytes += o.BroadcastBytes
+	s.Contributions += o.Contributions
+	s.ReductionBytes += o.ReductionBytes
+	s.Unsized += o.Unsized
+}
+
+// Sizer is implemented by payloads that know their size on the wire.
+type Sizer interface{ WireSize() int }
+
+// PayloadSize is the wire size of a payload when it can be known cheaply, or
+// -1.
+func PayloadSize(v any) int {
+	switch x := v.(type) {
+	case nil:
+		return 0
+	case Sizer:
+		return x.WireSize()
+	case []float64:
+		return 8 * len(x)
+	case []int64:
+		return 8 * len(x)
+	case []byte:
+		return len(x)
+	case string:
+		return len(x)
+	case float64, int64, int, uint64:
+		return 8
+	case int32, uint32, float32:
+		return 4
+	case bool:
+		return 1
+	case struct{}:
+		return 0
+	}
+	return -1
+}
+
+func (s *Stats) bytes(n *uint64, v any) {
+	if sz := PayloadSize(v); sz >= 0 {
+		*n += uint64(sz)
+	} else {
+		s.Unsized++
+	}
 }
 
 // New makes the manager of PE p.
@@ -233,6 +303,8 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		m.onMigrate(env)
 	case tMigrateReq:
 		m.onMigrateReq(env)
+	case tLocQuery:
+		m.onLocQuery(env)
 	case tDelete:
 		m.onDelete(env)
 	case tDeath:
@@ -500,7 +572,7 @@ func (m *Manager) onCreate(cm *CreateMsg) {
 	}
 	c := &Collection{
 		ID: cm.Coll, Kind: cm.Kind, Type: cm.Type, Name: cm.Name, Bounds: cm.Bounds,
-		Map: cm.Map, MapFn: cm.MapFn, Sparse: cm.Sparse, Creator: cm.Creator,
+		Map: cm.Map, MapFn: cm.MapFn, Sparse: cm.Sparse, Migratable: cm.Migratable, Creator: cm.Creator,
 		local: map[pe.Index]*Element{}, locs: map[pe.Index]loc{}, homeBuf: map[pe.Index][]pe.Envelope{},
 	}
 	c.tree = PETree(m.NumPEs(), 0, m.opt.Branching)
@@ -610,6 +682,9 @@ func (m *Manager) Insert(c *Collection, ix pe.Index, onPE int, arg Lazy) error {
 	// The creation goes out before the location notice so the new element's
 	// PE always has it before any message the home forwards to it.
 	m.send(onPE, &pe.Envelope{Type: tInsert, Kind: pe.KindSystem, Coll: c.ID, Payload: &InsertMsg{Coll: c.ID, Index: ix, Arg: arg}})
+	if _, known := c.getLoc(ix); !known && onPE != m.Me() {
+		c.setLoc(ix, loc{pe: int32(onPE)}) // the inserter knows where it put it
+	}
 	if h != onPE {
 		m.sendSys(h, tLoc, &LocMsg{Coll: c.ID, Index: ix, PE: int32(onPE)})
 	}

@@ -96,16 +96,17 @@ const (
 
 // CreateMsg makes a collection on every PE.
 type CreateMsg struct {
-	Coll    uint32
-	Kind    CollKind
-	Type    uint32 // chare type (host registry)
-	Name    string
-	Bounds  []int // nil: sparse
-	Map     MapKind
-	MapFn   uint32 // MapUser: registered placement function
-	Sparse  bool   // elements come by Insert; reductions wait for DoneInserting
-	Arg     Lazy
-	Creator int32
+	Coll       uint32
+	Kind       CollKind
+	Type       uint32 // chare type (host registry)
+	Name       string
+	Bounds     []int // nil: sparse
+	Map        MapKind
+	MapFn      uint32 // MapUser: registered placement function
+	Sparse     bool   // elements come by Insert; reductions wait for DoneInserting
+	Migratable bool   // load balancers may move its elements
+	Arg        Lazy
+	Creator    int32
 }
 
 // InsertMsg creates one element on the receiving PE.
@@ -134,6 +135,15 @@ type LocMsg struct {
 	Index pe.Index
 	PE    int32
 	Moves uint32
+	Sec   uint64 // the answer to a section's location query
+}
+
+// LocQueryMsg asks where an element is, for a section being built.
+type LocQueryMsg struct {
+	Coll  uint32
+	Index pe.Index
+	Sec   uint64
+	From  int32
 }
 
 // MigrateMsg carries an element to its new PE.
@@ -274,7 +284,7 @@ type QDReplyMsg struct {
 var (
 	tCreate, tInsert, tDone, tCount, tLoc, tMigrate, tMigrateReq, tDelete, tDeath uint32
 	tSection, tContrib, tPartial, tFuture, tSync, tPlan, tPlanDone, tResume       uint32
-	tQDProbe, tQDReply                                                            uint32
+	tQDProbe, tQDReply, tLocQuery                                                 uint32
 )
 
 func init() {
@@ -297,6 +307,7 @@ func init() {
 	tResume = RegisterMsgpackType[*ResumeMsg]("mgr.resume")
 	tQDProbe = RegisterMsgpackType[*QDProbeMsg]("mgr.qdProbe")
 	tQDReply = RegisterMsgpackType[*QDReplyMsg]("mgr.qdReply")
+	tLocQuery = RegisterMsgpackType[*LocQueryMsg]("mgr.locQuery")
 }
 
 func reducerCodec(id uint32) (*Reducer, error) {

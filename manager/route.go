@@ -31,6 +31,12 @@ func (m *Manager) SendTo(coll uint32, ix pe.Index, typ uint32, payload any) erro
 // set) to its element.
 func (m *Manager) SendEnv(env *pe.Envelope) error {
 	coll, ix, typ := env.Coll, env.Index, env.Type
+	m.Stats.P2P++
+	if env.Flags == FlagInline {
+		m.Stats.P2PBytes += pe.InlineSize
+	} else {
+		m.Stats.bytes(&m.Stats.P2PBytes, env.Payload)
+	}
 	c := m.coll(coll)
 	if c == nil {
 		// The creation has not reached this PE yet: route once it has.
@@ -105,6 +111,7 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 		m.deliverBcast(e, env)
 		return
 	case flagSecElem:
+		m.Stats.Deliveries++
 		mem := e.Secs[env.Aux]
 		if mem == nil {
 			if e.Secs == nil {
@@ -168,6 +175,9 @@ func (m *Manager) onLoc(env *pe.Envelope) {
 	c := m.collFor(lm.Coll, env)
 	if c == nil {
 		return
+	}
+	if lm.Sec != 0 {
+		m.sectionMemberFound(lm)
 	}
 	if c.get(lm.Index) != nil {
 		return // we hold it: nothing is newer

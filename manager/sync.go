@@ -97,7 +97,7 @@ func (m *Manager) syncCheckRoot(c *Collection) {
 	}
 	c.sync.planned = true
 	var moves []Move
-	if m.opt.Strategy != nil && c.Kind == CollArray && m.host != nil {
+	if m.opt.Strategy != nil && c.Kind == CollArray && c.Migratable {
 		moves = m.opt.Strategy(c.Name, m.NumPEs(), c.sync.places)
 	}
 	plan := &PlanMsg{Coll: c.ID, Moves: moves}

@@ -117,8 +117,9 @@ type Section struct {
 	ID      uint64
 	Coll    uint32
 	Tree    *Tree
-	Members []pe.Index // members homed on this PE
+	Members []pe.Index // members homed on this PE (a member listed k times appears k times)
 	homes   map[pe.Index]int32
+	mult    map[pe.Index]uint32
 	red     *Reduction
 }
 
@@ -135,7 +136,9 @@ func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) 
 	}
 	ms := slices.Clone(members)
 	slices.SortFunc(ms, pe.Index.Compare)
-	ms = slices.Compact(ms)
+	// Duplicates stay: a member listed k times gets every multicast k times
+	// and makes k contributions to each of the section's reductions
+	// (LeanMD's compute pairing a cell with its own periodic image).
 	for _, ix := range ms {
 		if err := c.InBounds(ix); err != nil {
 			return 0, fmt.Errorf("section of %s: %w", c.Name, err)
@@ -159,7 +162,9 @@ func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) 
 		default:
 			b.homes[i] = -1
 			b.missing++
-			m.sendSys(m.home(c, ix), tLocQuery, &LocQueryMsg{Coll: c.ID, Index: ix, Sec: id, From: int32(m.Me())})
+			if i == 0 || ms[i-1] != ix { // one query per distinct member
+				m.sendSys(m.home(c, ix), tLocQuery, &LocQueryMsg{Coll: c.ID, Index: ix, Sec: id, From: int32(m.Me())})
+			}
 		}
 	}
 	if b.missing == 0 {
@@ -238,8 +243,11 @@ func (m *Manager) sectionMemberFound(lm *LocMsg) {
 	if !ok || b.homes[i] >= 0 {
 		return
 	}
-	b.homes[i] = lm.PE
-	if b.missing--; b.missing == 0 {
+	for ; i < len(b.members) && b.members[i] == lm.Index; i++ {
+		b.homes[i] = lm.PE
+		b.missing--
+	}
+	if b.missing == 0 {
 		delete(m.building, b.id)
 		m.finishSection(b)
 	}
@@ -252,7 +260,10 @@ func (m *Manager) onSection(sm *SectionMsg) {
 	}
 	t := NewTree(sm.Tree, sm.K)
 	me := m.Me()
-	s := &Section{ID: sm.Sec, Coll: sm.Coll, Tree: t, homes: make(map[pe.Index]int32, len(sm.Members))}
+	s := &Section{ID: sm.Sec, Coll: sm.Coll, Tree: t, homes: make(map[pe.Index]int32, len(sm.Members)), mult: map[pe.Index]uint32{}}
+	for _, ix := range sm.Members {
+		s.mult[ix]++
+	}
 	kids := t.Children(me, nil)
 	s.red = NewReduction(t.Parent(me), kids)
 	below := make(map[int]int, len(kids)) // PE -> child whose subtree holds it
@@ -323,7 +334,7 @@ func (m *Manager) onSecHop(env *pe.Envelope) {
 	}
 	for _, ix := range s.Members {
 		one := *env
-		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())
+		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(s.mult[ix])<<32
 		m.route(c, &one)
 	}
 }
@@ -349,7 +360,10 @@ func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback
 			e.Secs[sec] = mem
 		}
 		r = mem.RedNo
-		mem.RedNo++
+		if mem.Count++; mem.Count >= max(mem.Mult, 1) {
+			mem.RedNo++
+			mem.Count = 0
+		}
 		home = int(mem.Home)
 		if home < 0 {
 			home = SectionRoot(sec) // it knows every member's home

@@ -165,6 +165,8 @@ type SecMembership struct {
 	Sec   uint64
 	Home  int32
 	RedNo uint32
+	Mult  uint32 // times the element is listed in the section (contributions per round)
+	Count uint32 // contributions made to round RedNo so far
 }
 
 // MigrateReqMsg asks an element's PE to move it.

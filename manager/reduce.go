@@ -3,6 +3,7 @@ package manager
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -346,7 +347,8 @@ func (s *Reduction) add(rd *round, key pe.Index, reducer uint32, cb Callback, v 
 		rd.p.Items = append(items, Item{key, v}) // contributions usually come in index order
 		return nil
 	}
-	i, _ := slices.BinarySearchFunc(items, key, func(it Item, k pe.Index) int { return it.Key.Compare(k) })
+	// After any equal keys: a member listed twice contributes twice, in order.
+	i := sort.Search(len(items), func(i int) bool { return items[i].Key.Compare(key) > 0 })
 	rd.p.Items = slices.Insert(items, i, Item{key, v})
 	return nil
 }

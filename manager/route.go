@@ -120,7 +120,7 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 			mem = &SecMembership{Sec: env.Aux}
 			e.Secs[env.Aux] = mem
 		}
-		mem.Home = int32(env.Seq)
+		mem.Home, mem.Mult = int32(uint32(env.Seq)), uint32(env.Seq>>32)
 	}
 	m.host.Invoke(m, e, env)
 	m.afterInvoke(e)

@@ -402,7 +402,7 @@ func decodePartial(b []byte) (any, error) {
 			}
 			p.Items = make([]Item, len(m.Keys))
 			for i := range m.Keys {
-				if i > 0 && m.Keys[i-1].Compare(m.Keys[i]) >= 0 {
+				if i > 0 && m.Keys[i-1].Compare(m.Keys[i]) > 0 {
 					return nil, fmt.Errorf("partial items out of order at %d", i)
 				}
 				v, err := r.Codec.Decode(m.Vals[i])

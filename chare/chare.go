@@ -15,6 +15,7 @@ package chare
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"runtime/debug"
 	"sync"
@@ -376,6 +377,11 @@ func (h *host) ResumeFromSync(m *manager.Manager, e *manager.Element) {
 }
 
 func (h *host) Quiescent(m *manager.Manager, tag uint64) {
+	if tag == 0 && os.Getenv("CHARMGO_DEBUG_QD") != "" {
+		for i := 0; i < m.NumPEs(); i++ {
+			manager.Of(m.PE.Node().PE(i)).DumpState(os.Stderr) // diagnostic only: other PEs are idle
+		}
+	}
 	if tag == 0 {
 		m.PE.Node().Stop(0)
 		return

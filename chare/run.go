@@ -25,8 +25,11 @@ type Config struct {
 	Args      []string
 }
 
-// ErrHelp is returned by ParseFlags when --help was asked for; the usage
-// was written.
+// MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per
+// destination PE, so the cost grows with the square of the count.
+const MaxPEs = 1024
+
+// ErrHelp is returned by ParseFlags when --help was asked for.
 var ErrHelp = errors.New("help requested")
 
 // RuntimeUsage lists the runtime flags every charmgo program accepts.
@@ -40,10 +43,21 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --help                 this text
 `
 
+// Flag is a program's own command-line flag, parsed next to the runtime's.
+type Flag struct {
+	Name  string // with its dashes: "--progress"
+	Arg   string // the value's name in the usage ("N"); empty for a boolean flag
+	Usage string
+	Set   func(value string) error // value is "" for a boolean flag
+}
+
 // ParseFlags takes the runtime flags out of args (Charm++ spellings and Go
 // style both accepted, anywhere on the line) and returns the config with the
 // program's own arguments in Args. "--" ends runtime flags.
-func ParseFlags(args []string) (Config, error) {
+func ParseFlags(args []string) (Config, error) { return ParseFlagsWith(args, nil) }
+
+// ParseFlagsWith is ParseFlags for a program that has flags of its own.
+func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 	cfg := Config{PEs: runtime.GOMAXPROCS(0), Branching: manager.DefaultBranching}
 	num := func(flag, v string, min, max int) (int, error) {
 		n, err := strconv.Atoi(v)
@@ -84,7 +98,7 @@ func ParseFlags(args []string) (Config, error) {
 		switch name {
 		case "+p", "--pes", "-pes":
 			if v, err = value(); err == nil {
-				cfg.PEs, err = num(name, v, 1, 4096)
+				cfg.PEs, err = num(name, v, 1, MaxPEs)
 			}
 		case "--wire-check":
 			cfg.WireCheck = true
@@ -103,6 +117,20 @@ func ParseFlags(args []string) (Config, error) {
 		case "--help", "-h", "-help", "+help":
 			return cfg, ErrHelp
 		default:
+			if f := findFlag(own, name); f != nil {
+				v := ""
+				if f.Arg != "" {
+					if v, err = value(); err != nil {
+						return cfg, err
+					}
+				} else if hasVal {
+					return cfg, fmt.Errorf("flag %s takes no value", name)
+				}
+				if err := f.Set(v); err != nil {
+					return cfg, fmt.Errorf("flag %s: %w", name, err)
+				}
+				continue
+			}
 			if strings.HasPrefix(a, "+") || (strings.HasPrefix(a, "--") && len(a) > 2) {
 				return cfg, fmt.Errorf("unknown runtime flag %s (see --help)", a)
 			}
@@ -113,6 +141,30 @@ func ParseFlags(args []string) (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+func findFlag(fs []Flag, name string) *Flag {
+	for i := range fs {
+		if fs[i].Name == name {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+// WriteFlagUsage writes a program's own flags in the runtime usage's style.
+func WriteFlagUsage(w io.Writer, fs []Flag) {
+	for _, f := range fs {
+		head := f.Name
+		if f.Arg != "" {
+			head += " " + f.Arg
+		}
+		if len(head) < 22 {
+			fmt.Fprintf(w, "  %-22s %s\n", head, f.Usage)
+		} else {
+			fmt.Fprintf(w, "  %s\n  %-22s %s\n", head, "", f.Usage)
+		}
+	}
 }
 
 func balancerName(v string) (string, error) {

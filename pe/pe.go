@@ -326,6 +326,7 @@ type PE struct {
 	outSys     [][]Envelope
 	dirty      []bool
 	dirtyList  []int
+	cur        Envelope // the envelope being dispatched (handlers must not keep a pointer to it)
 	sinceFlush int
 	flushEvery int
 	spin       int
@@ -466,10 +467,13 @@ func (p *PE) run() {
 			p.park()
 			continue
 		}
-		env := &q.buf[q.head]
-		p.dispatch(env)
-		*env = Envelope{}
+		// Take the envelope out before dispatching it: the handler may send
+		// to this PE, and pushing can move the queue's contents.
+		p.cur = q.buf[q.head]
+		q.buf[q.head] = Envelope{}
 		q.head++
+		p.dispatch(&p.cur)
+		p.cur = Envelope{}
 		p.Stats.Processed++
 		if p.sinceFlush++; p.sinceFlush >= p.flushEvery {
 			p.Flush()

@@ -159,3 +159,39 @@ func TestHandlerPanicStopsEveryPE(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.ErrorContains(t, err, "PE 1: panic handling pe.test: bad message")
 }
+
+type fanout struct {
+	n, got, want int
+	seen         map[uint64]bool
+	dup          bool
+}
+
+// Each message sends several more to its own PE, so the local queue grows
+// past its compaction threshold while envelopes are being dispatched: none
+// may be lost or delivered twice.
+func (h *fanout) Handle(p *PE, env *Envelope) {
+	if h.seen[env.Seq] {
+		h.dup = true
+	}
+	h.seen[env.Seq] = true
+	h.got++
+	for i := 0; i < 3 && h.n < h.want; i++ {
+		h.n++
+		p.Send(p.ID(), &Envelope{Type: testType, Kind: KindP2P, Seq: uint64(h.n)})
+	}
+	if h.got == h.want+1 {
+		p.Node().Stop(0)
+	}
+}
+
+func TestLocalQueueSurvivesGrowthDuringDispatch(t *testing.T) {
+	h := &fanout{want: 20000, seen: map[uint64]bool{}}
+	n, err := NewNode(Config{NumPEs: 1}, func(p *PE) Handler { return h })
+	require.NoError(t, err)
+	n.Inject(0, Envelope{Type: testType, Kind: KindP2P, Seq: 0})
+	n.Start()
+	_, err = n.Wait()
+	require.NoError(t, err)
+	require.False(t, h.dup)
+	require.Equal(t, h.want+1, h.got)
+}

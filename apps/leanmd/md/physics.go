@@ -1,0 +1,243 @@
+package md
+
+import "math"
+
+// Constants of the Charm++ LeanMD (defs.h). The products are computed at
+// run time, as the C++ computes them (one rounding per operation), not
+// folded exactly by the Go compiler.
+var (
+	mantMass, mantA, mantB = 1.67, 1.1328, 2.23224
+
+	HydrogenMass = mantMass * 1e-24  // g
+	VdwA         = mantA * 1e-133    // (g m²/s²) m¹²
+	VdwB         = mantB * 1e-76     // (g m²/s²) m⁶
+	EnergyVar    = float64(1) * 1e-5 // the original's absolute energy tolerance
+)
+
+const (
+	PtpCutOff   = 26 // Å: atoms interact when 1 < r² < 26²
+	CellMargin  = 4
+	KAwayX      = 2
+	KAwayY      = 2
+	KAwayZ      = 1
+	NbrsX       = 2*KAwayX + 1
+	NbrsY       = 2*KAwayY + 1
+	NbrsZ       = 2*KAwayZ + 1
+	NumNbrs     = NbrsX * NbrsY * NbrsZ // 75 neighbour offsets, the cell itself included
+	CellSizeX   = (PtpCutOff + CellMargin) / KAwayX
+	CellSizeY   = (PtpCutOff + CellMargin) / KAwayY
+	CellSizeZ   = (PtpCutOff + CellMargin) / KAwayZ
+	PerDim      = 10
+	Gap         = 3
+	PartsStart  = 100
+	PartsEnd    = 250
+	MigrateStep = 20
+	Delta       = 1   // fs
+	MaxVelocity = 0.1 // Å/fs
+
+	cutoffSqd = PtpCutOff * PtpCutOff
+)
+
+// Vec3 is a position, velocity, acceleration or force.
+type Vec3 struct{ X, Y, Z float64 }
+
+// Particle is one atom.
+type Particle struct {
+	Mass          float64
+	Pos, Acc, Vel Vec3
+}
+
+// Rand48 reproduces the C library's drand48/srand48: a 48-bit linear
+// congruential generator whose output is its state divided by 2⁴⁸ (exact in
+// a float64), so LeanMD's initial velocities match the C++ bit for bit.
+type Rand48 struct{ x uint64 }
+
+const mask48 = 1<<48 - 1
+
+// NewRand48 is srand48(seed).
+func NewRand48(seed int64) *Rand48 {
+	return &Rand48{x: (uint64(uint32(seed))<<16 | 0x330E) & mask48}
+}
+
+// Float64 is drand48().
+func (r *Rand48) Float64() float64 {
+	r.x = (0x5DEECE66D*r.x + 0xB) & mask48
+	return float64(r.x) / (1 << 48)
+}
+
+// numParticles is how many atoms cell id of numCells starts with: the
+// original's deliberate ramp from 100 to 250 (integer division).
+func numParticles(id, numCells int) int {
+	return PartsStart + (id*(PartsEnd-PartsStart))/numCells
+}
+
+// initialParticles places cell (x,y,z)'s atoms on the original's lattice and
+// draws their velocities from drand48 seeded with the cell's id.
+func initialParticles(x, y, z, dimX, dimY, dimZ int) []Particle {
+	id := z + dimZ*(y+x*dimY)
+	n := numParticles(id, dimX*dimY*dimZ)
+	rng := NewRand48(int64(id))
+	ps := make([]Particle, n)
+	for i := range ps {
+		p := &ps[i]
+		p.Mass = HydrogenMass
+		p.Pos.X = float64(Gap)/2 + float64(x*CellSizeX) + float64(((i*KAwayY*KAwayZ)/(PerDim*PerDim))*Gap)
+		p.Pos.Y = float64(Gap)/2 + float64(y*CellSizeY) + float64((((i*KAwayZ)/PerDim)%(PerDim/KAwayY))*Gap)
+		p.Pos.Z = float64(Gap)/2 + float64(z*CellSizeZ) + float64((i%(PerDim/KAwayZ))*Gap)
+		// ((d - 0.5) * 0.2) * 0.1, in that order, as the C++ evaluates it
+		p.Vel.X = (rng.Float64() - 0.5) * .2 * MaxVelocity
+		p.Vel.Y = (rng.Float64() - 0.5) * .2 * MaxVelocity
+		p.Vel.Z = (rng.Float64() - 0.5) * .2 * MaxVelocity
+	}
+	return ps
+}
+
+// kernel holds what the force loops need, hoisted out of them.
+type kernel struct {
+	a12, b6 float64 // 12·A and 6·B
+	doPE    bool    // accumulate potential energy this step
+	origPE  bool    // the original's energy guard (never true: see README)
+	sign    float64 // +1; -1 only in the test that proves a broken kernel fails the energy check
+}
+
+func newKernel(doEnergy, original bool) kernel {
+	return kernel{a12: 12 * VdwA, b6: 6 * VdwB, doPE: doEnergy, origPE: original, sign: 1}
+}
+
+// pair computes the force of one pair at separation (dx,dy,dz) Å with
+// r² = rsqd Å² inside the cutoff, and its potential energy. It is written
+// so the compiler inlines it into both loops.
+func (k *kernel) pair(dx, dy, dz, rsqd float64) (fx, fy, fz, e float64) {
+	r2 := rsqd * 1e-20 // m²
+	inv := 1 / r2
+	inv6 := inv * inv * inv // 1/r⁶
+	inv12 := inv6 * inv6    // 1/r¹²
+	// F·r = 12A/r¹² − 6B/r⁶; F/r in the separation's Å: × 1e-10.
+	fr := k.sign * (k.a12*inv12 - k.b6*inv6) * inv * 1e-10
+	if k.doPE && (!k.origPE || r2 > 2) {
+		e = VdwA*inv12 - VdwB*inv6
+	}
+	return dx * fr, dy * fr, dz * fr, e
+}
+
+// selfForces adds the forces between every pair of atoms of one cell
+// (j > i) to f and returns their potential energy.
+func (k *kernel) selfForces(pos []Vec3, f []Vec3) float64 {
+	var energy float64
+	for i := range pos {
+		pi := pos[i]
+		var fxi, fyi, fzi float64
+		rest := pos[i+1:]
+		fr := f[i+1:]
+		for j := range rest {
+			dx := pi.X - rest[j].X
+			dy := pi.Y - rest[j].Y
+			dz := pi.Z - rest[j].Z
+			rsqd := dx*dx + dy*dy + dz*dz
+			if rsqd > 1 && rsqd < cutoffSqd {
+				fx, fy, fz, e := k.pair(dx, dy, dz, rsqd)
+				energy += e
+				fxi += fx
+				fyi += fy
+				fzi += fz
+				fr[j].X -= fx
+				fr[j].Y -= fy
+				fr[j].Z -= fz
+			}
+		}
+		f[i].X += fxi
+		f[i].Y += fyi
+		f[i].Z += fzi
+	}
+	return energy
+}
+
+// pairForces adds the forces between the atoms of two cells to fa and fb
+// and returns their potential energy. shift is added to b's positions: it
+// puts the second cell at the periodic image the pair stands for.
+func (k *kernel) pairForces(a, b []Vec3, shift Vec3, fa, fb []Vec3) float64 {
+	var energy float64
+	fb = fb[:len(b)]
+	for i := range a {
+		// separation = a − (b + shift) = (a − shift) − b
+		xi, yi, zi := a[i].X-shift.X, a[i].Y-shift.Y, a[i].Z-shift.Z
+		var fxi, fyi, fzi float64
+		for j := range b {
+			dx := xi - b[j].X
+			dy := yi - b[j].Y
+			dz := zi - b[j].Z
+			rsqd := dx*dx + dy*dy + dz*dz
+			if rsqd > 1 && rsqd < cutoffSqd {
+				fx, fy, fz, e := k.pair(dx, dy, dz, rsqd)
+				energy += e
+				fxi += fx
+				fyi += fy
+				fzi += fz
+				fb[j].X -= fx
+				fb[j].Y -= fy
+				fb[j].Z -= fz
+			}
+		}
+		fa[i].X += fxi
+		fa[i].Y += fyi
+		fa[i].Z += fzi
+	}
+	return energy
+}
+
+// imageShift is how far the second cell of a pair compute must be moved so
+// that it sits at the compute's offset from the first: its unwrapped
+// position minus the wrapped one, in Å. Each compute thereby interacts its
+// first cell with exactly one periodic image of its neighbour.
+func imageShift(x1, y1, z1, dx, dy, dz, dimX, dimY, dimZ int) Vec3 {
+	s := func(c, d, dim, size int) float64 {
+		u := c + d
+		return float64((u - wrap(u, dim)) * size)
+	}
+	return Vec3{s(x1, dx, dimX, CellSizeX), s(y1, dy, dimY, CellSizeY), s(z1, dz, dimZ, CellSizeZ)}
+}
+
+// originalShift reproduces the C++ pair compute's wrap test: when the two
+// cells' (wrapped) indices differ by more than 1 along an axis, the first
+// cell's atoms are moved by a whole box towards the second. It is wrong for
+// KAWAY = 2 and for boxes under 5 cells (a pair is counted against the
+// wrong image, or twice); --original-physics restores it. Returned as the
+// equivalent shift of the second cell.
+func originalShift(c1, c2 [3]int32, dimX, dimY, dimZ int) Vec3 {
+	s := func(a, b int32, dim, size int) float64 {
+		if abs32(a-b) <= 1 {
+			return 0
+		}
+		diff := float64(size * dim)
+		if b < a {
+			diff = -diff
+		}
+		return -diff // moving the first by +diff = moving the second by -diff
+	}
+	return Vec3{s(c1[0], c2[0], dimX, CellSizeX), s(c1[1], c2[1], dimY, CellSizeY), s(c1[2], c2[2], dimZ, CellSizeZ)}
+}
+
+func abs32(v int32) int32 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+func wrap(a, dim int) int { return ((a % dim) + dim) % dim }
+
+// kineticEnergy is the original's ½mv² × 10¹⁰ ("milliJoules").
+func kineticEnergy(p *Particle) float64 {
+	v := p.Vel
+	return 0.5 * p.Mass * (v.X*v.X + v.Y*v.Y + v.Z*v.Z) * 1e10
+}
+
+func clampVelocity(v float64) float64 {
+	if math.Abs(v) > MaxVelocity {
+		if v < 0 {
+			return -MaxVelocity
+		}
+		return MaxVelocity
+	}
+	return v
+}

@@ -608,8 +608,7 @@ func (c *Compute) Init(ctx *chare.Ctx, p Params) {
 // once, a pair compute when it has both cells'.
 func (c *Compute) CalculateForces(ctx *chare.Ctx, m PositionsMsg) {
 	doEnergy := c.Step == 1 || c.Step == c.P.Steps
-	k := newKernel(doEnergy, c.P.Original)
-	k.sign = forceSign
+	k := newKernelSign(doEnergy, c.P.Original, forceSign)
 	var e float64
 	if c.Self {
 		f := make([]Vec3, len(m.Pos))

@@ -93,50 +93,66 @@ func initialParticles(x, y, z, dimX, dimY, dimZ int) []Particle {
 }
 
 // kernel holds what the force loops need, hoisted out of them.
+//
+// The loops work in Å: with q = 1/r²_Å, the force over the separation is
+// (12A·10¹³⁰·q⁶ − 6B·10⁷⁰·q³)·q and the energy A·10¹²⁰·q⁶ − B·10⁶⁰·q³ —
+// the original's formula with its unit conversions (r² × 10⁻²⁰, × 10⁻¹⁰)
+// folded into the constants, so a pair costs one division.
 type kernel struct {
-	a12, b6 float64 // 12·A and 6·B
+	a12, b6 float64 // force constants (sign included)
+	ea, eb  float64 // energy constants
 	doPE    bool    // accumulate potential energy this step
 	origPE  bool    // the original's energy guard (never true: see README)
-	sign    float64 // +1; -1 only in the test that proves a broken kernel fails the energy check
 }
 
 func newKernel(doEnergy, original bool) kernel {
-	return kernel{a12: 12 * VdwA, b6: 6 * VdwB, doPE: doEnergy, origPE: original, sign: 1}
+	return newKernelSign(doEnergy, original, 1)
 }
 
-// pair computes the force of one pair at separation (dx,dy,dz) Å with
-// r² = rsqd Å² inside the cutoff, and its potential energy. It is written
-// so the compiler inlines it into both loops.
-func (k *kernel) pair(dx, dy, dz, rsqd float64) (fx, fy, fz, e float64) {
-	r2 := rsqd * 1e-20 // m²
-	inv := 1 / r2
-	inv6 := inv * inv * inv // 1/r⁶
-	inv12 := inv6 * inv6    // 1/r¹²
-	// F·r = 12A/r¹² − 6B/r⁶; F/r in the separation's Å: × 1e-10.
-	fr := k.sign * (k.a12*inv12 - k.b6*inv6) * inv * 1e-10
-	if k.doPE && (!k.origPE || r2 > 2) {
-		e = VdwA*inv12 - VdwB*inv6
+// newKernelSign makes a kernel whose forces are multiplied by sign: -1 only
+// in the test that proves a broken kernel fails the energy check.
+func newKernelSign(doEnergy, original bool, sign float64) kernel {
+	return kernel{
+		a12: sign * 12 * VdwA * 1e130, b6: sign * 6 * VdwB * 1e70,
+		ea: VdwA * 1e120, eb: VdwB * 1e60,
+		doPE: doEnergy, origPE: original,
 	}
-	return dx * fr, dy * fr, dz * fr, e
+}
+
+// energy of a pair with q = 1/r²_Å (the original's guard compares r² in m²
+// with 2, which never holds: it adds no potential energy at all).
+func (k *kernel) energy(q, q3 float64, rsqd float64) float64 {
+	if k.origPE && rsqd*1e-20 <= 2 {
+		return 0
+	}
+	return k.ea*q3*q3 - k.eb*q3
 }
 
 // selfForces adds the forces between every pair of atoms of one cell
 // (j > i) to f and returns their potential energy.
 func (k *kernel) selfForces(pos []Vec3, f []Vec3) float64 {
 	var energy float64
+	a12, b6 := k.a12, k.b6
+	f = f[:len(pos)]
 	for i := range pos {
 		pi := pos[i]
 		var fxi, fyi, fzi float64
 		rest := pos[i+1:]
 		fr := f[i+1:]
+		fr = fr[:len(rest)]
 		for j := range rest {
 			dx := pi.X - rest[j].X
 			dy := pi.Y - rest[j].Y
 			dz := pi.Z - rest[j].Z
 			rsqd := dx*dx + dy*dy + dz*dz
 			if rsqd > 1 && rsqd < cutoffSqd {
-				fx, fy, fz, e := k.pair(dx, dy, dz, rsqd)
-				energy += e
+				q := 1 / rsqd
+				q3 := q * q * q
+				s := (a12*q3 - b6) * q3 * q
+				if k.doPE {
+					energy += k.energy(q, q3, rsqd)
+				}
+				fx, fy, fz := dx*s, dy*s, dz*s
 				fxi += fx
 				fyi += fy
 				fzi += fz
@@ -157,7 +173,9 @@ func (k *kernel) selfForces(pos []Vec3, f []Vec3) float64 {
 // puts the second cell at the periodic image the pair stands for.
 func (k *kernel) pairForces(a, b []Vec3, shift Vec3, fa, fb []Vec3) float64 {
 	var energy float64
+	a12, b6 := k.a12, k.b6
 	fb = fb[:len(b)]
+	fa = fa[:len(a)]
 	for i := range a {
 		// separation = a − (b + shift) = (a − shift) − b
 		xi, yi, zi := a[i].X-shift.X, a[i].Y-shift.Y, a[i].Z-shift.Z
@@ -168,8 +186,13 @@ func (k *kernel) pairForces(a, b []Vec3, shift Vec3, fa, fb []Vec3) float64 {
 			dz := zi - b[j].Z
 			rsqd := dx*dx + dy*dy + dz*dz
 			if rsqd > 1 && rsqd < cutoffSqd {
-				fx, fy, fz, e := k.pair(dx, dy, dz, rsqd)
-				energy += e
+				q := 1 / rsqd
+				q3 := q * q * q
+				s := (a12*q3 - b6) * q3 * q
+				if k.doPE {
+					energy += k.energy(q, q3, rsqd)
+				}
+				fx, fy, fz := dx*s, dy*s, dz*s
 				fxi += fx
 				fyi += fy
 				fzi += fz

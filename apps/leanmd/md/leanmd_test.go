@@ -1,0 +1,121 @@
+package md
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"testing"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/require"
+)
+
+func run(t *testing.T, p Params, cfg chare.Config) Report {
+	t.Helper()
+	if cfg.Balancer == "" {
+		cfg.Balancer = "rotate"
+	}
+	r, err := Run(p, cfg, io.Discard)
+	require.NoError(t, err)
+	return r
+}
+
+func params(x, y, z, steps int) Params {
+	p := DefaultParams()
+	p.X, p.Y, p.Z, p.Steps, p.Given = x, y, z, steps, 4
+	return p
+}
+
+// Small boxes, past a migration and a load-balancing step: energy is
+// conserved within the tolerance, and every PE count, with and without
+// --wire-check, gives bitwise the same energies and final atoms.
+func TestEndToEndDeterministicAcrossPEs(t *testing.T) {
+	cases := []struct {
+		x, y, z int
+		runs    []chare.Config
+	}{
+		{2, 2, 2, []chare.Config{{PEs: 2}, {PEs: 3, WireCheck: true}}},
+		{3, 3, 3, []chare.Config{{PEs: 2, WireCheck: true}}},
+		{4, 3, 2, []chare.Config{{PEs: 3}}},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%dx%dx%d", c.x, c.y, c.z), func(t *testing.T) {
+			p := params(c.x, c.y, c.z, 21)
+			base := run(t, p, chare.Config{PEs: 1})
+			require.True(t, base.EnergyOK, "drift %g", base.RelDrift)
+			require.Equal(t, c.x*c.y*c.z, base.Cells)
+			require.Equal(t, 38*c.x*c.y*c.z, base.Computes)
+			require.Len(t, base.StepMs, 21)
+			require.NotZero(t, base.PE0, "potential energy is counted")
+			for _, cfg := range c.runs {
+				r := run(t, p, cfg)
+				for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+					require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies on %+v", cfg)
+				}
+				require.Equal(t, base.StateHash, r.StateHash, "final atoms on %+v", cfg)
+				require.Equal(t, base.Atoms, r.Atoms)
+			}
+		})
+	}
+}
+
+// Message counts per step are exactly the spec's formulas: C multicasts,
+// 75·C deliveries, 75·C contributions, C force results, and 75·C atom
+// messages every 20th step. Two runs that differ by 20 steps (one of them a
+// migration step) differ by exactly that.
+func TestMessageCountsPerStep(t *testing.T) {
+	for _, dims := range [][3]int{{2, 2, 2}, {3, 2, 2}} {
+		p := params(dims[0], dims[1], dims[2], 20)
+		p.FirstLB = 1000 // no AtSync: count the step's own traffic only
+		a := run(t, p, chare.Config{PEs: 2}).Ops.Ops
+		p.Steps = 40
+		b := run(t, p, chare.Config{PEs: 2}).Ops.Ops
+		c := uint64(dims[0] * dims[1] * dims[2])
+		require.Equal(t, 20*c, b.Multicasts-a.Multicasts, "multicasts %v", dims)
+		require.Equal(t, 20*75*c, b.Deliveries-a.Deliveries, "deliveries %v", dims)
+		require.Equal(t, 20*75*c, b.Contributions-a.Contributions, "contributions %v", dims)
+		require.Equal(t, 20*c+75*c, b.P2P-a.P2P, "point-to-point %v", dims)
+		require.Equal(t, a.Unsized, b.Unsized, "every per-step payload's size is known")
+	}
+}
+
+// A kernel with the wrong force sign must fail the energy check.
+func TestBrokenKernelFailsTheEnergyCheck(t *testing.T) {
+	forceSign = -1
+	defer func() { forceSign = 1 }()
+	r, err := Run(params(3, 3, 3, 21), chare.Config{PEs: 2}, io.Discard)
+	require.NoError(t, err) // the run works; its verdict is in the report (and exit code 1)
+	require.False(t, r.EnergyOK)
+	require.Greater(t, r.RelDrift, DefaultTolerance)
+}
+
+// --original-physics: the original counts no potential energy.
+func TestOriginalPhysics(t *testing.T) {
+	p := params(3, 3, 3, 3)
+	p.Original = true
+	r := run(t, p, chare.Config{PEs: 2})
+	require.Zero(t, r.PE0)
+	require.Zero(t, r.PE1)
+	require.True(t, r.EnergyOK) // the absolute check cannot fail
+}
+
+func TestParseArgs(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"3", "3"}, "needs all three dimensions"},
+		{[]string{"3", "x", "3"}, `argument Y: "x" is not a whole number (want 1 to 64)`},
+		{[]string{"-1", "3", "3"}, "argument X: -1 is out of range (want 1 to 64)"},
+		{[]string{"3", "3", "3", "0"}, "argument steps: 0 is out of range (want 1 to 1073741824)"},
+		{[]string{"3", "3", "3", "10", "20", "0"}, "argument LBperiod: 0 is out of range"},
+		{[]string{"1", "2", "3", "4", "5", "6", "7", "8"}, "too many arguments (8)"},
+	}
+	for _, c := range cases {
+		p := DefaultParams()
+		require.ErrorContains(t, ParseArgs(c.args, &p), c.want, c.args)
+	}
+	p := DefaultParams()
+	require.NoError(t, ParseArgs([]string{"4", "4", "4", "100"}, &p))
+	require.Equal(t, [5]int{4, 4, 4, 100, 20}, [5]int{p.X, p.Y, p.Z, p.Steps, p.FirstLB})
+}

@@ -128,7 +128,9 @@ type Report struct {
 	// Kinetic and potential energy at the first and the last step.
 	KE0, KE1, PE0, PE1 float64
 	RelDrift           float64
-	EnergyOK           bool
+	// KernelMs is the time all computes spent in the force kernel.
+	KernelMs float64
+	EnergyOK bool
 	// StateHash hashes every atom's final position and velocity, cell by
 	// cell in index order: equal hashes mean bitwise-equal final states.
 	StateHash uint64
@@ -168,12 +170,13 @@ type Cell struct {
 
 // Compute computes the forces between the atoms of two cells, or within one.
 type Compute struct {
-	P       Params
-	Cells   chare.ArrayProxy[Cell]
-	Step    int
-	Energy  [2]float64
-	Self    bool
-	Pending *PositionsMsg // the first of a pair's two messages this step
+	P        Params
+	Cells    chare.ArrayProxy[Cell]
+	Step     int
+	Energy   [2]float64
+	KernelNs float64
+	Self     bool
+	Pending  *PositionsMsg // the first of a pair's two messages this step
 }
 
 // SetupMsg tells the cells where the computes are.
@@ -318,7 +321,7 @@ func (m *Main) finish(ctx *chare.Ctx) {
 		h = (h ^ c.Value.Hash) * 1099511628211
 	}
 	r.StateHash = h
-	r.PE0, r.PE1 = m.CompEnergy[0], m.CompEnergy[1]
+	r.PE0, r.PE1, r.KernelMs = m.CompEnergy[0], m.CompEnergy[1], m.CompEnergy[2]/1e6
 	e0, e1 := r.KE0+r.PE0, r.KE1+r.PE1
 	r.RelDrift = math.Abs(e1-e0) / math.Abs(e0)
 	absOK := math.Abs(e1-e0) <= EnergyVar
@@ -640,9 +643,11 @@ func (c *Compute) CalculateForces(ctx *chare.Ctx, m PositionsMsg) {
 	doEnergy := c.Step == 1 || c.Step == c.P.Steps
 	k := newKernelSign(doEnergy, c.P.Original, forceSign)
 	var e float64
+	t0 := time.Now()
 	if c.Self {
 		f := make([]Vec3, len(m.Pos))
 		e = k.selfForces(m.Pos, f)
+		c.KernelNs += float64(time.Since(t0))
 		chare.ContributeSection(ctx, m.Sec, chare.SumFloat64s, flat(f), m.CB)
 	} else {
 		if c.Pending == nil {
@@ -670,6 +675,7 @@ func (c *Compute) CalculateForces(ctx *chare.Ctx, m PositionsMsg) {
 		fb := fa[len(first.Pos):]
 		fa = fa[:len(first.Pos):len(first.Pos)]
 		e = k.pairForces(first.Pos, second.Pos, shift, fa, fb)
+		c.KernelNs += float64(time.Since(t0))
 		chare.ContributeSection(ctx, first.Sec, chare.SumFloat64s, flat(fa), first.CB)
 		chare.ContributeSection(ctx, second.Sec, chare.SumFloat64s, flat(fb), second.CB)
 	}
@@ -699,7 +705,7 @@ func (c *Compute) ResumeFromSync(ctx *chare.Ctx) {
 }
 
 func (c *Compute) finish(ctx *chare.Ctx) {
-	chare.Contribute(ctx, chare.SumFloat64s, []float64{c.Energy[0], c.Energy[1]}, mainCompFin.CallbackTo(MainT.MainProxy()))
+	chare.Contribute(ctx, chare.SumFloat64s, []float64{c.Energy[0], c.Energy[1], c.KernelNs}, mainCompFin.CallbackTo(MainT.MainProxy()))
 }
 
 // flat views forces as the []float64 the reduction sums (no copy).
@@ -759,6 +765,7 @@ func (r Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "\nSummary\n")
 	fmt.Fprintf(w, "  atoms %d, cells %d, computes %d, steps %d, PEs %d\n", r.Atoms, r.Cells, r.Computes, r.Params.Steps, r.PEs)
 	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean, median(steps))
+	fmt.Fprintf(w, "  force kernel: %.1f%% of PE time (%.0f ms over %d PEs), runtime and integration the rest\n", 100*r.KernelShare(), r.KernelMs, r.PEs)
 	fmt.Fprintf(w, "  point-to-point: %d messages, %d bytes\n", o.P2P, o.P2PBytes)
 	fmt.Fprintf(w, "  multicast:      %d multicasts (%d bytes), %d deliveries\n", o.Multicasts, o.MulticastBytes, o.Deliveries)
 	fmt.Fprintf(w, "  reduction:      %d contributions, %d bytes\n", o.Contributions, o.ReductionBytes)
@@ -768,6 +775,22 @@ func (r Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "  kinetic energy:   first step %.17g, last step %.17g\n", r.KE0, r.KE1)
 	fmt.Fprintf(w, "  potential energy: first step %.17g, last step %.17g\n", r.PE0, r.PE1)
 }
+
+// KernelShare is the fraction of the PEs' time (steps' wall time × PEs)
+// spent in the force kernel.
+func (r Report) KernelShare() float64 {
+	var wall float64
+	for _, v := range r.StepMs {
+		wall += v
+	}
+	if wall == 0 || r.PEs == 0 {
+		return 0
+	}
+	return r.KernelMs / (wall * float64(r.PEs))
+}
+
+// MedianStepMs is the median time per step.
+func (r Report) MedianStepMs() float64 { return median(r.StepMs) }
 
 // median of the step times.
 func median(v []float64) float64 {

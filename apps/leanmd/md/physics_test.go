@@ -192,79 +192,15 @@ func BenchmarkKernelPairs(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(a)*len(c)), "ns/pair")
 }
 
-// stepWorkload is every compute of a LeanMD box at the initial state: the
-// kernel calls one step makes.
-type stepWorkload struct {
-	cells        [][]Vec3
-	self         []int
-	pairA, pairB []int
-	shift        []Vec3
-	pairs        int // pair evaluations (distance tests) per step
-}
-
-func newStepWorkload(dx, dy, dz int) *stepWorkload {
-	w := &stepWorkload{}
-	for x := 0; x < dx; x++ {
-		for y := 0; y < dy; y++ {
-			for z := 0; z < dz; z++ {
-				ps := initialParticles(x, y, z, dx, dy, dz)
-				pos := make([]Vec3, len(ps))
-				for i := range ps {
-					pos[i] = ps[i].Pos
-				}
-				w.cells = append(w.cells, pos)
-			}
-		}
-	}
-	id := func(x, y, z int) int { return wrap(z, dz) + dz*(wrap(y, dy)+wrap(x, dx)*dy) }
-	for x := 0; x < dx; x++ {
-		for y := 0; y < dy; y++ {
-			for z := 0; z < dz; z++ {
-				for num := NumNbrs / 2; num < NumNbrs; num++ {
-					ox, oy, oz := offset(num)
-					a := id(x, y, z)
-					if ox == 0 && oy == 0 && oz == 0 {
-						w.self = append(w.self, a)
-						n := len(w.cells[a])
-						w.pairs += n * (n - 1) / 2
-						continue
-					}
-					b := id(x+ox, y+oy, z+oz)
-					w.pairA, w.pairB = append(w.pairA, a), append(w.pairB, b)
-					w.shift = append(w.shift, imageShift(x, y, z, ox, oy, oz, dx, dy, dz))
-					w.pairs += len(w.cells[a]) * len(w.cells[b])
-				}
-			}
-		}
-	}
-	return w
-}
-
-func (w *stepWorkload) run(k *kernel, buf []Vec3) {
-	for _, a := range w.self {
-		f := buf[:len(w.cells[a])]
-		clear(f)
-		k.selfForces(w.cells[a], f)
-	}
-	for i := range w.pairA {
-		a, b := w.cells[w.pairA[i]], w.cells[w.pairB[i]]
-		f := buf[:len(a)+len(b)]
-		clear(f)
-		k.pairForces(a, b, w.shift[i], f[:len(a)], f[len(a):])
-	}
-}
-
 // BenchmarkKernelStep3x3x3 runs the force kernel of every compute of a
 // 3×3×3 LeanMD step and reports ns per pair evaluation (distance tests
 // beyond the cutoff included), the C++ LeanMD's measure.
 func BenchmarkKernelStep3x3x3(b *testing.B) {
-	w := newStepWorkload(3, 3, 3)
-	k := newKernel(false, false)
-	buf := make([]Vec3, 1024)
+	w := NewStepWorkload(3, 3, 3)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		w.run(&k, buf)
+		w.Run()
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(w.pairs), "ns/pair")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(w.Pairs), "ns/pair")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/step")
 }

@@ -128,11 +128,23 @@ func (k *kernel) energy(q, q3 float64, rsqd float64) float64 {
 	return k.ea*q3*q3 - k.eb*q3
 }
 
+// force is one interacting pair's force (on the first atom; the second gets
+// its opposite) and potential energy, for separation (dx,dy,dz) with
+// r² = rsqd Å². It is small enough to be inlined into both loops.
+func (k *kernel) force(dx, dy, dz, rsqd float64) (fx, fy, fz, e float64) {
+	q := 1 / rsqd
+	q3 := q * q * q
+	s := (k.a12*q3 - k.b6) * q3 * q
+	if k.doPE {
+		e = k.energy(q, q3, rsqd)
+	}
+	return dx * s, dy * s, dz * s, e
+}
+
 // selfForces adds the forces between every pair of atoms of one cell
 // (j > i) to f and returns their potential energy.
 func (k *kernel) selfForces(pos []Vec3, f []Vec3) float64 {
 	var energy float64
-	a12, b6 := k.a12, k.b6
 	f = f[:len(pos)]
 	for i := range pos {
 		pi := pos[i]
@@ -146,13 +158,8 @@ func (k *kernel) selfForces(pos []Vec3, f []Vec3) float64 {
 			dz := pi.Z - rest[j].Z
 			rsqd := dx*dx + dy*dy + dz*dz
 			if rsqd > 1 && rsqd < cutoffSqd {
-				q := 1 / rsqd
-				q3 := q * q * q
-				s := (a12*q3 - b6) * q3 * q
-				if k.doPE {
-					energy += k.energy(q, q3, rsqd)
-				}
-				fx, fy, fz := dx*s, dy*s, dz*s
+				fx, fy, fz, e := k.force(dx, dy, dz, rsqd)
+				energy += e
 				fxi += fx
 				fyi += fy
 				fzi += fz
@@ -173,7 +180,6 @@ func (k *kernel) selfForces(pos []Vec3, f []Vec3) float64 {
 // puts the second cell at the periodic image the pair stands for.
 func (k *kernel) pairForces(a, b []Vec3, shift Vec3, fa, fb []Vec3) float64 {
 	var energy float64
-	a12, b6 := k.a12, k.b6
 	fb = fb[:len(b)]
 	fa = fa[:len(a)]
 	for i := range a {
@@ -186,13 +192,8 @@ func (k *kernel) pairForces(a, b []Vec3, shift Vec3, fa, fb []Vec3) float64 {
 			dz := zi - b[j].Z
 			rsqd := dx*dx + dy*dy + dz*dz
 			if rsqd > 1 && rsqd < cutoffSqd {
-				q := 1 / rsqd
-				q3 := q * q * q
-				s := (a12*q3 - b6) * q3 * q
-				if k.doPE {
-					energy += k.energy(q, q3, rsqd)
-				}
-				fx, fy, fz := dx*s, dy*s, dz*s
+				fx, fy, fz, e := k.force(dx, dy, dz, rsqd)
+				energy += e
 				fxi += fx
 				fyi += fy
 				fzi += fz

@@ -98,6 +98,12 @@ func foldSum[T number](items []manager.Item) ([]T, error) {
 			acc[i] += x[i]
 		}
 	}
+	// The contributions were handed over and are folded: reuse them.
+	if _, ok := any(acc).([]float64); ok {
+		for _, it := range items {
+			recycleFloat64s(any(it.Value).([]float64))
+		}
+	}
 	return acc, nil
 }
 

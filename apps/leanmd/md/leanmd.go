@@ -645,10 +645,10 @@ func (c *Compute) CalculateForces(ctx *chare.Ctx, m PositionsMsg) {
 	var e float64
 	t0 := time.Now()
 	if c.Self {
-		f := make([]Vec3, len(m.Pos))
-		e = k.selfForces(m.Pos, f)
+		f := chare.Float64s(3 * len(m.Pos))
+		e = k.selfForces(m.Pos, vecs(f))
 		c.KernelNs += float64(time.Since(t0))
-		chare.ContributeSection(ctx, m.Sec, chare.SumFloat64s, flat(f), m.CB)
+		chare.ContributeSection(ctx, m.Sec, chare.SumFloat64s, f, m.CB)
 	} else {
 		if c.Pending == nil {
 			c.Pending = &m
@@ -671,13 +671,14 @@ func (c *Compute) CalculateForces(ctx *chare.Ctx, m PositionsMsg) {
 			shift = imageShift(int(own[0]), int(own[1]), int(own[2]),
 				int(ix.C[3]-ix.C[0]), int(ix.C[4]-ix.C[1]), int(ix.C[5]-ix.C[2]), c.P.X, c.P.Y, c.P.Z)
 		}
-		fa := make([]Vec3, len(first.Pos)+len(second.Pos))
-		fb := fa[len(first.Pos):]
-		fa = fa[:len(first.Pos):len(first.Pos)]
-		e = k.pairForces(first.Pos, second.Pos, shift, fa, fb)
+		// Force arrays come from the runtime's pool: the reduction that
+		// sums them gives them back.
+		fa := chare.Float64s(3 * len(first.Pos))
+		fb := chare.Float64s(3 * len(second.Pos))
+		e = k.pairForces(first.Pos, second.Pos, shift, vecs(fa), vecs(fb))
 		c.KernelNs += float64(time.Since(t0))
-		chare.ContributeSection(ctx, first.Sec, chare.SumFloat64s, flat(fa), first.CB)
-		chare.ContributeSection(ctx, second.Sec, chare.SumFloat64s, flat(fb), second.CB)
+		chare.ContributeSection(ctx, first.Sec, chare.SumFloat64s, fa, first.CB)
+		chare.ContributeSection(ctx, second.Sec, chare.SumFloat64s, fb, second.CB)
 	}
 	if c.Step == 1 {
 		c.Energy[0] = e
@@ -708,12 +709,13 @@ func (c *Compute) finish(ctx *chare.Ctx) {
 	chare.Contribute(ctx, chare.SumFloat64s, []float64{c.Energy[0], c.Energy[1], c.KernelNs}, mainCompFin.CallbackTo(MainT.MainProxy()))
 }
 
-// flat views forces as the []float64 the reduction sums (no copy).
-func flat(f []Vec3) []float64 {
-	if len(f) == 0 {
-		return []float64{}
+// vecs views 3n float64s as n vectors (the force arrays the kernels fill
+// and the reductions sum are the same memory).
+func vecs(f []float64) []Vec3 {
+	if cap(f) < 3 {
+		return []Vec3{}
 	}
-	return unsafe.Slice(&f[0].X, 3*len(f))
+	return unsafe.Slice((*Vec3)(unsafe.Pointer(&f[:1][0])), cap(f)/3)[:len(f)/3]
 }
 
 // ---- running ----

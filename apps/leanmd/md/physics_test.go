@@ -192,6 +192,17 @@ func BenchmarkKernelPairs(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(a)*len(c)), "ns/pair")
 }
 
+// BenchmarkKernelStep4x4x4 is BenchmarkKernelStep3x3x3 on a 4×4×4 box.
+func BenchmarkKernelStep4x4x4(b *testing.B) {
+	w := NewStepWorkload(4, 4, 4)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w.Run()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(w.Pairs), "ns/pair")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/step")
+}
+
 // BenchmarkKernelStep3x3x3 runs the force kernel of every compute of a
 // 3×3×3 LeanMD step and reports ns per pair evaluation (distance tests
 // beyond the cutoff included), the C++ LeanMD's measure.

@@ -1,0 +1,258 @@
+package ftlayer
+
+import "fmt"
+
+type msgKey struct {
+	sender int32
+	ssn    uint64
+}
+
+// Counters is the part of a PE's protocol state a coordinated checkpoint
+// keeps (the logs are empty right after one).
+type Counters struct {
+	SSN, RSN uint64
+	Inc      uint32
+	IncMap   []uint32
+}
+
+// SCMEL is simple causal message logging (CAMEL paper, Algorithm 1) for one
+// PE. Section numbers in comments refer to that paper.
+type SCMEL struct {
+	me     int32
+	n      int
+	inc    uint32
+	incMap []uint32
+	ssn    uint64
+	rsn    uint64
+	msgLog []*Message        // sent since the checkpoint (sender-based log)
+	detLog []Det             // other PEs' determinants, stored for them
+	detBuf []Det             // own determinants not yet acknowledged
+	rsnMap map[msgKey]uint64 // receptions; while recovering, also the recorded order
+
+	// recovery of this PE (§2, procedure RECEIVEDETS)
+	recovering   bool
+	detsFrom     map[int32]bool
+	lastRecorded uint64
+	held         []*Message // messages waiting for their turn
+
+	failing int32 // a peer that is recovering, or -1
+	stats   Stats
+}
+
+// NewSCMEL makes PE me's protocol for a job of n PEs, from the start.
+func NewSCMEL(me int32, n int) *SCMEL {
+	return &SCMEL{me: me, n: n, incMap: make([]uint32, n), rsnMap: map[msgKey]uint64{}, failing: -1}
+}
+
+// Snapshot is the protocol state a coordinated checkpoint saves.
+func (s *SCMEL) Snapshot() Counters {
+	return Counters{SSN: s.ssn, RSN: s.rsn, Inc: s.inc, IncMap: append([]uint32(nil), s.incMap...)}
+}
+
+// RestartSCMEL makes the new incarnation inc of PE me from its checkpoint.
+// It holds every application message until all other PEs sent the
+// determinants they keep for it, then replays in the recorded order.
+func RestartSCMEL(me int32, n int, ck Counters, inc uint32) *SCMEL {
+	s := NewSCMEL(me, n)
+	s.ssn, s.rsn, s.inc = ck.SSN, ck.RSN, inc
+	copy(s.incMap, ck.IncMap)
+	s.incMap[me] = inc
+	s.recovering = n > 1
+	s.detsFrom = map[int32]bool{}
+	s.lastRecorded = ck.RSN
+	return s
+}
+
+// Recovering reports whether this PE is still replaying.
+func (s *SCMEL) Recovering() bool { return s.recovering }
+
+// Stats reports the protocol's counters.
+func (s *SCMEL) Stats() Stats {
+	st := s.stats
+	st.Logged = uint64(len(s.msgLog))
+	st.LoggedBytes = 0
+	for _, m := range s.msgLog {
+		st.LoggedBytes += uint64(len(m.Payload))
+	}
+	return st
+}
+
+// Send is SENDMSG: stamp, piggyback the unacknowledged determinants, log.
+func (s *SCMEL) Send(to int32, payload []byte) []Action {
+	s.ssn++
+	m := &Message{Sender: s.me, Recver: to, SSN: s.ssn, Inc: s.inc, Payload: payload}
+	if to != s.me && len(s.detBuf) > 0 {
+		// A message to itself carries none: this PE's own determinants
+		// are only safe once another PE holds them.
+		m.Dets = append([]Det(nil), s.detBuf...)
+		s.stats.DetsPiggybacked += uint64(len(m.Dets))
+	}
+	s.msgLog = append(s.msgLog, m)
+	s.stats.LoggedTotal++
+	return []Action{{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: to, Msg: m}}}
+}
+
+// Receive handles one packet.
+func (s *SCMEL) Receive(p *Packet) ([]Action, error) {
+	switch p.Kind {
+	case PktAck: // RECEIVEDETACK
+		s.removeAcked(p.Dets)
+		return nil, nil
+	case PktRecovery: // RECEIVEDETS
+		if !s.recovering {
+			return nil, nil // a late copy: this PE is done recovering
+		}
+		for _, d := range p.Dets {
+			if d.Recver != s.me {
+				continue
+			}
+			s.rsnMap[msgKey{d.Sender, d.SSN}] = d.RSN
+			s.lastRecorded = max(s.lastRecorded, d.RSN)
+		}
+		s.detsFrom[p.From] = true
+		return s.release(nil), nil
+	case PktApp:
+		return s.receiveMsg(p.Msg), nil
+	}
+	return nil, fmt.Errorf("PE %d: packet of unknown kind %d", s.me, p.Kind)
+}
+
+func (s *SCMEL) removeAcked(acked []Det) {
+	if len(acked) == 0 {
+		return
+	}
+	gone := make(map[Det]bool, len(acked))
+	for _, d := range acked {
+		gone[d] = true
+	}
+	kept := s.detBuf[:0]
+	for _, d := range s.detBuf {
+		if gone[d] {
+			s.stats.DetsAcked++
+		} else {
+			kept = append(kept, d)
+		}
+	}
+	s.detBuf = kept
+}
+
+// receiveMsg is RECEIVEMSG with OUTOFORDER: old and duplicate messages are
+// dropped, messages ahead of the recorded order are held.
+func (s *SCMEL) receiveMsg(m *Message) []Action {
+	if m.Inc < s.incMap[m.Sender] {
+		s.stats.Dropped++ // from a failed incarnation
+		return nil
+	}
+	k := msgKey{m.Sender, m.SSN}
+	if r, ok := s.rsnMap[k]; ok && r <= s.rsn {
+		s.stats.Dropped++ // already received (a re-execution's re-send, a replay)
+		return nil
+	}
+	if !s.canDeliver(m) {
+		s.stats.Held++
+		s.held = append(s.held, m)
+		return nil
+	}
+	out := s.deliver(m, nil)
+	return s.release(out)
+}
+
+// canDeliver reports whether m is next: while recovering, only once every
+// peer's determinants are in, and then in the recorded order; messages
+// without a recorded reception come after the recorded ones.
+func (s *SCMEL) canDeliver(m *Message) bool {
+	if s.recovering && len(s.detsFrom) < s.n-1 {
+		return false
+	}
+	if r, ok := s.rsnMap[msgKey{m.Sender, m.SSN}]; ok {
+		return r == s.rsn+1
+	}
+	return s.rsn >= s.lastRecorded
+}
+
+func (s *SCMEL) deliver(m *Message, out []Action) []Action {
+	s.rsn++
+	k := msgKey{m.Sender, m.SSN}
+	s.rsnMap[k] = s.rsn
+	s.detBuf = append(s.detBuf, Det{Sender: m.Sender, Recver: s.me, SSN: m.SSN, RSN: s.rsn})
+	s.stats.DetsCreated++
+	if len(m.Dets) > 0 && m.Sender != s.me {
+		s.detLog = append(s.detLog, m.Dets...)
+		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: m.Sender, Dets: m.Dets}})
+	}
+	return append(out, Action{Kind: ActDeliver, Msg: m})
+}
+
+// release delivers held messages whose turn has come, and ends recovery
+// once the recorded order is exhausted.
+func (s *SCMEL) release(out []Action) []Action {
+	for progress := true; progress; {
+		progress = false
+		for i := 0; i < len(s.held); i++ {
+			m := s.held[i]
+			k := msgKey{m.Sender, m.SSN}
+			if r, ok := s.rsnMap[k]; ok && r <= s.rsn {
+				s.held = append(s.held[:i], s.held[i+1:]...) // a duplicate after all
+				i--
+				s.stats.Dropped++
+				continue
+			}
+			if s.canDeliver(m) {
+				s.held = append(s.held[:i], s.held[i+1:]...)
+				out = s.deliver(m, out)
+				progress = true
+				break
+			}
+		}
+	}
+	if s.recovering && len(s.detsFrom) >= s.n-1 && s.rsn >= s.lastRecorded {
+		s.recovering = false
+	}
+	return out
+}
+
+// Checkpoint is CHECKPOINT: a coordinated checkpoint was committed, so the
+// logs and determinants it covers are dropped.
+func (s *SCMEL) Checkpoint() {
+	s.msgLog, s.detLog, s.detBuf = nil, nil, nil
+	s.rsnMap = map[msgKey]uint64{}
+}
+
+// PeerFailed is FAILURE(y) on a survivor: note y's new incarnation, send y
+// the determinants of its receptions this PE holds, then re-send the
+// messages it logged for y.
+func (s *SCMEL) PeerFailed(y int32, inc uint32) ([]Action, error) {
+	if s.recovering || (s.failing >= 0 && s.failing != y) {
+		return nil, fmt.Errorf("PE %d failed while PE %d was recovering: %w", y, s.recoveringPE(), ErrConcurrentFailure)
+	}
+	s.failing = y
+	s.incMap[y] = inc
+	var dets []Det
+	for _, d := range s.detLog {
+		if d.Recver == y {
+			dets = append(dets, d)
+		}
+	}
+	out := []Action{{Kind: ActSend, Packet: Packet{Kind: PktRecovery, From: s.me, To: y, Dets: dets}}}
+	for _, m := range s.msgLog {
+		if m.Recver == y {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
+			s.stats.Replayed++
+		}
+	}
+	return out, nil
+}
+
+func (s *SCMEL) recoveringPE() int32 {
+	if s.recovering {
+		return s.me
+	}
+	return s.failing
+}
+
+// Recovered: PE y finished recovering.
+func (s *SCMEL) Recovered(y int32) {
+	if s.failing == y {
+		s.failing = -1
+	}
+}

@@ -1,0 +1,98 @@
+package ftlayer
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func app(from, to int32, ssn uint64, inc uint32, dets ...Det) *Packet {
+	return &Packet{Kind: PktApp, From: from, To: to, Msg: &Message{Sender: from, Recver: to, SSN: ssn, Inc: inc, Dets: dets, Payload: []byte{byte(ssn)}}}
+}
+
+func delivered(acts []Action) []uint64 {
+	var out []uint64
+	for _, a := range acts {
+		if a.Kind == ActDeliver {
+			out = append(out, a.Msg.SSN)
+		}
+	}
+	return out
+}
+
+// Scenario 9: an old-incarnation message and a duplicate are dropped.
+func TestOldAndDuplicateMessagesAreDropped(t *testing.T) {
+	s := NewSCMEL(0, 3)
+	acts, err := s.Receive(app(1, 0, 1, 0))
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1}, delivered(acts))
+	acts, _ = s.Receive(app(1, 0, 1, 0)) // the same message again
+	require.Empty(t, delivered(acts))
+	_, err = s.PeerFailed(1, 1) // PE 1 restarts as incarnation 1
+	require.NoError(t, err)
+	acts, _ = s.Receive(app(1, 0, 2, 0)) // late, from incarnation 0
+	require.Empty(t, delivered(acts))
+	acts, _ = s.Receive(app(1, 0, 2, 1)) // the new incarnation's
+	require.Equal(t, []uint64{2}, delivered(acts))
+	require.Equal(t, uint64(2), s.Stats().Dropped)
+}
+
+// Scenario 10: during replay, messages arriving in reverse order and new
+// messages without a recorded reception are delivered in the recorded
+// order, the unrecorded ones after it.
+func TestReplayFollowsTheRecordedOrder(t *testing.T) {
+	s := RestartSCMEL(0, 3, Counters{IncMap: make([]uint32, 3)}, 1)
+	// PE 1 knows that PE 0 received (2,ssn 5) first and (1,ssn 7) second.
+	for _, p := range []*Packet{app(1, 0, 7, 0), app(2, 0, 9, 0), app(2, 0, 5, 0)} {
+		acts, err := s.Receive(p)
+		require.NoError(t, err)
+		require.Empty(t, delivered(acts), "nothing before every peer's determinants are in")
+	}
+	acts, _ := s.Receive(&Packet{Kind: PktRecovery, From: 1, To: 0, Dets: []Det{{Sender: 2, Recver: 0, SSN: 5, RSN: 1}, {Sender: 1, Recver: 0, SSN: 7, RSN: 2}}})
+	require.Empty(t, delivered(acts))
+	require.True(t, s.Recovering())
+	acts, _ = s.Receive(&Packet{Kind: PktRecovery, From: 2, To: 0})
+	require.Equal(t, []uint64{5, 7, 9}, delivered(acts))
+	require.False(t, s.Recovering())
+}
+
+// Determinants ride on messages until acknowledged, and never on a
+// message to the PE itself.
+func TestDeterminantsArePiggybackedUntilAcked(t *testing.T) {
+	s := NewSCMEL(0, 2)
+	s.Receive(app(1, 0, 1, 0))
+	self := s.Send(0, []byte("self"))
+	require.Empty(t, self[0].Packet.Msg.Dets)
+	out := s.Send(1, []byte("x"))
+	dets := out[0].Packet.Msg.Dets
+	require.Equal(t, []Det{{Sender: 1, Recver: 0, SSN: 1, RSN: 1}}, dets)
+	s.Receive(&Packet{Kind: PktAck, From: 1, To: 0, Dets: dets})
+	require.Empty(t, s.Send(1, []byte("y"))[0].Packet.Msg.Dets)
+	st := s.Stats()
+	require.Equal(t, uint64(1), st.DetsAcked)
+	require.Equal(t, uint64(3), st.Logged)
+
+	// The receiver keeps them for PE 0 and hands them back if it fails.
+	r := NewSCMEL(1, 2)
+	acts, _ := r.Receive(out[0].Packet.asPtr())
+	require.Equal(t, PktAck, acts[0].Packet.Kind)
+	rec, err := r.PeerFailed(0, 1)
+	require.NoError(t, err)
+	require.Equal(t, PktRecovery, rec[0].Packet.Kind)
+	require.Equal(t, dets, rec[0].Packet.Dets)
+}
+
+func (p Packet) asPtr() *Packet { return &p }
+
+func TestSecondFailureDuringRecoveryIsReported(t *testing.T) {
+	s := NewSCMEL(0, 3)
+	_, err := s.PeerFailed(1, 1)
+	require.NoError(t, err)
+	_, err = s.PeerFailed(2, 1)
+	require.ErrorIs(t, err, ErrConcurrentFailure)
+	s.Recovered(1)
+	_, err = s.PeerFailed(2, 1)
+	require.NoError(t, err)
+	_, err = s.PeerFailed(1, 2) // while 2 recovers
+	require.ErrorIs(t, err, ErrConcurrentFailure)
+}

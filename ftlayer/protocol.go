@@ -53,6 +53,7 @@ type Packet struct {
 	From, To int32
 	Msg      *Message // PktApp
 	Dets     []Det    // PktAck, PktRecovery
+	Ckpt     *CkptMsg // the checkpoint protocol's packets
 }
 
 // ActionKind says what a protocol asks its host to do.
@@ -93,8 +94,11 @@ type Protocol interface {
 	Send(to int32, payload []byte) []Action
 	// Receive handles a packet from the network.
 	Receive(p *Packet) ([]Action, error)
-	// Checkpoint: a coordinated checkpoint was committed; what it covers
-	// need not be kept.
+	// Prepare is called when this PE's checkpoint snapshot is taken: it
+	// returns the counters to save and marks what the snapshot covers.
+	Prepare() Counters
+	// Checkpoint: the checkpoint Prepare marked was committed; what it
+	// covers need not be kept (what came after it must be).
 	Checkpoint()
 	// PeerFailed: PE y failed and is restarting as incarnation inc.
 	PeerFailed(y int32, inc uint32) ([]Action, error)
@@ -102,8 +106,92 @@ type Protocol interface {
 	Recovered(y int32)
 	// Recovering reports whether this PE is replaying after a restart.
 	Recovering() bool
+	// Snapshot is the protocol state a coordinated checkpoint saves.
+	Snapshot() Counters
 	Stats() Stats
 }
+
+// Factory makes a protocol's per-PE state machines.
+type Factory interface {
+	Name() string
+	New(me int32, n int) Protocol
+	// Restart makes the new incarnation inc of a failed PE from its
+	// checkpoint.
+	Restart(me int32, n int, ck Counters, inc uint32) Protocol
+	// RollsBackAll reports whether a failure rolls every PE back to the
+	// checkpoint (checkpoint/restart) instead of the failed one alone.
+	RollsBackAll() bool
+}
+
+// SCMELFactory makes SCMEL protocols.
+type SCMELFactory struct{}
+
+func (SCMELFactory) Name() string                 { return "scmel" }
+func (SCMELFactory) New(me int32, n int) Protocol { return NewSCMEL(me, n) }
+func (SCMELFactory) RollsBackAll() bool           { return false }
+func (SCMELFactory) Restart(me int32, n int, ck Counters, inc uint32) Protocol {
+	return RestartSCMEL(me, n, ck, inc)
+}
+
+// NoneFactory makes the checkpoint/restart baseline: nothing is logged and
+// a failure rolls every PE back to the last committed checkpoint.
+type NoneFactory struct{}
+
+func (NoneFactory) Name() string                 { return "none" }
+func (NoneFactory) New(me int32, n int) Protocol { return &None{me: me, incMap: make([]uint32, n)} }
+func (NoneFactory) RollsBackAll() bool           { return true }
+func (NoneFactory) Restart(me int32, n int, ck Counters, inc uint32) Protocol {
+	p := &None{me: me, ssn: ck.SSN, incMap: make([]uint32, n)}
+	copy(p.incMap, ck.IncMap)
+	p.inc = inc
+	p.incMap[me] = inc
+	return p
+}
+
+// None is the checkpoint/restart baseline's per-PE protocol: messages are
+// stamped (sequence and incarnation, so a rolled-back run's stale messages
+// are dropped) and delivered as they come; nothing is logged.
+type None struct {
+	me     int32
+	ssn    uint64
+	inc    uint32
+	incMap []uint32
+	stats  Stats
+}
+
+func (p *None) Send(to int32, payload []byte) []Action {
+	p.ssn++
+	m := &Message{Sender: p.me, Recver: to, SSN: p.ssn, Inc: p.inc, Payload: payload}
+	return []Action{{Kind: ActSend, Packet: Packet{Kind: PktApp, From: p.me, To: to, Msg: m}}}
+}
+
+func (p *None) Receive(pk *Packet) ([]Action, error) {
+	if pk.Kind != PktApp {
+		return nil, nil
+	}
+	if pk.Msg.Inc < p.incMap[pk.Msg.Sender] {
+		p.stats.Dropped++
+		return nil, nil
+	}
+	return []Action{{Kind: ActDeliver, Msg: pk.Msg}}, nil
+}
+
+func (p *None) Checkpoint()       {}
+func (p *None) Prepare() Counters { return p.Snapshot() }
+
+// PeerFailed: under global rollback every PE restarts; a survivor only
+// learns the new incarnation numbers (the host restarts it too).
+func (p *None) PeerFailed(y int32, inc uint32) ([]Action, error) {
+	p.incMap[y] = inc
+	return nil, nil
+}
+
+func (p *None) Recovered(int32)  {}
+func (p *None) Recovering() bool { return false }
+func (p *None) Snapshot() Counters {
+	return Counters{SSN: p.ssn, Inc: p.inc, IncMap: append([]uint32(nil), p.incMap...)}
+}
+func (p *None) Stats() Stats { return p.stats }
 
 func (d Det) String() string {
 	return fmt.Sprintf("<%d→%d ssn %d rsn %d>", d.Sender, d.Recver, d.SSN, d.RSN)

@@ -13,6 +13,7 @@ type Counters struct {
 	SSN, RSN uint64
 	Inc      uint32
 	IncMap   []uint32
+	Covered  []uint64 // per sender, the highest ssn the checkpoint covers
 }
 
 // SCMEL is simple causal message logging (CAMEL paper, Algorithm 1) for one
@@ -28,6 +29,11 @@ type SCMEL struct {
 	detLog []Det             // other PEs' determinants, stored for them
 	detBuf []Det             // own determinants not yet acknowledged
 	rsnMap map[msgKey]uint64 // receptions; while recovering, also the recorded order
+	// covered[y] is the highest ssn from y that a committed checkpoint
+	// covers: at a coordinated checkpoint nothing older is in flight but
+	// duplicates (re-sent by a re-execution), so anything at or below it
+	// is one.
+	covered []uint64
 
 	// recovery of this PE (§2, procedure RECEIVEDETS)
 	recovering   bool
@@ -37,16 +43,24 @@ type SCMEL struct {
 
 	failing int32 // a peer that is recovering, or -1
 	stats   Stats
+	mark    checkpointMark
+}
+
+// checkpointMark is what a checkpoint's snapshot covers: messages sent and
+// received up to it, determinants stored before it.
+type checkpointMark struct {
+	ssn, rsn uint64
+	detLog   int
 }
 
 // NewSCMEL makes PE me's protocol for a job of n PEs, from the start.
 func NewSCMEL(me int32, n int) *SCMEL {
-	return &SCMEL{me: me, n: n, incMap: make([]uint32, n), rsnMap: map[msgKey]uint64{}, failing: -1}
+	return &SCMEL{me: me, n: n, incMap: make([]uint32, n), rsnMap: map[msgKey]uint64{}, covered: make([]uint64, n), failing: -1}
 }
 
 // Snapshot is the protocol state a coordinated checkpoint saves.
 func (s *SCMEL) Snapshot() Counters {
-	return Counters{SSN: s.ssn, RSN: s.rsn, Inc: s.inc, IncMap: append([]uint32(nil), s.incMap...)}
+	return Counters{SSN: s.ssn, RSN: s.rsn, Inc: s.inc, IncMap: append([]uint32(nil), s.incMap...), Covered: append([]uint64(nil), s.covered...)}
 }
 
 // RestartSCMEL makes the new incarnation inc of PE me from its checkpoint.
@@ -56,6 +70,7 @@ func RestartSCMEL(me int32, n int, ck Counters, inc uint32) *SCMEL {
 	s := NewSCMEL(me, n)
 	s.ssn, s.rsn, s.inc = ck.SSN, ck.RSN, inc
 	copy(s.incMap, ck.IncMap)
+	copy(s.covered, ck.Covered)
 	s.incMap[me] = inc
 	s.recovering = n > 1
 	s.detsFrom = map[int32]bool{}
@@ -144,7 +159,7 @@ func (s *SCMEL) receiveMsg(m *Message) []Action {
 		return nil
 	}
 	k := msgKey{m.Sender, m.SSN}
-	if r, ok := s.rsnMap[k]; ok && r <= s.rsn {
+	if r, ok := s.rsnMap[k]; ok && r <= s.rsn || m.SSN <= s.covered[m.Sender] {
 		s.stats.Dropped++ // already received (a re-execution's re-send, a replay)
 		return nil
 	}
@@ -211,11 +226,47 @@ func (s *SCMEL) release(out []Action) []Action {
 	return out
 }
 
-// Checkpoint is CHECKPOINT: a coordinated checkpoint was committed, so the
-// logs and determinants it covers are dropped.
+// Prepare marks what the checkpoint being taken covers.
+func (s *SCMEL) Prepare() Counters {
+	s.mark = checkpointMark{ssn: s.ssn, rsn: s.rsn, detLog: len(s.detLog)}
+	c := s.Snapshot()
+	for k, r := range s.rsnMap { // what the restarted PE must treat as covered
+		if r <= s.rsn {
+			c.Covered[k.sender] = max(c.Covered[k.sender], k.ssn)
+		}
+	}
+	return c
+}
+
+// Checkpoint is CHECKPOINT: the coordinated checkpoint Prepare marked was
+// committed, so the logs and determinants it covers are dropped. What came
+// after the snapshot stays: a neighbour may have resumed, and sent to this
+// PE, before the commit reached it.
 func (s *SCMEL) Checkpoint() {
-	s.msgLog, s.detLog, s.detBuf = nil, nil, nil
-	s.rsnMap = map[msgKey]uint64{}
+	m := s.mark
+	keep := s.msgLog[:0]
+	for _, x := range s.msgLog {
+		if x.SSN > m.ssn {
+			keep = append(keep, x)
+		}
+	}
+	clear(s.msgLog[len(keep):])
+	s.msgLog = keep
+	s.detLog = append([]Det(nil), s.detLog[min(m.detLog, len(s.detLog)):]...)
+	buf := s.detBuf[:0]
+	for _, d := range s.detBuf {
+		if d.RSN > m.rsn {
+			buf = append(buf, d)
+		}
+	}
+	s.detBuf = buf
+	for k, r := range s.rsnMap {
+		if r <= m.rsn {
+			s.covered[k.sender] = max(s.covered[k.sender], k.ssn)
+			delete(s.rsnMap, k)
+		}
+	}
+	s.mark = checkpointMark{ssn: s.ssn, rsn: s.rsn, detLog: len(s.detLog)}
 }
 
 // PeerFailed is FAILURE(y) on a survivor: note y's new incarnation, send y

@@ -48,8 +48,27 @@ func (r Ring) Handle(pe int32, st *State, from int32, payload []byte) []Send {
 }
 
 // Stencil is a 1D periodic stencil: each step every PE sends its value to
-// both neighbours and updates it from theirs.
-type Stencil struct{ Steps int64 }
+// both neighbours and updates it from theirs. With CkptEvery > 0 every PE
+// stops after each CkptEvery-th step for a coordinated checkpoint.
+type Stencil struct {
+	Steps     int64
+	CkptEvery int64
+}
+
+const waitingBit = 1 << 8
+
+// Waiting reports whether the PE stopped at a checkpoint point.
+func (s Stencil) Waiting(st State) bool { return st.Got&waitingBit != 0 }
+
+// Resume continues after the checkpoint: send this step's value, and
+// advance if the neighbours' values already came.
+func (s Stencil) Resume(pe int32, st *State) []Send {
+	st.Got &^= waitingBit
+	if st.Step >= s.Steps {
+		return nil
+	}
+	return append(s.emit(pe, st), s.advance(pe, st)...)
+}
 
 func (s Stencil) Name() string { return "stencil" }
 
@@ -90,14 +109,18 @@ func (s Stencil) Handle(pe int32, st *State, from int32, payload []byte) []Send 
 }
 
 func (s Stencil) advance(pe int32, st *State) []Send {
-	if st.Got&3 != 3 || st.Step >= s.Steps {
+	if st.Got&waitingBit != 0 || st.Got&3 != 3 || st.Step >= s.Steps {
 		return nil
 	}
 	st.Vals[0] = (st.Vals[0]*5 + st.Vals[1]*3 - st.Vals[2] + st.Step) % 1000003
 	st.Step++
 	st.Vals[1], st.Vals[2], st.Vals[3], st.Vals[4] = st.Vals[3], st.Vals[4], 0, 0
-	st.Got >>= 2
+	st.Got = st.Got >> 2 & 3
 	if st.Step >= s.Steps {
+		return nil
+	}
+	if s.CkptEvery > 0 && st.Step%s.CkptEvery == 0 {
+		st.Got |= waitingBit // nothing of this PE is in flight: checkpoint here
 		return nil
 	}
 	out := s.emit(pe, st)

@@ -65,7 +65,10 @@ type Result struct {
 	Sent      []map[uint64]uint64 // per PE, final incarnation: ssn -> payload hash
 	Stats     []ftlayer.Stats
 	Err       error
-	results   []any
+	// Checkpoints begun, Aborted by a failure, Failures injected, PEs
+	// RolledBack (checkpoint/restart rolls back every PE).
+	Checkpoints, Aborted, Failures, RolledBack int
+	results                                    []any
 }
 
 // Delivery is one message executed by a PE.
@@ -88,152 +91,341 @@ type Sim struct {
 	N       int
 	Seed    uint64
 	Program Program
-	Crashes []Crash
+	// Protocol is the message-logging protocol (default SCMEL).
+	Protocol ftlayer.Factory
+	Crashes  []Crash
 	// MaxEvents bounds a run (a protocol bug must not hang the test).
 	MaxEvents int
 }
 
+// Checkpointed is implemented by programs with coordinated checkpoints:
+// Waiting says the PE reached a checkpoint point (with nothing of its in
+// flight), Resume continues it once the checkpoint is committed.
+type Checkpointed interface {
+	Waiting(st State) bool
+	Resume(pe int32, st *State) []Send
+}
+
 type pe struct {
-	proto     *ftlayer.SCMEL
+	proto     ftlayer.Protocol
+	ck        *ftlayer.Checkpointer
 	st        State
 	delivered []Delivery
 	sent      map[uint64]uint64
-	ckState   State
-	ckProto   ftlayer.Counters
+}
+
+type runner struct {
+	Sim
+	rng        *rand.Rand
+	pes        []*pe
+	chans      map[[2]int32][]ftlayer.Packet
+	keys       [][2]int32
+	res        Result
+	epoch      uint64
+	decided    uint64 // the last epoch the coordinator committed
+	recovering map[int32]bool
+	err        error
+	ckptOK     bool
+	// hist[e][pe] is what pe had sent and executed when its snapshot of
+	// epoch e was taken: a restart from that snapshot keeps that history.
+	hist map[uint64][]history
+}
+
+type history struct {
+	sent      map[uint64]uint64
+	delivered []Delivery
+}
+
+func (p *pe) history() history {
+	h := history{sent: make(map[uint64]uint64, len(p.sent)), delivered: append([]Delivery(nil), p.delivered...)}
+	for k, v := range p.sent {
+		h.sent[k] = v
+	}
+	return h
 }
 
 // Run simulates the program and returns its end state.
 func (s Sim) Run() Result {
-	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed))
-	pes := make([]*pe, s.N)
-	chans := map[[2]int32][]ftlayer.Packet{}
-	var keys [][2]int32
-	var res Result
+	if s.Protocol == nil {
+		s.Protocol = ftlayer.SCMELFactory{}
+	}
 	if s.MaxEvents == 0 {
 		s.MaxEvents = 1_000_000
 	}
-	push := func(p ftlayer.Packet) {
-		k := [2]int32{p.From, p.To}
-		if _, ok := chans[k]; !ok {
-			keys = append(keys, k)
-			sort.Slice(keys, func(i, j int) bool {
-				return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
-			})
-		}
-		chans[k] = append(chans[k], p)
-	}
-	var exec func(id int32, acts []ftlayer.Action)
-	sends := func(id int32, ss []Send) {
-		for _, x := range ss {
-			acts := pes[id].proto.Send(x.To, x.Payload)
-			pes[id].sent[acts[0].Packet.Msg.SSN] = hashBytes(x.Payload)
-			exec(id, acts)
-		}
-	}
-	exec = func(id int32, acts []ftlayer.Action) {
-		for _, a := range acts {
-			switch a.Kind {
-			case ftlayer.ActSend:
-				push(a.Packet)
-			case ftlayer.ActDeliver:
-				p := pes[id]
-				p.delivered = append(p.delivered, Delivery{a.Msg.Sender, a.Msg.SSN, hashBytes(a.Msg.Payload)})
-				sends(id, s.Program.Handle(id, &p.st, a.Msg.Sender, a.Msg.Payload))
-			}
-		}
-	}
-	for i := range pes {
+	r := &runner{Sim: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), chans: map[[2]int32][]ftlayer.Packet{}, recovering: map[int32]bool{}, hist: map[uint64][]history{}}
+	_, r.ckptOK = s.Program.(Checkpointed)
+	r.pes = make([]*pe, s.N)
+	for i := range r.pes {
 		id := int32(i)
-		pes[i] = &pe{proto: ftlayer.NewSCMEL(id, s.N), st: s.Program.Init(id, s.N), sent: map[uint64]uint64{}}
-		pes[i].ckState, pes[i].ckProto = pes[i].st, pes[i].proto.Snapshot() // the initial checkpoint
+		p := &pe{proto: s.Protocol.New(id, s.N), st: s.Program.Init(id, s.N), sent: map[uint64]uint64{}}
+		p.ck = ftlayer.NewCheckpointer(id, s.N, &ftlayer.Snapshot{Owner: id, App: encodeState(p.st), Proto: p.proto.Snapshot()})
+		r.pes[i] = p
 	}
-	for i := range pes {
-		sends(int32(i), s.Program.Start(int32(i), &pes[i].st))
+	for i := range r.pes { // the initial checkpoint's second copies
+		r.pes[ftlayer.Buddy(int32(i), s.N)].ck.Hold(r.pes[i].ck.Committed(int32(i)))
+	}
+	for i := range r.pes {
+		r.sends(int32(i), s.Program.Start(int32(i), &r.pes[i].st))
 	}
 	crashes := append([]Crash(nil), s.Crashes...)
 	sort.Slice(crashes, func(i, j int) bool { return crashes[i].At < crashes[j].At })
-	recovering := map[int32]bool{}
-	for {
-		for len(crashes) > 0 && crashes[0].At <= res.Events {
-			if err := s.crash(crashes[0].PE, pes, chans, exec, sends, recovering); err != nil {
-				res.Err = err
-				return s.finish(res, pes)
-			}
+	for r.err == nil {
+		for len(crashes) > 0 && crashes[0].At <= r.res.Events && r.err == nil {
+			r.crash(crashes[0].PE)
 			crashes = crashes[1:]
 		}
-		// pick a non-empty channel
+		if r.err != nil {
+			break
+		}
+		r.maybeCheckpoint()
 		var live [][2]int32
-		for _, k := range keys {
-			if len(chans[k]) > 0 {
+		for _, k := range r.keys {
+			if len(r.chans[k]) > 0 {
 				live = append(live, k)
 			}
 		}
 		if len(live) == 0 {
 			if len(crashes) > 0 { // crashes scheduled after the end still happen
-				res.Events = crashes[0].At
+				r.res.Events = crashes[0].At
 				continue
 			}
 			break
 		}
-		if res.Events >= s.MaxEvents {
-			res.Err = fmt.Errorf("no end after %d events", res.Events)
+		if r.res.Events >= s.MaxEvents {
+			r.err = fmt.Errorf("no end after %d events", r.res.Events)
 			break
 		}
-		k := live[rng.IntN(len(live))]
-		p := chans[k][0]
-		chans[k] = chans[k][1:]
-		res.Events++
-		acts, err := pes[p.To].proto.Receive(&p)
-		if err != nil {
-			res.Err = err
-			break
+		k := live[r.rng.IntN(len(live))]
+		p := r.chans[k][0]
+		r.chans[k] = r.chans[k][1:]
+		r.res.Events++
+		r.receive(&p)
+	}
+	if r.err == nil {
+		for y := range r.recovering {
+			r.err = fmt.Errorf("PE %d never finished recovering", y)
 		}
-		exec(p.To, acts)
-		for y := range recovering {
-			if !pes[y].proto.Recovering() {
-				delete(recovering, y)
-				for _, q := range pes {
-					q.proto.Recovered(y)
-				}
+	}
+	r.res.Err = r.err
+	return s.finish(r.res, r.pes)
+}
+
+func (r *runner) push(p ftlayer.Packet) {
+	k := [2]int32{p.From, p.To}
+	if _, ok := r.chans[k]; !ok {
+		r.keys = append(r.keys, k)
+		sort.Slice(r.keys, func(i, j int) bool {
+			return r.keys[i][0] < r.keys[j][0] || r.keys[i][0] == r.keys[j][0] && r.keys[i][1] < r.keys[j][1]
+		})
+	}
+	r.chans[k] = append(r.chans[k], p)
+}
+
+func (r *runner) sends(id int32, ss []Send) {
+	for _, x := range ss {
+		acts := r.pes[id].proto.Send(x.To, x.Payload)
+		r.pes[id].sent[acts[0].Packet.Msg.SSN] = hashBytes(x.Payload)
+		r.exec(id, acts)
+	}
+}
+
+func (r *runner) exec(id int32, acts []ftlayer.Action) {
+	for _, a := range acts {
+		switch a.Kind {
+		case ftlayer.ActSend:
+			r.push(a.Packet)
+			if a.Packet.Kind == ftlayer.PktCkptCommit && a.Packet.Ckpt != nil {
+				r.decided = a.Packet.Ckpt.Epoch
+			}
+		case ftlayer.ActDeliver:
+			p := r.pes[id]
+			p.delivered = append(p.delivered, Delivery{a.Msg.Sender, a.Msg.SSN, hashBytes(a.Msg.Payload)})
+			r.sends(id, r.Program.Handle(id, &p.st, a.Msg.Sender, a.Msg.Payload))
+		case ftlayer.ActCommitted:
+			p := r.pes[id]
+			p.proto.Checkpoint() // logs and determinants go only now
+			r.sends(id, r.Program.(Checkpointed).Resume(id, &p.st))
+		}
+	}
+}
+
+func (r *runner) receive(p *ftlayer.Packet) {
+	var acts []ftlayer.Action
+	var err error
+	if p.Kind >= ftlayer.PktCkptData {
+		acts, err = r.pes[p.To].ck.Receive(p)
+	} else {
+		acts, err = r.pes[p.To].proto.Receive(p)
+	}
+	if err != nil {
+		r.err = err
+		return
+	}
+	r.exec(p.To, acts)
+	for y := range r.recovering {
+		if !r.pes[y].proto.Recovering() {
+			delete(r.recovering, y)
+			for _, q := range r.pes {
+				q.proto.Recovered(y)
 			}
 		}
 	}
-	for y := range recovering {
-		res.Err = fmt.Errorf("PE %d never finished recovering", y)
-	}
-	return s.finish(res, pes)
 }
 
-func (s Sim) crash(y int32, pes []*pe, chans map[[2]int32][]ftlayer.Packet, exec func(int32, []ftlayer.Action), sends func(int32, []Send), recovering map[int32]bool) error {
-	// Fail-stop: y's memory is gone, and so is everything on its way to it.
-	for k := range chans {
+// maybeCheckpoint starts an epoch when every PE waits at a checkpoint
+// point and none is recovering.
+func (r *runner) maybeCheckpoint() {
+	if !r.ckptOK || len(r.recovering) > 0 {
+		return
+	}
+	for _, p := range r.pes {
+		if p.ck.InProgress() || !r.Program.(Checkpointed).Waiting(p.st) {
+			return
+		}
+	}
+	r.epoch++
+	r.res.Checkpoints++
+	r.hist[r.epoch] = make([]history, r.N)
+	for i, p := range r.pes {
+		r.hist[r.epoch][i] = p.history()
+		r.exec(int32(i), p.ck.Begin(r.epoch, &ftlayer.Snapshot{App: encodeState(p.st), Proto: p.proto.Prepare()}))
+	}
+}
+
+// crash fails PE y: its memory (state, logs, checkpoint copies) and every
+// packet on its way to it are gone; it restarts from the checkpoint its
+// buddy holds.
+func (r *runner) crash(y int32) {
+	r.res.Failures++
+	for k := range r.chans {
 		if k[1] == y {
-			chans[k] = nil
+			r.chans[k] = nil
 		}
 	}
-	old := pes[y]
-	inc := old.ckProto.Inc
-	for _, q := range pes { // the highest incarnation anyone knows of y, plus one
-		if q != old {
-			inc = max(inc, q.proto.Snapshot().IncMap[y])
+	buddy := r.pes[ftlayer.Buddy(y, r.N)].ck
+	snap := buddy.Committed(y)
+	inProgress := r.epoch > 0 && r.decided < r.epoch && anyInProgress(r.pes)
+	if r.decided == r.epoch && r.epoch > 0 {
+		// The epoch was committed: the new snapshot stands. Survivors that
+		// have not seen the commit yet apply it now, before replaying.
+		if t := buddy.Tentative(y); t != nil {
+			snap = t
 		}
+		for i, q := range r.pes {
+			if int32(i) != y && q.ck.LastCommitted() < r.epoch {
+				r.dropCommit(int32(i))
+				acts, err := q.ck.Receive(&ftlayer.Packet{Kind: ftlayer.PktCkptCommit, From: 0, To: int32(i), Ckpt: &ftlayer.CkptMsg{Epoch: r.epoch}})
+				if err != nil {
+					r.err = err
+					return
+				}
+				r.exec(int32(i), acts)
+			}
+		}
+	} else if inProgress {
+		for _, q := range r.pes { // not decided: the epoch is aborted
+			q.ck.Abort()
+		}
+		r.res.Aborted++
 	}
-	inc++
-	pes[y] = &pe{proto: ftlayer.RestartSCMEL(y, s.N, old.ckProto, inc), st: old.ckState, ckState: old.ckState, ckProto: old.ckProto, sent: map[uint64]uint64{}}
-	recovering[y] = true
-	for i, q := range pes {
+	if snap == nil {
+		r.err = fmt.Errorf("PE %d failed and no checkpoint of it is left (its buddy lost it too)", y)
+		return
+	}
+	if r.Protocol.RollsBackAll() {
+		r.rollbackAll(y, snap)
+		return
+	}
+	r.restart(y, snap)
+	r.recovering[y] = true
+	for i, q := range r.pes {
 		if int32(i) == y {
 			continue
 		}
-		acts, err := q.proto.PeerFailed(y, inc)
+		acts, err := q.proto.PeerFailed(y, r.pes[y].proto.Snapshot().Inc)
 		if err != nil {
-			return err
+			r.err = err
+			return
 		}
-		exec(int32(i), acts)
+		r.exec(int32(i), acts)
 	}
-	// The new incarnation re-executes from its checkpoint.
-	sends(y, s.Program.Start(y, &pes[y].st))
-	return nil
+	r.resume(y, snap)
+}
+
+func anyInProgress(pes []*pe) bool {
+	for _, p := range pes {
+		if p.ck.InProgress() {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *runner) dropCommit(to int32) {
+	k := [2]int32{0, to}
+	kept := r.chans[k][:0]
+	for _, p := range r.chans[k] {
+		if p.Kind != ftlayer.PktCkptCommit {
+			kept = append(kept, p)
+		}
+	}
+	r.chans[k] = kept
+}
+
+// restart replaces PE y by a new incarnation from snap, and re-replicates
+// the checkpoint copies it held (its own comes back from its buddy, its
+// neighbour's from that neighbour).
+func (r *runner) restart(y int32, snap *ftlayer.Snapshot) {
+	inc := snap.Proto.Inc
+	for _, q := range r.pes {
+		inc = max(inc, q.proto.Snapshot().IncMap[y])
+	}
+	inc++
+	p := &pe{proto: r.Protocol.Restart(y, r.N, snap.Proto, inc), st: decodeState(snap.App), sent: map[uint64]uint64{}}
+	if h := r.hist[snap.Epoch]; h != nil {
+		kept := (&pe{sent: h[y].sent, delivered: h[y].delivered}).history() // a copy
+		p.sent, p.delivered = kept.sent, kept.delivered
+	}
+	p.ck = ftlayer.NewCheckpointer(y, r.N, snap)
+	prev := (y + int32(r.N) - 1) % int32(r.N)
+	if c := r.pes[prev].ck.Committed(prev); c != nil {
+		p.ck.Hold(c)
+	}
+	r.pes[y] = p
+}
+
+// resume starts a restarted PE: from the beginning, or from its
+// checkpoint point.
+func (r *runner) resume(y int32, snap *ftlayer.Snapshot) {
+	p := r.pes[y]
+	if snap.Epoch == 0 {
+		r.sends(y, r.Program.Start(y, &p.st))
+	} else {
+		r.sends(y, r.Program.(Checkpointed).Resume(y, &p.st))
+	}
+}
+
+// rollbackAll is checkpoint/restart: every PE goes back to the last
+// committed checkpoint, and everything in flight is discarded.
+func (r *runner) rollbackAll(y int32, snap *ftlayer.Snapshot) {
+	for k := range r.chans {
+		r.chans[k] = nil
+	}
+	r.res.RolledBack += r.N
+	snaps := make([]*ftlayer.Snapshot, r.N)
+	for i := range r.pes {
+		if int32(i) == y {
+			snaps[i] = snap
+		} else {
+			snaps[i] = r.pes[i].ck.Committed(int32(i))
+		}
+	}
+	for i := range r.pes {
+		r.restart(int32(i), snaps[i])
+	}
+	for i := range r.pes {
+		r.resume(int32(i), snaps[i])
+	}
 }
 
 func (s Sim) finish(res Result, pes []*pe) Result {
@@ -293,6 +485,23 @@ func Check(free, failed Result) error {
 		}
 	}
 	return nil
+}
+
+func encodeState(st State) []byte {
+	v := []uint64{st.H, st.Count, uint64(st.Step), uint64(st.Got)}
+	for _, x := range st.Vals {
+		v = append(v, uint64(x))
+	}
+	return put(v...)
+}
+
+func decodeState(b []byte) State {
+	var st State
+	st.H, st.Count, st.Step, st.Got = u64(b), u64(b[8:]), int64(u64(b[16:])), int64(u64(b[24:]))
+	for i := range st.Vals {
+		st.Vals[i] = int64(u64(b[32+8*i:]))
+	}
+	return st
 }
 
 func u64(b []byte) uint64 {

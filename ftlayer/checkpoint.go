@@ -1,0 +1,137 @@
+package ftlayer
+
+import "fmt"
+
+// Snapshot is one PE's checkpoint: its application state (opaque bytes)
+// and its protocol's counters.
+type Snapshot struct {
+	Owner int32
+	Epoch uint64
+	App   []byte
+	Proto Counters
+}
+
+// CkptMsg is a message of the coordinated checkpoint protocol.
+type CkptMsg struct {
+	Epoch uint64
+	Snap  *Snapshot // PktCkptData
+	Owner int32     // PktCkptStored: whose copy is stored
+}
+
+const (
+	PktCkptData   PacketKind = iota + 10 // a PE's snapshot, to its buddy
+	PktCkptStored                        // the buddy stored it (to the coordinator)
+	PktCkptCommit                        // the coordinator commits the epoch (to all)
+)
+
+// ActCommitted tells the host the epoch is committed on this PE: it drops
+// the protocol's logs (Protocol.Checkpoint) and resumes the application.
+const ActCommitted ActionKind = 10
+
+// Checkpointer is one PE's part of the coordinated, double in-memory
+// checkpoint: it keeps its own snapshot and its buddy's, in two phases —
+// collect (each snapshot reaches the owner's buddy, which tells the
+// coordinator) and commit (the coordinator, PE 0, tells everyone). A
+// failure before the coordinator decided aborts the epoch: everyone keeps
+// the last committed checkpoint, and no log is dropped before a commit.
+// Once it decided, the epoch stands, and a PE that fails restarts from the
+// new snapshot its buddy holds.
+type Checkpointer struct {
+	me, n     int32
+	committed map[int32]*Snapshot // own and the buddy-owned copies this PE holds
+	tentative map[int32]*Snapshot // this epoch's
+	epoch     uint64              // in progress (0: none)
+	last      uint64              // last committed
+	stored    map[int32]bool      // coordinator: copies stored this epoch
+	decided   uint64              // coordinator: last epoch it committed
+	Bytes     uint64              // snapshot bytes this PE sent or stored, all epochs
+}
+
+// NewCheckpointer makes PE me's checkpointer; initial is its state at the
+// start (epoch 0, held by itself and by its buddy's checkpointer through
+// Hold).
+func NewCheckpointer(me int32, n int, initial *Snapshot) *Checkpointer {
+	c := &Checkpointer{me: me, n: int32(n), committed: map[int32]*Snapshot{}, tentative: map[int32]*Snapshot{}}
+	c.committed[me] = initial
+	return c
+}
+
+// Buddy is the PE that holds me's second copy.
+func Buddy(me int32, n int) int32 { return (me + 1) % int32(n) }
+
+// Hold stores another PE's committed snapshot (the initial one, or a copy
+// re-sent after a restart).
+func (c *Checkpointer) Hold(s *Snapshot) { c.committed[s.Owner] = s }
+
+// Committed returns the committed copy of owner's snapshot this PE holds.
+func (c *Checkpointer) Committed(owner int32) *Snapshot { return c.committed[owner] }
+
+// Tentative returns this epoch's copy of owner's snapshot, if held.
+func (c *Checkpointer) Tentative(owner int32) *Snapshot { return c.tentative[owner] }
+
+// InProgress reports whether an epoch is being collected.
+func (c *Checkpointer) InProgress() bool { return c.epoch != 0 }
+
+// LastCommitted is the last epoch this PE committed.
+func (c *Checkpointer) LastCommitted() uint64 { return c.last }
+
+// Decided is the last epoch the coordinator committed (PE 0 only).
+func (c *Checkpointer) Decided() uint64 { return c.decided }
+
+// Begin starts epoch e with this PE's snapshot.
+func (c *Checkpointer) Begin(e uint64, s *Snapshot) []Action {
+	c.epoch = e
+	s.Owner, s.Epoch = c.me, e
+	c.tentative[c.me] = s
+	c.stored = map[int32]bool{}
+	c.Bytes += uint64(len(s.App))
+	b := Buddy(c.me, int(c.n))
+	return []Action{{Kind: ActSend, Packet: Packet{Kind: PktCkptData, From: c.me, To: b, Ckpt: &CkptMsg{Epoch: e, Snap: s}}}}
+}
+
+// Receive handles a checkpoint packet.
+func (c *Checkpointer) Receive(p *Packet) ([]Action, error) {
+	m := p.Ckpt
+	if m == nil {
+		return nil, fmt.Errorf("PE %d: checkpoint packet without its message", c.me)
+	}
+	if m.Epoch != c.epoch {
+		return nil, nil // from an aborted epoch
+	}
+	switch p.Kind {
+	case PktCkptData:
+		c.tentative[m.Snap.Owner] = m.Snap
+		c.Bytes += uint64(len(m.Snap.App))
+		return []Action{{Kind: ActSend, Packet: Packet{Kind: PktCkptStored, From: c.me, To: 0, Ckpt: &CkptMsg{Epoch: m.Epoch, Owner: m.Snap.Owner}}}}, nil
+	case PktCkptStored:
+		if c.me != 0 {
+			return nil, fmt.Errorf("PE %d: a stored notice reached a PE that does not coordinate", c.me)
+		}
+		c.stored[m.Owner] = true
+		if len(c.stored) < int(c.n) {
+			return nil, nil
+		}
+		c.decided = m.Epoch
+		out := make([]Action, 0, c.n)
+		for i := int32(0); i < c.n; i++ {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktCkptCommit, From: c.me, To: i, Ckpt: &CkptMsg{Epoch: m.Epoch}}})
+		}
+		return out, nil
+	case PktCkptCommit:
+		for owner, s := range c.tentative {
+			c.committed[owner] = s
+		}
+		c.tentative = map[int32]*Snapshot{}
+		c.last, c.epoch = m.Epoch, 0
+		return []Action{{Kind: ActCommitted}}, nil
+	}
+	return nil, fmt.Errorf("PE %d: unknown checkpoint packet kind %d", c.me, p.Kind)
+}
+
+// Abort drops an epoch in progress (a PE failed before the commit was
+// decided): the last committed checkpoint stays.
+func (c *Checkpointer) Abort() {
+	c.epoch = 0
+	c.tentative = map[int32]*Snapshot{}
+	c.stored = nil
+}

@@ -96,3 +96,27 @@ func TestSecondFailureDuringRecoveryIsReported(t *testing.T) {
 	_, err = s.PeerFailed(1, 2) // while 2 recovers
 	require.ErrorIs(t, err, ErrConcurrentFailure)
 }
+
+// A checkpoint drops only what its snapshot covers: what was sent,
+// received or stored after Prepare stays until the next one.
+func TestCheckpointKeepsWhatCameAfterTheSnapshot(t *testing.T) {
+	s := NewSCMEL(0, 2)
+	s.Send(1, []byte("before"))
+	s.Receive(app(1, 0, 1, 0, Det{Sender: 0, Recver: 1, SSN: 1, RSN: 1}))
+	ck := s.Prepare()
+	require.Equal(t, uint64(1), ck.SSN)
+	require.Equal(t, []uint64{0, 1}, ck.Covered)
+	s.Send(1, []byte("after"))
+	s.Receive(app(1, 0, 2, 0, Det{Sender: 0, Recver: 1, SSN: 2, RSN: 2}))
+	s.Checkpoint()
+	require.Equal(t, uint64(1), s.Stats().Logged, "the message sent after the snapshot is still logged")
+	require.Len(t, s.detLog, 1)
+	require.Equal(t, []Det{{Sender: 1, Recver: 0, SSN: 2, RSN: 2}}, s.detBuf)
+	// a late duplicate of a covered message is dropped, the later one is known
+	acts, _ := s.Receive(app(1, 0, 1, 0))
+	require.Empty(t, delivered(acts))
+	acts, _ = s.Receive(app(1, 0, 2, 0))
+	require.Empty(t, delivered(acts))
+	acts, _ = s.Receive(app(1, 0, 3, 0))
+	require.Equal(t, []uint64{3}, delivered(acts))
+}

@@ -33,6 +33,7 @@ type Det struct {
 type Message struct {
 	Sender, Recver int32
 	SSN            uint64
+	CSN            uint64 // sequence number on the (Sender, Recver) channel
 	Inc            uint32 // the sender's incarnation
 	Dets           []Det  // determinants piggybacked on it
 	Payload        []byte

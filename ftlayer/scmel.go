@@ -7,36 +7,67 @@ type msgKey struct {
 	ssn    uint64
 }
 
+// window records which messages of one sender were received: every channel
+// sequence number up to contig, plus any later ones that overtook others
+// (none on FIFO channels). It answers "received already?" without hashing.
+type window struct {
+	contig uint64
+	extra  map[uint64]bool
+}
+
+func (w *window) has(csn uint64) bool {
+	return csn <= w.contig || len(w.extra) > 0 && w.extra[csn]
+}
+
+func (w *window) add(csn uint64) {
+	if csn != w.contig+1 {
+		if w.extra == nil {
+			w.extra = map[uint64]bool{}
+		}
+		w.extra[csn] = true
+		return
+	}
+	w.contig++
+	for len(w.extra) > 0 && w.extra[w.contig+1] {
+		delete(w.extra, w.contig+1)
+		w.contig++
+	}
+}
+
 // Counters is the part of a PE's protocol state a coordinated checkpoint
 // keeps (the logs are empty right after one).
 type Counters struct {
 	SSN, RSN uint64
 	Inc      uint32
 	IncMap   []uint32
-	Covered  []uint64 // per sender, the highest ssn the checkpoint covers
+	SendCSN  []uint64   // per destination: last channel sequence number sent
+	RecvCSN  []uint64   // per sender: all received up to this
+	RecvMore [][]uint64 // per sender: received beyond it (out of order)
 }
 
 // SCMEL is simple causal message logging (CAMEL paper, Algorithm 1) for one
 // PE. Section numbers in comments refer to that paper.
+//
+// Besides the paper's ssn (per sender, over all its messages), messages
+// carry a channel sequence number per (sender, receiver): receivers use it
+// to recognise duplicates in O(1), and it survives checkpoints, so a
+// duplicate from before a checkpoint is still recognised after it.
 type SCMEL struct {
-	me     int32
-	n      int
-	inc    uint32
-	incMap []uint32
-	ssn    uint64
-	rsn    uint64
-	msgLog []*Message        // sent since the checkpoint (sender-based log)
-	detLog []Det             // other PEs' determinants, stored for them
-	detBuf []Det             // own determinants not yet acknowledged
-	rsnMap map[msgKey]uint64 // receptions; while recovering, also the recorded order
-	// covered[y] is the highest ssn from y that a committed checkpoint
-	// covers: at a coordinated checkpoint nothing older is in flight but
-	// duplicates (re-sent by a re-execution), so anything at or below it
-	// is one.
-	covered []uint64
+	me      int32
+	n       int
+	inc     uint32
+	incMap  []uint32
+	ssn     uint64
+	rsn     uint64
+	sendCSN []uint64
+	recv    []window
+	msgLog  []*Message // sent since the checkpoint (sender-based log)
+	detLog  []Det      // other PEs' determinants, stored for them
+	detBuf  []Det      // own determinants not yet acknowledged
 
 	// recovery of this PE (§2, procedure RECEIVEDETS)
 	recovering   bool
+	recorded     map[msgKey]uint64 // the recorded reception order
 	detsFrom     map[int32]bool
 	lastRecorded uint64
 	held         []*Message // messages waiting for their turn
@@ -55,12 +86,20 @@ type checkpointMark struct {
 
 // NewSCMEL makes PE me's protocol for a job of n PEs, from the start.
 func NewSCMEL(me int32, n int) *SCMEL {
-	return &SCMEL{me: me, n: n, incMap: make([]uint32, n), rsnMap: map[msgKey]uint64{}, covered: make([]uint64, n), failing: -1}
+	return &SCMEL{me: me, n: n, incMap: make([]uint32, n), sendCSN: make([]uint64, n), recv: make([]window, n), failing: -1}
 }
 
-// Snapshot is the protocol state a coordinated checkpoint saves.
+// Snapshot is the protocol state a checkpoint saves.
 func (s *SCMEL) Snapshot() Counters {
-	return Counters{SSN: s.ssn, RSN: s.rsn, Inc: s.inc, IncMap: append([]uint32(nil), s.incMap...), Covered: append([]uint64(nil), s.covered...)}
+	c := Counters{SSN: s.ssn, RSN: s.rsn, Inc: s.inc, IncMap: append([]uint32(nil), s.incMap...),
+		SendCSN: append([]uint64(nil), s.sendCSN...), RecvCSN: make([]uint64, s.n), RecvMore: make([][]uint64, s.n)}
+	for i := range s.recv {
+		c.RecvCSN[i] = s.recv[i].contig
+		for csn := range s.recv[i].extra {
+			c.RecvMore[i] = append(c.RecvMore[i], csn)
+		}
+	}
+	return c
 }
 
 // RestartSCMEL makes the new incarnation inc of PE me from its checkpoint.
@@ -70,9 +109,20 @@ func RestartSCMEL(me int32, n int, ck Counters, inc uint32) *SCMEL {
 	s := NewSCMEL(me, n)
 	s.ssn, s.rsn, s.inc = ck.SSN, ck.RSN, inc
 	copy(s.incMap, ck.IncMap)
-	copy(s.covered, ck.Covered)
+	copy(s.sendCSN, ck.SendCSN)
+	for i := range s.recv {
+		if i < len(ck.RecvCSN) {
+			s.recv[i].contig = ck.RecvCSN[i]
+		}
+		if i < len(ck.RecvMore) {
+			for _, csn := range ck.RecvMore[i] {
+				s.recv[i].add(csn)
+			}
+		}
+	}
 	s.incMap[me] = inc
 	s.recovering = n > 1
+	s.recorded = map[msgKey]uint64{}
 	s.detsFrom = map[int32]bool{}
 	s.lastRecorded = ck.RSN
 	return s
@@ -95,7 +145,8 @@ func (s *SCMEL) Stats() Stats {
 // Send is SENDMSG: stamp, piggyback the unacknowledged determinants, log.
 func (s *SCMEL) Send(to int32, payload []byte) []Action {
 	s.ssn++
-	m := &Message{Sender: s.me, Recver: to, SSN: s.ssn, Inc: s.inc, Payload: payload}
+	s.sendCSN[to]++
+	m := &Message{Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Inc: s.inc, Payload: payload}
 	if to != s.me && len(s.detBuf) > 0 {
 		// A message to itself carries none: this PE's own determinants
 		// are only safe once another PE holds them.
@@ -118,10 +169,10 @@ func (s *SCMEL) Receive(p *Packet) ([]Action, error) {
 			return nil, nil // a late copy: this PE is done recovering
 		}
 		for _, d := range p.Dets {
-			if d.Recver != s.me {
-				continue
+			if d.Recver != s.me || d.RSN <= s.rsn {
+				continue // not ours, or from before the checkpoint
 			}
-			s.rsnMap[msgKey{d.Sender, d.SSN}] = d.RSN
+			s.recorded[msgKey{d.Sender, d.SSN}] = d.RSN
 			s.lastRecorded = max(s.lastRecorded, d.RSN)
 		}
 		s.detsFrom[p.From] = true
@@ -132,21 +183,25 @@ func (s *SCMEL) Receive(p *Packet) ([]Action, error) {
 	return nil, fmt.Errorf("PE %d: packet of unknown kind %d", s.me, p.Kind)
 }
 
+// removeAcked drops acknowledged determinants from detBuf. Both lists are
+// in rsn order (determinants are made in reception order, and an ack
+// returns a copy of what was piggybacked), so one merge pass does it.
 func (s *SCMEL) removeAcked(acked []Det) {
 	if len(acked) == 0 {
 		return
 	}
-	gone := make(map[Det]bool, len(acked))
-	for _, d := range acked {
-		gone[d] = true
-	}
 	kept := s.detBuf[:0]
+	j := 0
 	for _, d := range s.detBuf {
-		if gone[d] {
-			s.stats.DetsAcked++
-		} else {
-			kept = append(kept, d)
+		for j < len(acked) && acked[j].RSN < d.RSN {
+			j++
 		}
+		if j < len(acked) && acked[j] == d {
+			s.stats.DetsAcked++
+			j++
+			continue
+		}
+		kept = append(kept, d)
 	}
 	s.detBuf = kept
 }
@@ -158,8 +213,7 @@ func (s *SCMEL) receiveMsg(m *Message) []Action {
 		s.stats.Dropped++ // from a failed incarnation
 		return nil
 	}
-	k := msgKey{m.Sender, m.SSN}
-	if r, ok := s.rsnMap[k]; ok && r <= s.rsn || m.SSN <= s.covered[m.Sender] {
+	if s.recv[m.Sender].has(m.CSN) {
 		s.stats.Dropped++ // already received (a re-execution's re-send, a replay)
 		return nil
 	}
@@ -169,17 +223,23 @@ func (s *SCMEL) receiveMsg(m *Message) []Action {
 		return nil
 	}
 	out := s.deliver(m, nil)
-	return s.release(out)
+	if len(s.held) > 0 || s.recovering {
+		out = s.release(out)
+	}
+	return out
 }
 
 // canDeliver reports whether m is next: while recovering, only once every
 // peer's determinants are in, and then in the recorded order; messages
 // without a recorded reception come after the recorded ones.
 func (s *SCMEL) canDeliver(m *Message) bool {
+	if !s.recovering && len(s.held) == 0 {
+		return true
+	}
 	if s.recovering && len(s.detsFrom) < s.n-1 {
 		return false
 	}
-	if r, ok := s.rsnMap[msgKey{m.Sender, m.SSN}]; ok {
+	if r, ok := s.recorded[msgKey{m.Sender, m.SSN}]; ok {
 		return r == s.rsn+1
 	}
 	return s.rsn >= s.lastRecorded
@@ -187,8 +247,7 @@ func (s *SCMEL) canDeliver(m *Message) bool {
 
 func (s *SCMEL) deliver(m *Message, out []Action) []Action {
 	s.rsn++
-	k := msgKey{m.Sender, m.SSN}
-	s.rsnMap[k] = s.rsn
+	s.recv[m.Sender].add(m.CSN)
 	s.detBuf = append(s.detBuf, Det{Sender: m.Sender, Recver: s.me, SSN: m.SSN, RSN: s.rsn})
 	s.stats.DetsCreated++
 	if len(m.Dets) > 0 && m.Sender != s.me {
@@ -205,14 +264,13 @@ func (s *SCMEL) release(out []Action) []Action {
 		progress = false
 		for i := 0; i < len(s.held); i++ {
 			m := s.held[i]
-			k := msgKey{m.Sender, m.SSN}
-			if r, ok := s.rsnMap[k]; ok && r <= s.rsn {
+			if s.recv[m.Sender].has(m.CSN) {
 				s.held = append(s.held[:i], s.held[i+1:]...) // a duplicate after all
 				i--
 				s.stats.Dropped++
 				continue
 			}
-			if s.canDeliver(m) {
+			if s.canDeliverHeld(m) {
 				s.held = append(s.held[:i], s.held[i+1:]...)
 				out = s.deliver(m, out)
 				progress = true
@@ -222,20 +280,26 @@ func (s *SCMEL) release(out []Action) []Action {
 	}
 	if s.recovering && len(s.detsFrom) >= s.n-1 && s.rsn >= s.lastRecorded {
 		s.recovering = false
+		s.recorded = nil
 	}
 	return out
+}
+
+// canDeliverHeld is canDeliver for a message already in the held queue.
+func (s *SCMEL) canDeliverHeld(m *Message) bool {
+	if s.recovering && len(s.detsFrom) < s.n-1 {
+		return false
+	}
+	if r, ok := s.recorded[msgKey{m.Sender, m.SSN}]; ok {
+		return r == s.rsn+1
+	}
+	return s.rsn >= s.lastRecorded
 }
 
 // Prepare marks what the checkpoint being taken covers.
 func (s *SCMEL) Prepare() Counters {
 	s.mark = checkpointMark{ssn: s.ssn, rsn: s.rsn, detLog: len(s.detLog)}
-	c := s.Snapshot()
-	for k, r := range s.rsnMap { // what the restarted PE must treat as covered
-		if r <= s.rsn {
-			c.Covered[k.sender] = max(c.Covered[k.sender], k.ssn)
-		}
-	}
-	return c
+	return s.Snapshot()
 }
 
 // Checkpoint is CHECKPOINT: the coordinated checkpoint Prepare marked was
@@ -260,12 +324,6 @@ func (s *SCMEL) Checkpoint() {
 		}
 	}
 	s.detBuf = buf
-	for k, r := range s.rsnMap {
-		if r <= m.rsn {
-			s.covered[k.sender] = max(s.covered[k.sender], k.ssn)
-			delete(s.rsnMap, k)
-		}
-	}
 	s.mark = checkpointMark{ssn: s.ssn, rsn: s.rsn, detLog: len(s.detLog)}
 }
 

@@ -6,8 +6,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// app builds a message whose channel sequence number equals its ssn (the
+// sender sends only to this receiver) unless csn says otherwise.
 func app(from, to int32, ssn uint64, inc uint32, dets ...Det) *Packet {
-	return &Packet{Kind: PktApp, From: from, To: to, Msg: &Message{Sender: from, Recver: to, SSN: ssn, Inc: inc, Dets: dets, Payload: []byte{byte(ssn)}}}
+	return appCSN(from, to, ssn, ssn, inc, dets...)
+}
+
+func appCSN(from, to int32, ssn, csn uint64, inc uint32, dets ...Det) *Packet {
+	return &Packet{Kind: PktApp, From: from, To: to, Msg: &Message{Sender: from, Recver: to, SSN: ssn, CSN: csn, Inc: inc, Dets: dets, Payload: []byte{byte(ssn)}}}
 }
 
 func delivered(acts []Action) []uint64 {
@@ -43,7 +49,7 @@ func TestOldAndDuplicateMessagesAreDropped(t *testing.T) {
 func TestReplayFollowsTheRecordedOrder(t *testing.T) {
 	s := RestartSCMEL(0, 3, Counters{IncMap: make([]uint32, 3)}, 1)
 	// PE 1 knows that PE 0 received (2,ssn 5) first and (1,ssn 7) second.
-	for _, p := range []*Packet{app(1, 0, 7, 0), app(2, 0, 9, 0), app(2, 0, 5, 0)} {
+	for _, p := range []*Packet{appCSN(1, 0, 7, 1, 0), appCSN(2, 0, 9, 2, 0), appCSN(2, 0, 5, 1, 0)} {
 		acts, err := s.Receive(p)
 		require.NoError(t, err)
 		require.Empty(t, delivered(acts), "nothing before every peer's determinants are in")
@@ -105,7 +111,7 @@ func TestCheckpointKeepsWhatCameAfterTheSnapshot(t *testing.T) {
 	s.Receive(app(1, 0, 1, 0, Det{Sender: 0, Recver: 1, SSN: 1, RSN: 1}))
 	ck := s.Prepare()
 	require.Equal(t, uint64(1), ck.SSN)
-	require.Equal(t, []uint64{0, 1}, ck.Covered)
+	require.Equal(t, []uint64{0, 1}, ck.RecvCSN)
 	s.Send(1, []byte("after"))
 	s.Receive(app(1, 0, 2, 0, Det{Sender: 0, Recver: 1, SSN: 2, RSN: 2}))
 	s.Checkpoint()

@@ -6,14 +6,28 @@
 // simulator (ftlayer/fttest) can crash any PE at any message boundary and
 // check the outcome deterministically.
 //
+// Checkpoints (Checkpointer) are coordinated, two-phase (collect, then
+// commit) and double in memory: each PE's snapshot is held by itself and
+// by its buddy (the next PE). A failure before the coordinator decided to
+// commit aborts the epoch: recovery uses the last committed checkpoint and
+// no log is dropped early. A failure after the decision keeps the epoch.
+// A PE and its buddy failing at once lose a checkpoint: that is reported,
+// not survived.
+//
 // Protocols and the failures they survive:
 //
+//   - none (checkpoint/restart): any single failure, and further ones after
+//     each restart; every PE rolls back to the last committed checkpoint.
 //   - SCMEL (simple causal message logging, Algorithm 1 of the CAMEL paper,
-//     papers/000): one failed PE at a time, the others keep running and
-//     replay to it. A second failure before the first PE finished recovering
-//     is detected and reported as unsupported (ErrConcurrentFailure), never
+//     papers/000): one failed PE at a time; only it rolls back, the others
+//     keep running and replay to it. A second failure while a PE is still
+//     recovering is reported as unsupported (ErrConcurrentFailure), never
 //     silently mishandled. The same PE (or another) may fail again once
-//     recovery completed.
+//     recovery completed, or while it is recovering (the same PE again).
+//
+// Still to come (issue "fault-tolerance core"): CAMEL's collective-aware
+// logging, message kinds and their statistics, the simulated LeanMD-like
+// pattern with multicasts and reductions, and the SCMEL-vs-CAMEL figures.
 package ftlayer
 
 import (

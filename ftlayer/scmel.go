@@ -131,6 +131,18 @@ func RestartSCMEL(me int32, n int, ck Counters, inc uint32) *SCMEL {
 // Recovering reports whether this PE is still replaying.
 func (s *SCMEL) Recovering() bool { return s.recovering }
 
+// Phase names where this PE's recovery stands: "collecting" determinants,
+// "replaying" logged messages, or "" when it is not recovering.
+func (s *SCMEL) Phase() string {
+	switch {
+	case !s.recovering:
+		return ""
+	case len(s.detsFrom) < s.n-1:
+		return "collecting"
+	}
+	return "replaying"
+}
+
 // Stats reports the protocol's counters.
 func (s *SCMEL) Stats() Stats {
 	st := s.stats

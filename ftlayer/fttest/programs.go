@@ -3,7 +3,10 @@ package fttest
 // Ring passes a token around the PEs for Laps laps; every holder also sends
 // a side message two PEs on, so receptions interleave and their order
 // matters to the state.
-type Ring struct{ Laps int }
+type Ring struct {
+	Laps int
+	Idle int // the last Idle PEs take no part (they run nothing)
+}
 
 func (r Ring) Name() string { return "ring" }
 
@@ -18,7 +21,7 @@ func (r Ring) Start(pe int32, st *State) []Send {
 	if pe != 0 {
 		return nil
 	}
-	return []Send{{To: 1 % int32(r.n(st)), Payload: put(1, 0)}}
+	return []Send{{To: 1 % int32(r.n(st)-int64(r.Idle)), Payload: put(1, 0)}}
 }
 
 // n is smuggled through the state: Vals[5] holds the PE count.
@@ -32,7 +35,7 @@ func (r Ring) Handle(pe int32, st *State, from int32, payload []byte) []Send {
 	if kind != 1 { // a side message
 		return nil
 	}
-	n := int32(st.Vals[5])
+	n := int32(st.Vals[5]) - int32(r.Idle)
 	lap := int64(v >> 32)
 	if pe == 0 {
 		lap++

@@ -51,10 +51,19 @@ func mix(h uint64, v uint64) uint64 {
 	return h ^ h>>33
 }
 
-// Crash fails PE PE just before event number At (0: before the first).
+// Crash fails PE PE just before event number At (0: before the first),
+// in the order the crashes are listed,
+// or, with When set, as soon as PE Of's recovery is in that phase
+// ("collecting" determinants, "replaying") or has just ended ("recovered"),
+// at or after event At.
 type Crash struct {
-	At int
-	PE int32
+	At   int
+	PE   int32
+	When string
+	Of   int32
+	// Optional: if the moment never comes in this run (a replay can be
+	// over within one event), the crash is skipped instead of an error.
+	Optional bool
 }
 
 // Result is how a simulated run ended.
@@ -68,6 +77,7 @@ type Result struct {
 	// Checkpoints begun, Aborted by a failure, Failures injected, PEs
 	// RolledBack (checkpoint/restart rolls back every PE).
 	Checkpoints, Aborted, Failures, RolledBack int
+	Crashed                                    []int // indices (in Sim.Crashes) of the crashes that happened
 	results                                    []any
 }
 
@@ -116,16 +126,17 @@ type pe struct {
 
 type runner struct {
 	Sim
-	rng        *rand.Rand
-	pes        []*pe
-	chans      map[[2]int32][]ftlayer.Packet
-	keys       [][2]int32
-	res        Result
-	epoch      uint64
-	decided    uint64 // the last epoch the coordinator committed
-	recovering map[int32]bool
-	err        error
-	ckptOK     bool
+	rng           *rand.Rand
+	pes           []*pe
+	chans         map[[2]int32][]ftlayer.Packet
+	keys          [][2]int32
+	res           Result
+	epoch         uint64
+	decided       uint64 // the last epoch the coordinator committed
+	recovering    map[int32]bool
+	wasRecovering map[int32]bool // recovered at least once
+	err           error
+	ckptOK        bool
 	// hist[e][pe] is what pe had sent and executed when its snapshot of
 	// epoch e was taken: a restart from that snapshot keeps that history.
 	hist map[uint64][]history
@@ -152,7 +163,7 @@ func (s Sim) Run() Result {
 	if s.MaxEvents == 0 {
 		s.MaxEvents = 1_000_000
 	}
-	r := &runner{Sim: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), chans: map[[2]int32][]ftlayer.Packet{}, recovering: map[int32]bool{}, hist: map[uint64][]history{}}
+	r := &runner{Sim: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), chans: map[[2]int32][]ftlayer.Packet{}, recovering: map[int32]bool{}, wasRecovering: map[int32]bool{}, hist: map[uint64][]history{}}
 	_, r.ckptOK = s.Program.(Checkpointed)
 	r.pes = make([]*pe, s.N)
 	for i := range r.pes {
@@ -167,12 +178,13 @@ func (s Sim) Run() Result {
 	for i := range r.pes {
 		r.sends(int32(i), s.Program.Start(int32(i), &r.pes[i].st))
 	}
-	crashes := append([]Crash(nil), s.Crashes...)
-	sort.Slice(crashes, func(i, j int) bool { return crashes[i].At < crashes[j].At })
+	crashes := append([]Crash(nil), s.Crashes...) // in the order given
+	next := 0                                     // index of crashes[0] in s.Crashes
 	for r.err == nil {
-		for len(crashes) > 0 && crashes[0].At <= r.res.Events && r.err == nil {
+		for len(crashes) > 0 && crashes[0].At <= r.res.Events && r.err == nil && r.due(crashes[0]) {
 			r.crash(crashes[0].PE)
-			crashes = crashes[1:]
+			r.res.Crashed = append(r.res.Crashed, next)
+			crashes, next = crashes[1:], next+1
 		}
 		if r.err != nil {
 			break
@@ -185,9 +197,16 @@ func (s Sim) Run() Result {
 			}
 		}
 		if len(live) == 0 {
-			if len(crashes) > 0 { // crashes scheduled after the end still happen
+			if len(crashes) > 0 && crashes[0].When == "" { // crashes scheduled after the end still happen
 				r.res.Events = crashes[0].At
 				continue
+			}
+			if len(crashes) > 0 && crashes[0].Optional {
+				crashes, next = crashes[1:], next+1
+				continue
+			}
+			if len(crashes) > 0 {
+				r.err = fmt.Errorf("crash %+v: its moment never came", crashes[0])
 			}
 			break
 		}
@@ -208,6 +227,21 @@ func (s Sim) Run() Result {
 	}
 	r.res.Err = r.err
 	return s.finish(r.res, r.pes)
+}
+
+// due reports whether a crash's moment has come.
+func (r *runner) due(c Crash) bool {
+	if c.When == "" {
+		return true
+	}
+	phase := ""
+	if s, ok := r.pes[c.Of].proto.(interface{ Phase() string }); ok {
+		phase = s.Phase()
+	}
+	if c.When == "recovered" {
+		return r.wasRecovering[c.Of] && phase == ""
+	}
+	return phase == c.When
 }
 
 func (r *runner) push(p ftlayer.Packet) {
@@ -338,6 +372,7 @@ func (r *runner) crash(y int32) {
 	}
 	r.restart(y, snap)
 	r.recovering[y] = true
+	r.wasRecovering[y] = true
 	for i, q := range r.pes {
 		if int32(i) == y {
 			continue

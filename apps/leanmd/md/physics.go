@@ -141,36 +141,41 @@ func (k *kernel) force(dx, dy, dz, rsqd float64) (fx, fy, fz, e float64) {
 	return dx * s, dy * s, dz * s, e
 }
 
+// row adds the forces between one atom at p and the atoms at others (to
+// fo, in the opposite direction) and returns the atom's total force and the
+// row's potential energy. Both kernels are made of rows.
+func (k *kernel) row(p Vec3, others, fo []Vec3) (fx, fy, fz, energy float64) {
+	fo = fo[:len(others)]
+	for j := range others {
+		dx := p.X - others[j].X
+		dy := p.Y - others[j].Y
+		dz := p.Z - others[j].Z
+		rsqd := dx*dx + dy*dy + dz*dz
+		if rsqd > 1 && rsqd < cutoffSqd {
+			gx, gy, gz, e := k.force(dx, dy, dz, rsqd)
+			energy += e
+			fx += gx
+			fy += gy
+			fz += gz
+			fo[j].X -= gx
+			fo[j].Y -= gy
+			fo[j].Z -= gz
+		}
+	}
+	return fx, fy, fz, energy
+}
+
 // selfForces adds the forces between every pair of atoms of one cell
 // (j > i) to f and returns their potential energy.
 func (k *kernel) selfForces(pos []Vec3, f []Vec3) float64 {
 	var energy float64
 	f = f[:len(pos)]
 	for i := range pos {
-		pi := pos[i]
-		var fxi, fyi, fzi float64
-		rest := pos[i+1:]
-		fr := f[i+1:]
-		fr = fr[:len(rest)]
-		for j := range rest {
-			dx := pi.X - rest[j].X
-			dy := pi.Y - rest[j].Y
-			dz := pi.Z - rest[j].Z
-			rsqd := dx*dx + dy*dy + dz*dz
-			if rsqd > 1 && rsqd < cutoffSqd {
-				fx, fy, fz, e := k.force(dx, dy, dz, rsqd)
-				energy += e
-				fxi += fx
-				fyi += fy
-				fzi += fz
-				fr[j].X -= fx
-				fr[j].Y -= fy
-				fr[j].Z -= fz
-			}
-		}
-		f[i].X += fxi
-		f[i].Y += fyi
-		f[i].Z += fzi
+		fx, fy, fz, e := k.row(pos[i], pos[i+1:], f[i+1:])
+		energy += e
+		f[i].X += fx
+		f[i].Y += fy
+		f[i].Z += fz
 	}
 	return energy
 }
@@ -180,37 +185,21 @@ func (k *kernel) selfForces(pos []Vec3, f []Vec3) float64 {
 // puts the second cell at the periodic image the pair stands for.
 func (k *kernel) pairForces(a, b []Vec3, shift Vec3, fa, fb []Vec3) float64 {
 	var energy float64
-	fb = fb[:len(b)]
 	fa = fa[:len(a)]
 	lo, hi := bounds(b)
 	for i := range a {
 		// separation = a − (b + shift) = (a − shift) − b
-		xi, yi, zi := a[i].X-shift.X, a[i].Y-shift.Y, a[i].Z-shift.Z
+		p := Vec3{a[i].X - shift.X, a[i].Y - shift.Y, a[i].Z - shift.Z}
 		// An atom farther than the cutoff from b's bounding box meets none
-		// of b's atoms: skip the loop (the result is the same to the bit).
-		if gapSqd(xi, lo.X, hi.X)+gapSqd(yi, lo.Y, hi.Y)+gapSqd(zi, lo.Z, hi.Z) >= cutoffSqd {
+		// of b's atoms: skip its row (the result is the same to the bit).
+		if gapSqd(p.X, lo.X, hi.X)+gapSqd(p.Y, lo.Y, hi.Y)+gapSqd(p.Z, lo.Z, hi.Z) >= cutoffSqd {
 			continue
 		}
-		var fxi, fyi, fzi float64
-		for j := range b {
-			dx := xi - b[j].X
-			dy := yi - b[j].Y
-			dz := zi - b[j].Z
-			rsqd := dx*dx + dy*dy + dz*dz
-			if rsqd > 1 && rsqd < cutoffSqd {
-				fx, fy, fz, e := k.force(dx, dy, dz, rsqd)
-				energy += e
-				fxi += fx
-				fyi += fy
-				fzi += fz
-				fb[j].X -= fx
-				fb[j].Y -= fy
-				fb[j].Z -= fz
-			}
-		}
-		fa[i].X += fxi
-		fa[i].Y += fyi
-		fa[i].Z += fzi
+		fx, fy, fz, e := k.row(p, b, fb)
+		energy += e
+		fa[i].X += fx
+		fa[i].Y += fy
+		fa[i].Z += fz
 	}
 	return energy
 }

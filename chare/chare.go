@@ -332,6 +332,8 @@ func (h *host) Invoke(m *manager.Manager, e *manager.Element, env *pe.Envelope) 
 		h.runThreaded(m, e, ent.name, func(ctx *Ctx) { ent.invoke(e.Obj, ctx, &own) }, nil)
 		return
 	}
+	// guard's logic, inline: going through guard costs a closure and a
+	// name string per message (measured: +40 ns and 1 allocation).
 	ctx := &h.ctx
 	saved := *ctx
 	ctx.m, ctx.e, ctx.th = m, e, nil

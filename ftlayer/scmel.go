@@ -246,15 +246,9 @@ func (s *SCMEL) receiveMsg(m *Message) []Action {
 // without a recorded reception come after the recorded ones.
 func (s *SCMEL) canDeliver(m *Message) bool {
 	if !s.recovering && len(s.held) == 0 {
-		return true
+		return true // the usual case: nothing to keep in order
 	}
-	if s.recovering && len(s.detsFrom) < s.n-1 {
-		return false
-	}
-	if r, ok := s.recorded[msgKey{m.Sender, m.SSN}]; ok {
-		return r == s.rsn+1
-	}
-	return s.rsn >= s.lastRecorded
+	return s.canDeliverHeld(m)
 }
 
 func (s *SCMEL) deliver(m *Message, out []Action) []Action {
@@ -297,7 +291,8 @@ func (s *SCMEL) release(out []Action) []Action {
 	return out
 }
 
-// canDeliverHeld is canDeliver for a message already in the held queue.
+// canDeliverHeld is the ordering rule itself (for a held message, or a new
+// one while recovering or while others are held).
 func (s *SCMEL) canDeliverHeld(m *Message) bool {
 	if s.recovering && len(s.detsFrom) < s.n-1 {
 		return false

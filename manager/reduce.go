@@ -331,16 +331,7 @@ func (s *Reduction) add(rd *round, key pe.Index, reducer uint32, cb Callback, v 
 	}
 	rd.p.Count++
 	if red.Exact {
-		if !rd.p.owned {
-			rd.p.Acc = red.Clone(rd.p.Acc)
-			rd.p.owned = true
-		}
-		acc, err := red.Combine(rd.p.Acc, v)
-		if err != nil {
-			return fmt.Errorf("reduction %d: combining contribution of %v with %v: %w", rd.p.Red, key, rd.p.Witness, err)
-		}
-		rd.p.Acc = acc
-		return nil
+		return combineExact(rd, red, v, key)
 	}
 	items := rd.p.Items
 	if n := len(items); n == 0 || items[n-1].Key.Compare(key) < 0 {
@@ -370,18 +361,25 @@ func (s *Reduction) merge(rd *round, in *Partial, red *Reducer) error {
 	}
 	rd.p.Count += in.Count
 	if red.Exact {
-		if !rd.p.owned {
-			rd.p.Acc = red.Clone(rd.p.Acc)
-			rd.p.owned = true
-		}
-		acc, err := red.Combine(rd.p.Acc, in.Acc)
-		if err != nil {
-			return fmt.Errorf("reduction %d: combining contribution of %v with %v: %w", rd.p.Red, in.Witness, rd.p.Witness, err)
-		}
-		rd.p.Acc = acc
-		return nil
+		return combineExact(rd, red, in.Acc, in.Witness)
 	}
 	rd.p.Items = mergeItems(rd.p.Items, in.Items)
+	return nil
+}
+
+// combineExact folds x (from contributor or subtree witness) into the
+// round's accumulator, cloning the first contribution before writing to it:
+// a contributor's handed-over value is never modified.
+func combineExact(rd *round, red *Reducer, x any, witness pe.Index) error {
+	if !rd.p.owned {
+		rd.p.Acc = red.Clone(rd.p.Acc)
+		rd.p.owned = true
+	}
+	acc, err := red.Combine(rd.p.Acc, x)
+	if err != nil {
+		return fmt.Errorf("reduction %d: combining contribution of %v with %v: %w", rd.p.Red, witness, rd.p.Witness, err)
+	}
+	rd.p.Acc = acc
 	return nil
 }
 

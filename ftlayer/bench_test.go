@@ -8,12 +8,12 @@ import "testing"
 // steady flow would. Compare with a cross-PE message (~250 ns one way in
 // process, bench/README.md).
 func BenchmarkSCMELPerMessage(b *testing.B) {
-	a, c := NewSCMEL(0, 2), NewSCMEL(1, 2)
+	a, c := NewSCMEL(0, 2, Collectives{}), NewSCMEL(1, 2, Collectives{})
 	payload := make([]byte, 64)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		out := a.Send(1, payload)
-		acts, _ := c.Receive(&out[0].Packet)
+		acts, _ := c.Receive(&out)
 		for _, x := range acts {
 			if x.Kind == ActSend && x.Packet.Kind == PktAck {
 				a.Receive(&x.Packet)
@@ -21,7 +21,7 @@ func BenchmarkSCMELPerMessage(b *testing.B) {
 		}
 		if i%8 == 7 { // c answers now and then, carrying its determinants
 			back := c.Send(0, payload)
-			acts, _ := a.Receive(&back[0].Packet)
+			acts, _ := a.Receive(&back)
 			for _, x := range acts {
 				if x.Kind == ActSend && x.Packet.Kind == PktAck {
 					c.Receive(&x.Packet)

@@ -15,9 +15,23 @@ import (
 	"github.com/charmgo/charmgo/ftlayer"
 )
 
-// Send is a message a program wants to send.
+// Send is what a program wants sent: a message To a PE (KindP2P), a
+// multicast to Group (this PE must be its root), or this PE's
+// contribution to Group's next reduction.
 type Send struct {
+	Kind    ftlayer.MsgKind
 	To      int32
+	Group   int32
+	Payload []byte
+}
+
+// Input is what a program is handed: a message From a PE, a multicast of
+// Group (From is its root), or the result of Group's reduction Num.
+type Input struct {
+	Kind    ftlayer.MsgKind
+	From    int32
+	Group   int32
+	Num     uint64
 	Payload []byte
 }
 
@@ -32,7 +46,14 @@ type Program interface {
 	Result(st State) any
 	Init(pe int32, n int) State
 	Start(pe int32, st *State) []Send
-	Handle(pe int32, st *State, from int32, payload []byte) []Send
+	Handle(pe int32, st *State, in Input) []Send
+}
+
+// Collective is implemented by programs that multicast and reduce: their
+// groups and the reduction's fold.
+type Collective interface {
+	Groups(n int) *ftlayer.Groups
+	Combine(g int32, a, b []byte) []byte
 }
 
 // State is a PE's application state. H hashes every reception in order, so
@@ -40,7 +61,7 @@ type Program interface {
 type State struct {
 	H     uint64
 	Count uint64
-	Vals  [6]int64
+	Vals  [8]int64
 	Step  int64
 	Got   int64
 }
@@ -52,15 +73,27 @@ func mix(h uint64, v uint64) uint64 {
 }
 
 // Crash fails PE PE just before event number At (0: before the first),
-// in the order the crashes are listed,
-// or, with When set, as soon as PE Of's recovery is in that phase
-// ("collecting" determinants, "replaying") or has just ended ("recovered"),
-// at or after event At.
+// in the order the crashes are listed, or at or after event At as soon as
+//   - With When set: PE Of's recovery is in that phase ("collecting"
+//     determinants, "replaying") or has just ended ("recovered");
+//   - With After set: PE Of has just done that, for reduction or
+//     multicast Num of Group: "mcast" (delivered the multicast, and
+//     forwarded it), "contrib" (received a contribution), "red" (the
+//     root delivered the result), "ack" (received CAMEL's completion
+//     notice).
 type Crash struct {
-	At   int
-	PE   int32
-	When string
-	Of   int32
+	At    int
+	PE    int32
+	When  string
+	After string
+	Group int32
+	Num   uint64
+	Of    int32
+	// Lose drops the crashed PE's packets still in the network: nil
+	// none, or those to these PEs (LoseAll: all of them). A PE that
+	// fails in the middle of sending leaves some copies unsent.
+	Lose    []int32
+	LoseAll bool
 	// Optional: if the moment never comes in this run (a replay can be
 	// over within one event), the crash is skipped instead of an error.
 	Optional bool
@@ -70,22 +103,44 @@ type Crash struct {
 type Result struct {
 	States    []State
 	Events    int
-	Delivered [][]Delivery        // per PE, final incarnation, in delivery order
-	Sent      []map[uint64]uint64 // per PE, final incarnation: ssn -> payload hash
-	Stats     []ftlayer.Stats
+	Delivered [][]Delivery         // per PE, final incarnation, in delivery order
+	Sent      []map[sentKey]uint64 // per PE, final incarnation: message -> payload hash
+	Stats     []ftlayer.Stats      // per PE, summed over its incarnations
 	Err       error
 	// Checkpoints begun, Aborted by a failure, Failures injected, PEs
 	// RolledBack (checkpoint/restart rolls back every PE).
 	Checkpoints, Aborted, Failures, RolledBack int
 	Crashed                                    []int // indices (in Sim.Crashes) of the crashes that happened
 	results                                    []any
+	groups                                     *ftlayer.Groups
 }
 
-// Delivery is one message executed by a PE.
+// Total sums every PE's statistics.
+func (r Result) Total() ftlayer.Stats {
+	var t ftlayer.Stats
+	for _, s := range r.Stats {
+		t.Add(s)
+	}
+	return t
+}
+
+// Delivery is one message executed by a PE: point to point (Sender, and
+// its ssn as Num), a multicast (Group, Num) or a reduction's result at
+// its root (Group, Num).
 type Delivery struct {
+	Kind   ftlayer.MsgKind
 	Sender int32
-	SSN    uint64
+	Group  int32
+	Num    uint64
 	Hash   uint64 // of the payload
+}
+
+// sentKey names a message in its sender's history: point to point by
+// ssn, a multicast by group and number.
+type sentKey struct {
+	kind  ftlayer.MsgKind
+	group int32
+	num   uint64
 }
 
 func hashBytes(b []byte) uint64 {
@@ -121,7 +176,8 @@ type pe struct {
 	ck        *ftlayer.Checkpointer
 	st        State
 	delivered []Delivery
-	sent      map[uint64]uint64
+	sent      map[sentKey]uint64
+	retired   ftlayer.Stats // of its earlier incarnations
 }
 
 type runner struct {
@@ -139,16 +195,25 @@ type runner struct {
 	ckptOK        bool
 	// hist[e][pe] is what pe had sent and executed when its snapshot of
 	// epoch e was taken: a restart from that snapshot keeps that history.
-	hist map[uint64][]history
+	hist   map[uint64][]history
+	groups *ftlayer.Groups
+	obs    []observation // what the last event did
+}
+
+type observation struct {
+	what  string
+	pe    int32
+	group int32
+	num   uint64
 }
 
 type history struct {
-	sent      map[uint64]uint64
+	sent      map[sentKey]uint64
 	delivered []Delivery
 }
 
 func (p *pe) history() history {
-	h := history{sent: make(map[uint64]uint64, len(p.sent)), delivered: append([]Delivery(nil), p.delivered...)}
+	h := history{sent: make(map[sentKey]uint64, len(p.sent)), delivered: append([]Delivery(nil), p.delivered...)}
 	for k, v := range p.sent {
 		h.sent[k] = v
 	}
@@ -164,11 +229,15 @@ func (s Sim) Run() Result {
 		s.MaxEvents = 1_000_000
 	}
 	r := &runner{Sim: s, rng: rand.New(rand.NewPCG(s.Seed, 0x5eed)), chans: map[[2]int32][]ftlayer.Packet{}, recovering: map[int32]bool{}, wasRecovering: map[int32]bool{}, hist: map[uint64][]history{}}
+	if c, ok := s.Program.(Collective); ok {
+		r.groups = c.Groups(s.N)
+		r.Protocol = WithCollectives(s.Protocol, ftlayer.Collectives{Groups: r.groups, Combine: c.Combine})
+	}
 	_, r.ckptOK = s.Program.(Checkpointed)
 	r.pes = make([]*pe, s.N)
 	for i := range r.pes {
 		id := int32(i)
-		p := &pe{proto: s.Protocol.New(id, s.N), st: s.Program.Init(id, s.N), sent: map[uint64]uint64{}}
+		p := &pe{proto: r.Protocol.New(id, s.N), st: s.Program.Init(id, s.N), sent: map[sentKey]uint64{}}
 		p.ck = ftlayer.NewCheckpointer(id, s.N, &ftlayer.Snapshot{Owner: id, App: encodeState(p.st), Proto: p.proto.Snapshot()})
 		r.pes[i] = p
 	}
@@ -178,10 +247,15 @@ func (s Sim) Run() Result {
 	for i := range r.pes {
 		r.sends(int32(i), s.Program.Start(int32(i), &r.pes[i].st))
 	}
+	if r.err != nil {
+		r.res.Err = r.err
+		return s.finish(r.res, r.pes, r.groups)
+	}
 	crashes := append([]Crash(nil), s.Crashes...) // in the order given
 	next := 0                                     // index of crashes[0] in s.Crashes
 	for r.err == nil {
 		for len(crashes) > 0 && crashes[0].At <= r.res.Events && r.err == nil && r.due(crashes[0]) {
+			r.lose(crashes[0])
 			r.crash(crashes[0].PE)
 			r.res.Crashed = append(r.res.Crashed, next)
 			crashes, next = crashes[1:], next+1
@@ -197,7 +271,7 @@ func (s Sim) Run() Result {
 			}
 		}
 		if len(live) == 0 {
-			if len(crashes) > 0 && crashes[0].When == "" { // crashes scheduled after the end still happen
+			if len(crashes) > 0 && crashes[0].When == "" && crashes[0].After == "" { // crashes scheduled after the end still happen
 				r.res.Events = crashes[0].At
 				continue
 			}
@@ -218,6 +292,7 @@ func (s Sim) Run() Result {
 		p := r.chans[k][0]
 		r.chans[k] = r.chans[k][1:]
 		r.res.Events++
+		r.obs = r.obs[:0]
 		r.receive(&p)
 	}
 	if r.err == nil {
@@ -226,11 +301,35 @@ func (s Sim) Run() Result {
 		}
 	}
 	r.res.Err = r.err
-	return s.finish(r.res, r.pes)
+	return s.finish(r.res, r.pes, r.groups)
+}
+
+// WithCollectives returns factory f running its collectives over c.
+func WithCollectives(f ftlayer.Factory, c ftlayer.Collectives) ftlayer.Factory {
+	switch x := f.(type) {
+	case ftlayer.SCMELFactory:
+		x.Coll = c
+		return x
+	case ftlayer.CAMELFactory:
+		x.Coll = c
+		return x
+	case ftlayer.NoneFactory:
+		x.Coll = c
+		return x
+	}
+	return f
 }
 
 // due reports whether a crash's moment has come.
 func (r *runner) due(c Crash) bool {
+	if c.After != "" {
+		for _, o := range r.obs {
+			if o.what == c.After && o.pe == c.Of && o.group == c.Group && o.num == c.Num {
+				return true
+			}
+		}
+		return false
+	}
 	if c.When == "" {
 		return true
 	}
@@ -257,9 +356,37 @@ func (r *runner) push(p ftlayer.Packet) {
 
 func (r *runner) sends(id int32, ss []Send) {
 	for _, x := range ss {
-		acts := r.pes[id].proto.Send(x.To, x.Payload)
-		r.pes[id].sent[acts[0].Packet.Msg.SSN] = hashBytes(x.Payload)
-		r.exec(id, acts)
+		if r.err != nil {
+			return
+		}
+		p := r.pes[id]
+		switch x.Kind {
+		case ftlayer.KindP2P:
+			pk := p.proto.Send(x.To, x.Payload)
+			p.sent[sentKey{ftlayer.KindP2P, 0, pk.Msg.SSN}] = hashBytes(x.Payload)
+			r.push(pk)
+			continue
+		case ftlayer.KindMulticast:
+			acts, err := p.proto.Multicast(x.Group, x.Payload)
+			if err != nil {
+				r.err = err
+				return
+			}
+			for _, a := range acts {
+				if a.Kind == ftlayer.ActSend && a.Packet.Kind == ftlayer.PktApp {
+					p.sent[sentKey{ftlayer.KindMulticast, x.Group, a.Packet.Msg.Num}] = hashBytes(x.Payload)
+					break
+				}
+			}
+			r.exec(id, acts)
+		case ftlayer.KindReduction:
+			acts, err := p.proto.Contribute(x.Group, x.Payload)
+			if err != nil {
+				r.err = err
+				return
+			}
+			r.exec(id, acts)
+		}
 	}
 }
 
@@ -273,8 +400,21 @@ func (r *runner) exec(id int32, acts []ftlayer.Action) {
 			}
 		case ftlayer.ActDeliver:
 			p := r.pes[id]
-			p.delivered = append(p.delivered, Delivery{a.Msg.Sender, a.Msg.SSN, hashBytes(a.Msg.Payload)})
-			r.sends(id, r.Program.Handle(id, &p.st, a.Msg.Sender, a.Msg.Payload))
+			m := a.Msg
+			d := Delivery{Kind: m.Kind, Sender: m.Sender, Group: m.Group, Num: m.Num, Hash: hashBytes(m.Payload)}
+			in := Input{Kind: m.Kind, From: m.Sender, Group: m.Group, Num: m.Num, Payload: m.Payload}
+			switch m.Kind {
+			case ftlayer.KindP2P:
+				d.Num, d.Group = m.SSN, 0
+			case ftlayer.KindMulticast:
+				d.Sender, in.From = -1, r.groups.Root(m.Group)
+				r.obs = append(r.obs, observation{"mcast", id, m.Group, m.Num})
+			case ftlayer.KindReduction:
+				d.Sender, in.From = -1, id
+				r.obs = append(r.obs, observation{"red", id, m.Group, m.Num})
+			}
+			p.delivered = append(p.delivered, d)
+			r.sends(id, r.Program.Handle(id, &p.st, in))
 		case ftlayer.ActCommitted:
 			p := r.pes[id]
 			p.proto.Checkpoint() // logs and determinants go only now
@@ -295,7 +435,16 @@ func (r *runner) receive(p *ftlayer.Packet) {
 		r.err = err
 		return
 	}
+	switch {
+	case p.Kind == ftlayer.PktRedAck:
+		for _, d := range p.Done {
+			r.obs = append(r.obs, observation{"ack", p.To, d.Group, d.Num})
+		}
+	case p.Kind == ftlayer.PktApp && p.Msg.Kind == ftlayer.KindReduction:
+		r.obs = append(r.obs, observation{"contrib", p.To, p.Msg.Group, p.Msg.Num})
+	}
 	r.exec(p.To, acts)
+	r.drain(p.To)
 	for y := range r.recovering {
 		if !r.pes[y].proto.Recovering() {
 			delete(r.recovering, y)
@@ -324,6 +473,36 @@ func (r *runner) maybeCheckpoint() {
 		r.hist[r.epoch][i] = p.history()
 		r.exec(int32(i), p.ck.Begin(r.epoch, &ftlayer.Snapshot{App: encodeState(p.st), Proto: p.proto.Prepare()}))
 	}
+}
+
+// drain delivers what a PE's protocol held and may now deliver, one
+// message (and the application's reaction to it) at a time.
+func (r *runner) drain(id int32) {
+	for r.err == nil {
+		acts := r.pes[id].proto.Next()
+		if len(acts) == 0 {
+			return
+		}
+		r.exec(id, acts)
+	}
+}
+
+// lose drops a crashing PE's packets still in the network, as c says.
+func (r *runner) lose(c Crash) {
+	for k := range r.chans {
+		if k[0] == c.PE && (c.LoseAll || slicesContainsPE(c.Lose, k[1])) {
+			r.chans[k] = nil
+		}
+	}
+}
+
+func slicesContainsPE(s []int32, x int32) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
 }
 
 // crash fails PE y: its memory (state, logs, checkpoint copies) and every
@@ -359,6 +538,12 @@ func (r *runner) crash(y int32) {
 	} else if inProgress {
 		for _, q := range r.pes { // not decided: the epoch is aborted
 			q.ck.Abort()
+			q.proto.Abort()
+		}
+		for i := range r.pes {
+			if int32(i) != y {
+				r.drain(int32(i))
+			}
 		}
 		r.res.Aborted++
 	}
@@ -368,6 +553,7 @@ func (r *runner) crash(y int32) {
 	}
 	if r.Protocol.RollsBackAll() {
 		r.rollbackAll(y, snap)
+		r.wasRecovering[y] = true // restarted, and with nothing to replay, recovered
 		return
 	}
 	r.restart(y, snap)
@@ -416,7 +602,10 @@ func (r *runner) restart(y int32, snap *ftlayer.Snapshot) {
 		inc = max(inc, q.proto.Snapshot().IncMap[y])
 	}
 	inc++
-	p := &pe{proto: r.Protocol.Restart(y, r.N, snap.Proto, inc), st: decodeState(snap.App), sent: map[uint64]uint64{}}
+	old := r.pes[y]
+	p := &pe{proto: r.Protocol.Restart(y, r.N, snap.Proto, inc), st: decodeState(snap.App), sent: map[sentKey]uint64{}, retired: old.retired}
+	p.retired.Add(old.proto.Stats())
+	p.retired.CheckpointBytes += old.ck.Bytes
 	if h := r.hist[snap.Epoch]; h != nil {
 		kept := (&pe{sent: h[y].sent, delivered: h[y].delivered}).history() // a copy
 		p.sent, p.delivered = kept.sent, kept.delivered
@@ -459,60 +648,121 @@ func (r *runner) rollbackAll(y int32, snap *ftlayer.Snapshot) {
 		r.restart(int32(i), snaps[i])
 	}
 	for i := range r.pes {
+		// the neighbour's copy is the snapshot it restarted from, not what
+		// its old memory held (a failed PE may not have seen the commit)
+		prev := (i + r.N - 1) % r.N
+		r.pes[i].ck.Hold(snaps[prev])
+	}
+	for i := range r.pes {
 		r.resume(int32(i), snaps[i])
 	}
 }
 
-func (s Sim) finish(res Result, pes []*pe) Result {
+func (s Sim) finish(res Result, pes []*pe, groups *ftlayer.Groups) Result {
+	res.groups = groups
 	for _, p := range pes {
 		res.States = append(res.States, p.st)
 		res.Delivered = append(res.Delivered, p.delivered)
 		res.Sent = append(res.Sent, p.sent)
 		res.results = append(res.results, s.Program.Result(p.st))
-		res.Stats = append(res.Stats, p.proto.Stats())
+		st := p.retired
+		st.Add(p.proto.Stats())
+		st.CheckpointBytes += p.ck.Bytes
+		res.Stats = append(res.Stats, st)
 	}
 	return res
 }
 
 // Check verifies a run with failures (CAMEL paper, Property 1: no orphan):
 //   - every message a PE executed is exactly what its sender's final
-//     incarnation sent with that ssn (a recovery that replayed receptions
-//     in another order would make different messages);
+//     incarnation sent (a recovery that replayed receptions in another
+//     order would make different messages): a point-to-point message by
+//     its ssn, a multicast by its group and number (its root is the
+//     sender); a reduction's result equals the failure-free run's;
 //   - every message sent in the final histories was executed exactly once
-//     by its receiver (none lost, none repeated);
+//     by each of its receivers (a multicast by every member but the root),
+//     and the roots delivered the same reductions as without failures;
 //   - the order-independent part of every final state equals the
 //     failure-free run's.
 func Check(free, failed Result) error {
 	if failed.Err != nil {
 		return failed.Err
 	}
-	for r := range failed.Delivered {
-		seen := map[[2]uint64]bool{}
-		for _, d := range failed.Delivered[r] {
-			k := [2]uint64{uint64(d.Sender), d.SSN}
-			if seen[k] {
-				return fmt.Errorf("PE %d executed message %d:%d twice", r, d.Sender, d.SSN)
-			}
-			seen[k] = true
-			h, ok := failed.Sent[d.Sender][d.SSN]
-			if !ok {
-				return fmt.Errorf("PE %d executed message %d:%d, which PE %d's final history never sent (an orphan)", r, d.Sender, d.SSN, d.Sender)
-			}
-			if h != d.Hash {
-				return fmt.Errorf("PE %d executed message %d:%d with other contents than PE %d's final history sent (an orphan)", r, d.Sender, d.SSN, d.Sender)
+	type key struct {
+		kind  ftlayer.MsgKind
+		from  int32
+		group int32
+		num   uint64
+	}
+	freeRed := map[key]uint64{}
+	for _, ds := range free.Delivered {
+		for _, d := range ds {
+			if d.Kind == ftlayer.KindReduction {
+				freeRed[key{d.Kind, -1, d.Group, d.Num}] = d.Hash
 			}
 		}
 	}
-	// none lost: everything sent was executed
-	var sent, got int
-	for s := range failed.Sent {
-		sent += len(failed.Sent[s])
+	var got [3]int
+	for r, ds := range failed.Delivered {
+		seen := map[key]bool{}
+		for _, d := range ds {
+			k := key{d.Kind, d.Sender, d.Group, d.Num}
+			if seen[k] {
+				return fmt.Errorf("PE %d executed %s twice", r, d)
+			}
+			seen[k] = true
+			got[d.Kind]++
+			switch d.Kind {
+			case ftlayer.KindP2P:
+				h, ok := failed.Sent[d.Sender][sentKey{d.Kind, 0, d.Num}]
+				if !ok {
+					return fmt.Errorf("PE %d executed %s, which PE %d's final history never sent (an orphan)", r, d, d.Sender)
+				}
+				if h != d.Hash {
+					return fmt.Errorf("PE %d executed %s with other contents than PE %d's final history sent (an orphan)", r, d, d.Sender)
+				}
+			case ftlayer.KindMulticast:
+				root := failed.groups.Root(d.Group)
+				if root == int32(r) || !failed.groups.Has(d.Group, int32(r)) {
+					return fmt.Errorf("PE %d executed %s, not being a member of the group other than its root", r, d)
+				}
+				h, ok := failed.Sent[root][sentKey{d.Kind, d.Group, d.Num}]
+				if !ok {
+					return fmt.Errorf("PE %d executed %s, which root PE %d's final history never sent (an orphan)", r, d, root)
+				}
+				if h != d.Hash {
+					return fmt.Errorf("PE %d executed %s with other contents than root PE %d's final history sent (an orphan)", r, d, root)
+				}
+			case ftlayer.KindReduction:
+				if failed.groups.Root(d.Group) != int32(r) {
+					return fmt.Errorf("PE %d delivered %s, not being the group's root", r, d)
+				}
+				h, ok := freeRed[k]
+				if !ok {
+					return fmt.Errorf("PE %d delivered %s, which the failure-free run never did", r, d)
+				}
+				if h != d.Hash {
+					return fmt.Errorf("PE %d delivered %s with another result than the failure-free run", r, d)
+				}
+			}
+		}
 	}
-	for r := range failed.Delivered {
-		got += len(failed.Delivered[r])
+	// none lost: everything sent was executed, by every receiver
+	var sent [3]int
+	for _, m := range failed.Sent {
+		for k := range m {
+			if k.kind == ftlayer.KindMulticast {
+				sent[k.kind] += len(failed.groups.Members(k.group)) - 1
+			} else {
+				sent[k.kind]++
+			}
+		}
 	}
-	if sent != got {
-		return fmt.Errorf("%d messages sent in the final histories, %d executed (lost or stranded)", sent, got)
+	sent[ftlayer.KindReduction] = len(freeRed)
+	for kind := range sent {
+		if sent[kind] != got[kind] {
+			return fmt.Errorf("%s: %d receptions due in the final histories, %d executed (lost or stranded)", ftlayer.MsgKind(kind), sent[kind], got[kind])
+		}
 	}
 	for i := range free.results {
 		if fmt.Sprint(free.results[i]) != fmt.Sprint(failed.results[i]) {
@@ -520,6 +770,16 @@ func Check(free, failed Result) error {
 		}
 	}
 	return nil
+}
+
+func (d Delivery) String() string {
+	switch d.Kind {
+	case ftlayer.KindMulticast:
+		return fmt.Sprintf("multicast %d of group %d", d.Num, d.Group)
+	case ftlayer.KindReduction:
+		return fmt.Sprintf("reduction %d of group %d", d.Num, d.Group)
+	}
+	return fmt.Sprintf("message %d:%d", d.Sender, d.Num)
 }
 
 func encodeState(st State) []byte {

@@ -97,7 +97,7 @@ func TestStatsCountLogAndDeterminants(t *testing.T) {
 	var created, logged uint64
 	for _, s := range free.Stats {
 		created += s.DetsCreated
-		logged += s.LoggedTotal
+		logged += s.LoggedTotal()
 	}
 	var delivered int
 	for _, d := range free.Delivered {
@@ -157,7 +157,7 @@ func TestLogsAreCollectedAtCommit(t *testing.T) {
 	for i, st := range free.Stats {
 		// steps 4..6 after the checkpoint at step 3 (the one at 6 is not
 		// taken: the run ends there): 2 messages each for steps 3, 4, 5
-		require.Equal(t, uint64(6), st.Logged, "PE %d", i)
-		require.Equal(t, uint64(12), st.LoggedTotal, "PE %d", i)
+		require.Equal(t, uint64(6), st.Logged(), "PE %d", i)
+		require.Equal(t, uint64(12), st.LoggedTotal(), "PE %d", i)
 	}
 }

@@ -28,7 +28,7 @@ func delivered(acts []Action) []uint64 {
 
 // Scenario 9: an old-incarnation message and a duplicate are dropped.
 func TestOldAndDuplicateMessagesAreDropped(t *testing.T) {
-	s := NewSCMEL(0, 3)
+	s := NewSCMEL(0, 3, Collectives{})
 	acts, err := s.Receive(app(1, 0, 1, 0))
 	require.NoError(t, err)
 	require.Equal(t, []uint64{1}, delivered(acts))
@@ -47,7 +47,7 @@ func TestOldAndDuplicateMessagesAreDropped(t *testing.T) {
 // messages without a recorded reception are delivered in the recorded
 // order, the unrecorded ones after it.
 func TestReplayFollowsTheRecordedOrder(t *testing.T) {
-	s := RestartSCMEL(0, 3, Counters{IncMap: make([]uint32, 3)}, 1)
+	s := RestartSCMEL(0, 3, Collectives{}, Counters{IncMap: make([]uint32, 3)}, 1)
 	// PE 1 knows that PE 0 received (2,ssn 5) first and (1,ssn 7) second.
 	for _, p := range []*Packet{appCSN(1, 0, 7, 1, 0), appCSN(2, 0, 9, 2, 0), appCSN(2, 0, 5, 1, 0)} {
 		acts, err := s.Receive(p)
@@ -58,29 +58,38 @@ func TestReplayFollowsTheRecordedOrder(t *testing.T) {
 	require.Empty(t, delivered(acts))
 	require.True(t, s.Recovering())
 	acts, _ = s.Receive(&Packet{Kind: PktRecovery, From: 2, To: 0})
-	require.Equal(t, []uint64{5, 7, 9}, delivered(acts))
+	require.Empty(t, delivered(acts))
+	var got []uint64
+	for acts := s.Next(); len(acts) > 0; acts = s.Next() { // one at a time
+		require.Len(t, delivered(acts), 1)
+		got = append(got, delivered(acts)...)
+	}
+	require.Equal(t, []uint64{5, 7, 9}, got)
+	require.True(t, s.Recovering(), "until every peer's replay is in")
+	s.Receive(&Packet{Kind: PktReplayed, From: 1, To: 0})
+	s.Receive(&Packet{Kind: PktReplayed, From: 2, To: 0})
 	require.False(t, s.Recovering())
 }
 
 // Determinants ride on messages until acknowledged, and never on a
 // message to the PE itself.
 func TestDeterminantsArePiggybackedUntilAcked(t *testing.T) {
-	s := NewSCMEL(0, 2)
+	s := NewSCMEL(0, 2, Collectives{})
 	s.Receive(app(1, 0, 1, 0))
 	self := s.Send(0, []byte("self"))
-	require.Empty(t, self[0].Packet.Msg.Dets)
+	require.Empty(t, self.Msg.Dets)
 	out := s.Send(1, []byte("x"))
-	dets := out[0].Packet.Msg.Dets
+	dets := out.Msg.Dets
 	require.Equal(t, []Det{{Sender: 1, Recver: 0, SSN: 1, RSN: 1}}, dets)
 	s.Receive(&Packet{Kind: PktAck, From: 1, To: 0, Dets: dets})
-	require.Empty(t, s.Send(1, []byte("y"))[0].Packet.Msg.Dets)
+	require.Empty(t, s.Send(1, []byte("y")).Msg.Dets)
 	st := s.Stats()
 	require.Equal(t, uint64(1), st.DetsAcked)
-	require.Equal(t, uint64(3), st.Logged)
+	require.Equal(t, uint64(3), st.Logged())
 
 	// The receiver keeps them for PE 0 and hands them back if it fails.
-	r := NewSCMEL(1, 2)
-	acts, _ := r.Receive(out[0].Packet.asPtr())
+	r := NewSCMEL(1, 2, Collectives{})
+	acts, _ := r.Receive(&out)
 	require.Equal(t, PktAck, acts[0].Packet.Kind)
 	rec, err := r.PeerFailed(0, 1)
 	require.NoError(t, err)
@@ -88,10 +97,8 @@ func TestDeterminantsArePiggybackedUntilAcked(t *testing.T) {
 	require.Equal(t, dets, rec[0].Packet.Dets)
 }
 
-func (p Packet) asPtr() *Packet { return &p }
-
 func TestSecondFailureDuringRecoveryIsReported(t *testing.T) {
-	s := NewSCMEL(0, 3)
+	s := NewSCMEL(0, 3, Collectives{})
 	_, err := s.PeerFailed(1, 1)
 	require.NoError(t, err)
 	_, err = s.PeerFailed(2, 1)
@@ -106,20 +113,23 @@ func TestSecondFailureDuringRecoveryIsReported(t *testing.T) {
 // A checkpoint drops only what its snapshot covers: what was sent,
 // received or stored after Prepare stays until the next one.
 func TestCheckpointKeepsWhatCameAfterTheSnapshot(t *testing.T) {
-	s := NewSCMEL(0, 2)
+	s := NewSCMEL(0, 2, Collectives{})
 	s.Send(1, []byte("before"))
 	s.Receive(app(1, 0, 1, 0, Det{Sender: 0, Recver: 1, SSN: 1, RSN: 1}))
 	ck := s.Prepare()
 	require.Equal(t, uint64(1), ck.SSN)
 	require.Equal(t, []uint64{0, 1}, ck.RecvCSN)
 	s.Send(1, []byte("after"))
-	s.Receive(app(1, 0, 2, 0, Det{Sender: 0, Recver: 1, SSN: 2, RSN: 2}))
+	acts, _ := s.Receive(app(1, 0, 2, 0, Det{Sender: 0, Recver: 1, SSN: 2, RSN: 2}))
+	require.Empty(t, delivered(acts), "held between the snapshot and its commit")
+	require.Empty(t, s.Next())
 	s.Checkpoint()
-	require.Equal(t, uint64(1), s.Stats().Logged, "the message sent after the snapshot is still logged")
+	require.Equal(t, []uint64{2}, delivered(s.Next()), "released once committed")
+	require.Equal(t, uint64(1), s.Stats().Logged(), "the message sent after the snapshot is still logged")
 	require.Len(t, s.detLog, 1)
 	require.Equal(t, []Det{{Sender: 1, Recver: 0, SSN: 2, RSN: 2}}, s.detBuf)
 	// a late duplicate of a covered message is dropped, the later one is known
-	acts, _ := s.Receive(app(1, 0, 1, 0))
+	acts, _ = s.Receive(app(1, 0, 1, 0))
 	require.Empty(t, delivered(acts))
 	acts, _ = s.Receive(app(1, 0, 2, 0))
 	require.Empty(t, delivered(acts))

@@ -1,0 +1,831 @@
+package ftlayer
+
+import (
+	"fmt"
+	"slices"
+)
+
+// msgKey names a reception in the recorded order: a message by its
+// sender's ssn or, for a CAMEL reduction contribution at the root, by its
+// group and reduction number.
+type msgKey struct {
+	sender int32
+	group  int32
+	ssn    uint64
+}
+
+// window records which numbers of one sequence were received: every
+// number up to contig, plus any later ones that overtook others (none on
+// FIFO channels). It answers "received already?" without hashing.
+type window struct {
+	contig uint64
+	extra  map[uint64]bool
+}
+
+func (w *window) has(n uint64) bool {
+	return n <= w.contig || len(w.extra) > 0 && w.extra[n]
+}
+
+func (w *window) add(n uint64) {
+	if n != w.contig+1 {
+		if w.extra == nil {
+			w.extra = map[uint64]bool{}
+		}
+		w.extra[n] = true
+		return
+	}
+	w.contig++
+	for len(w.extra) > 0 && w.extra[w.contig+1] {
+		delete(w.extra, w.contig+1)
+		w.contig++
+	}
+}
+
+// Counters is the part of a PE's protocol state a coordinated checkpoint
+// keeps (the logs are empty right after one).
+type Counters struct {
+	SSN, RSN uint64
+	Inc      uint32
+	IncMap   []uint32
+	SendCSN  []uint64   // per destination: last channel sequence number sent
+	RecvCSN  []uint64   // per sender: all received up to this
+	RecvMore [][]uint64 // per sender: received beyond it (out of order)
+	Groups   []GroupCounters
+}
+
+// logEntry is a logged message; seq orders the log so a checkpoint can
+// drop exactly what its snapshot covers.
+type logEntry struct {
+	seq uint64
+	m   *Message
+}
+
+// Causal is one PE's causal message logging: SCMEL (CAMEL paper,
+// Algorithm 1) or, collective-aware, CAMEL (Algorithms 2–3). Section
+// numbers in comments refer to that paper.
+//
+// Besides the paper's ssn (per sender, over all its messages),
+// point-to-point messages carry a channel sequence number per (sender,
+// receiver) and multicasts a number per group: receivers use them to
+// recognise duplicates in O(1), and they survive checkpoints, so a
+// duplicate from before a checkpoint is still recognised after it.
+//
+// Four departures from Algorithms 2–3 as published, each found by the
+// simulator (fttest: the randomized search fails the published version,
+// CAMELFactory.Verbatim, in about a third of its runs):
+//
+//   - Determinants ride only on messages kept in a log until the next
+//     checkpoint (point to point, a multicast to the root's children, a
+//     contribution to the root). A contribution to an intermediate node
+//     is dropped from its sender's log at the reduction's ack; the
+//     determinants that node stored from it would die with the node, and
+//     its owner's later recovery would miss them.
+//   - A root keeps a copy of the contributions its children sent it since
+//     the checkpoint, and hands a recovering child back those of
+//     reductions already complete: the child no longer recomputes them
+//     (their inputs were dropped at the ack), yet the root's own later
+//     recovery needs them from the child's log.
+//   - A recovering PE defers completion notices (acks) until it has
+//     recovered: it regenerates, and logs, its contributions to the
+//     reductions completed meanwhile, and its children keep theirs.
+//   - Old incarnations' multicasts are dropped like any old message (see
+//     reforward for how a multicast still completes).
+//
+// Recovery ends only when every survivor's replay is in (PktReplayed):
+// the determinants this PE stores for others come back with replayed
+// messages, and a peer failing next must find them.
+type Causal struct {
+	me      int32
+	n       int
+	camel   bool
+	verbat  bool // Algorithms 2–3 exactly as published (tests only)
+	inc     uint32
+	incMap  []uint32
+	ssn     uint64
+	rsn     uint64
+	sendCSN []uint64
+	recv    []window
+	coll    colls
+	msgLog  []logEntry // sent since the checkpoint (sender-based log)
+	logSeq  uint64
+	kept    []logEntry // CAMEL root: copies of its children's contributions
+	logged  [numKinds]LogStats
+	detLog  []Det // other PEs' determinants, stored for them
+	detBuf  []Det // own determinants not yet acknowledged
+	out     []Action
+
+	// recovery of this PE (§2, procedure RECEIVEDETS)
+	recovering   bool
+	recorded     map[msgKey]uint64 // the recorded reception order
+	detsFrom     []bool
+	detsIn       int
+	replayedIn   int // peers whose replay is complete
+	lastRecorded uint64
+	held         []*Message // messages waiting for their turn
+	pendingOwn   []ownPart  // CAMEL: own contributions made while collecting
+	deferred     []Reduced  // CAMEL: completions heard while recovering
+
+	failing int32 // a peer that is recovering, or -1
+	stats   Stats
+	mark    checkpointMark
+	// sealed: a snapshot was taken and its commit has not come. Messages
+	// are held meanwhile, because where the application resumes among its
+	// receptions is not recorded: a restart from the snapshot resumes
+	// first, so the first run must too.
+	sealed bool
+}
+
+type ownPart struct {
+	g   int32
+	k   uint64
+	val []byte
+}
+
+// checkpointMark is what a checkpoint's snapshot covers: messages sent and
+// received up to it, determinants stored before it.
+type checkpointMark struct {
+	logSeq, rsn uint64
+	detLog      int
+}
+
+// NewSCMEL makes PE me's SCMEL protocol for a job of n PEs, from the
+// start. Collectives travel hop by hop as ordinary logged messages.
+func NewSCMEL(me int32, n int, c Collectives) *Causal { return newCausal(me, n, c, false) }
+
+// NewCAMEL makes PE me's CAMEL protocol for a job of n PEs, from the start.
+func NewCAMEL(me int32, n int, c Collectives) *Causal { return newCausal(me, n, c, true) }
+
+func newCausal(me int32, n int, c Collectives, camel bool) *Causal {
+	return &Causal{me: me, n: n, camel: camel, incMap: make([]uint32, n), sendCSN: make([]uint64, n),
+		recv: make([]window, n), coll: newColls(me, c), failing: -1}
+}
+
+// RestartSCMEL makes the new incarnation inc of PE me from its checkpoint.
+// It holds every application message until all other PEs sent the
+// determinants they keep for it, then replays in the recorded order.
+func RestartSCMEL(me int32, n int, c Collectives, ck Counters, inc uint32) *Causal {
+	return restartCausal(newCausal(me, n, c, false), ck, inc)
+}
+
+// RestartCAMEL is RestartSCMEL for CAMEL.
+func RestartCAMEL(me int32, n int, c Collectives, ck Counters, inc uint32) *Causal {
+	return restartCausal(newCausal(me, n, c, true), ck, inc)
+}
+
+func restartCausal(s *Causal, ck Counters, inc uint32) *Causal {
+	s.ssn, s.rsn, s.inc = ck.SSN, ck.RSN, inc
+	copy(s.incMap, ck.IncMap)
+	copy(s.sendCSN, ck.SendCSN)
+	for i := range s.recv {
+		if i < len(ck.RecvCSN) {
+			s.recv[i].contig = ck.RecvCSN[i]
+		}
+		if i < len(ck.RecvMore) {
+			for _, csn := range ck.RecvMore[i] {
+				s.recv[i].add(csn)
+			}
+		}
+	}
+	s.coll.restore(ck.Groups)
+	s.incMap[s.me] = inc
+	s.recovering = s.n > 1
+	s.recorded = map[msgKey]uint64{}
+	s.detsFrom = make([]bool, s.n)
+	s.lastRecorded = ck.RSN
+	s.stats.RolledBack = 1
+	return s
+}
+
+// Snapshot is the protocol state a checkpoint saves.
+func (s *Causal) Snapshot() Counters {
+	c := Counters{SSN: s.ssn, RSN: s.rsn, Inc: s.inc, IncMap: slices.Clone(s.incMap),
+		SendCSN: slices.Clone(s.sendCSN), RecvCSN: make([]uint64, s.n), RecvMore: make([][]uint64, s.n),
+		Groups: s.coll.snapshot()}
+	for i := range s.recv {
+		c.RecvCSN[i] = s.recv[i].contig
+		for csn := range s.recv[i].extra {
+			c.RecvMore[i] = append(c.RecvMore[i], csn)
+		}
+		slices.Sort(c.RecvMore[i])
+	}
+	return c
+}
+
+// Recovering reports whether this PE is still replaying.
+func (s *Causal) Recovering() bool { return s.recovering }
+
+func (s *Causal) collecting() bool { return s.recovering && s.detsIn < s.n-1 }
+
+// Phase names where this PE's recovery stands: "collecting" determinants,
+// "replaying" logged messages, or "" when it is not recovering.
+func (s *Causal) Phase() string {
+	switch {
+	case !s.recovering:
+		return ""
+	case s.collecting():
+		return "collecting"
+	}
+	return "replaying"
+}
+
+// Stats reports the protocol's counters.
+func (s *Causal) Stats() Stats {
+	st := s.stats
+	st.Log = s.logged
+	return st
+}
+
+func (s *Causal) log(m *Message) {
+	s.logSeq++
+	s.msgLog = append(s.msgLog, logEntry{s.logSeq, m})
+	s.countLog(m, true)
+}
+
+func (s *Causal) countLog(m *Message, in bool) {
+	l := &s.logged[m.Kind]
+	b := uint64(len(m.Payload))
+	if in {
+		l.Msgs++
+		l.Bytes += b
+		l.TotalMsgs++
+		l.TotalBytes += b
+		l.PeakBytes = max(l.PeakBytes, l.Bytes)
+		return
+	}
+	l.Msgs--
+	l.Bytes -= b
+}
+
+// piggyback returns the determinants to carry: the unacknowledged ones,
+// shared with detBuf (which is only ever appended to or replaced, never
+// overwritten in place).
+func (s *Causal) piggyback() []Det {
+	if len(s.detBuf) == 0 {
+		return nil
+	}
+	s.stats.DetsPiggybacked += uint64(len(s.detBuf))
+	return s.detBuf[:len(s.detBuf):len(s.detBuf)]
+}
+
+// stamp makes a message carried hop by hop (point to point, or a
+// collective's hop under SCMEL): ssn, channel number, determinants.
+func (s *Causal) stamp(kind MsgKind, g int32, to int32, num uint64, payload []byte) *Message {
+	s.ssn++
+	s.sendCSN[to]++
+	m := &Message{Kind: kind, Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc, Payload: payload}
+	if to != s.me {
+		// A message to itself carries none: this PE's own determinants
+		// are only safe once another PE holds them.
+		m.Dets = s.piggyback()
+	}
+	s.log(m)
+	return m
+}
+
+// Send is SENDMSG: stamp, piggyback the unacknowledged determinants, log.
+func (s *Causal) Send(to int32, payload []byte) Packet {
+	return Packet{Kind: PktApp, From: s.me, To: to, Msg: s.stamp(KindP2P, 0, to, 0, payload)}
+}
+
+// Multicast is SENDMULTICASTMSG: under CAMEL the message is logged once,
+// here at the root, and goes to the root's children; under SCMEL each of
+// them gets its own logged copy.
+func (s *Causal) Multicast(g int32, payload []byte) ([]Action, error) {
+	st, err := s.coll.rootOf(g)
+	if err != nil {
+		return nil, err
+	}
+	st.mcastSent++
+	kids := s.coll.c.Groups.Children(g, s.me)
+	out := make([]Action, 0, len(kids))
+	if !s.camel {
+		for _, c := range kids {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: s.stamp(KindMulticast, g, c, st.mcastSent, payload)}})
+		}
+		return out, nil
+	}
+	s.ssn++
+	m := &Message{Kind: KindMulticast, Group: g, Sender: s.me, Recver: -1, SSN: s.ssn, Num: st.mcastSent, Inc: s.inc, Payload: payload}
+	if len(kids) > 0 {
+		m.Dets = s.piggyback()
+	}
+	s.log(m)
+	for _, c := range kids {
+		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: m}})
+	}
+	return out, nil
+}
+
+// Contribute is SENDREDUCTIONMSG: this PE's part of group g's next
+// reduction.
+func (s *Causal) Contribute(g int32, payload []byte) ([]Action, error) {
+	st, err := s.coll.group(g)
+	if err != nil {
+		return nil, err
+	}
+	st.contributed++
+	if s.camel && s.collecting() {
+		// Whether this reduction is already complete at the root is not
+		// known until every peer answered.
+		s.pendingOwn = append(s.pendingOwn, ownPart{g, st.contributed, payload})
+		return nil, nil
+	}
+	return s.addOwn(g, st, st.contributed, payload, nil), nil
+}
+
+func (s *Causal) addOwn(g int32, st *groupState, k uint64, val []byte, out []Action) []Action {
+	if st.has(k, -1) {
+		return out // complete already (CAMEL, after a restart): its result was delivered
+	}
+	s.coll.add(g, st, k, -1, val)
+	return s.fold(g, st, out)
+}
+
+// fold is VERIFYREDUCTIONMSG: pass every reduction whose contributions
+// are all in up the tree, or deliver it at the root.
+func (s *Causal) fold(g int32, st *groupState, out []Action) []Action {
+	for {
+		k, val, ok := s.coll.ready(g, st)
+		if !ok {
+			return out
+		}
+		if s.coll.isRoot(g) {
+			out = append(out, s.coll.result(g, k, val))
+			if s.camel {
+				st.complete(k)
+				for _, c := range s.coll.c.Groups.Children(g, s.me) {
+					out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{{g, k}}}})
+				}
+			}
+			continue
+		}
+		parent := s.coll.c.Groups.Parent(g, s.me)
+		var m *Message
+		if s.camel {
+			// No ssn: an intermediate node folds in arrival order, which
+			// is not recorded, so its sends must not shift the ssns of the
+			// messages its recorded receptions cause.
+			m = &Message{Kind: KindReduction, Group: g, Sender: s.me, Recver: parent, Num: k, Inc: s.inc, Payload: val}
+			if parent == s.coll.c.Groups.Root(g) || s.verbat {
+				m.Dets = s.piggyback()
+			}
+			s.log(m)
+		} else {
+			m = s.stamp(KindReduction, g, parent, k, val)
+		}
+		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: parent, Msg: m}})
+	}
+}
+
+// Receive handles one packet. Its result is valid until the next Receive.
+func (s *Causal) Receive(p *Packet) ([]Action, error) {
+	out := s.out[:0]
+	defer func() { s.out = out[:0] }()
+	switch p.Kind {
+	case PktAck: // RECEIVEDETACK
+		s.removeAcked(p.Dets)
+		return nil, nil
+	case PktRedAck: // RECEIVEMSGACK
+		if s.recovering && !s.verbat {
+			// Not yet: this PE must regenerate, and log, its contributions
+			// to reductions completed since the root answered its recovery
+			// (the root's own later recovery needs them); its children
+			// must keep theirs until then.
+			s.deferred = append(s.deferred, p.Done...)
+			return nil, nil
+		}
+		var err error
+		out, err = s.reduced(p.Done, out)
+		return out, err
+	case PktRecovery: // RECEIVEDETS
+		if !s.recovering || s.detsFrom[p.From] {
+			return nil, nil // a late copy: this PE is done recovering
+		}
+		for _, d := range p.Dets {
+			if d.Recver != s.me || d.RSN <= s.rsn {
+				continue // not ours, or from before the checkpoint
+			}
+			s.recorded[msgKey{d.Sender, d.Group, d.SSN}] = d.RSN
+			s.lastRecorded = max(s.lastRecorded, d.RSN)
+		}
+		for _, m := range p.Relog {
+			s.log(m) // contributions to complete reductions, back from their root
+		}
+		var err error
+		if out, err = s.reduced(p.Done, out); err != nil {
+			return nil, err
+		}
+		s.detsFrom[p.From] = true
+		s.detsIn++
+		if !s.collecting() {
+			// made before any replayed reception, as in the first run
+			for _, o := range s.pendingOwn {
+				out = s.addOwn(o.g, s.coll.state[o.g], o.k, o.val, out)
+			}
+			s.pendingOwn = nil
+			out = s.endRecovery(out)
+		}
+		return out, nil
+	case PktReplayed:
+		if s.recovering {
+			s.replayedIn++
+			out = s.endRecovery(out)
+		}
+		return out, nil
+	case PktApp:
+		var err error
+		out, err = s.receiveMsg(p.Msg, out)
+		return out, err
+	}
+	return nil, fmt.Errorf("PE %d: packet of unknown kind %d", s.me, p.Kind)
+}
+
+// reduced applies "reductions up to Num of Group are complete": drop the
+// contributions logged for them (except those that went to the root),
+// and pass the news down the tree.
+func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
+	for _, r := range done {
+		st, err := s.coll.group(r.Group)
+		if err != nil {
+			return out, err
+		}
+		if !st.complete(r.Num) {
+			continue
+		}
+		if s.coll.c.Groups.Parent(r.Group, s.me) != s.coll.c.Groups.Root(r.Group) {
+			s.dropLogged(func(m *Message) bool { return m.Kind == KindReduction && m.Group == r.Group && m.Num <= r.Num })
+		}
+		for _, c := range s.coll.c.Groups.Children(r.Group, s.me) {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{r}}})
+		}
+	}
+	return out, nil
+}
+
+func (s *Causal) dropLogged(drop func(*Message) bool) {
+	keep := s.msgLog[:0]
+	for _, e := range s.msgLog {
+		if drop(e.m) {
+			s.countLog(e.m, false)
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(s.msgLog[len(keep):])
+	s.msgLog = keep
+}
+
+// removeAcked drops acknowledged determinants from detBuf. Both lists are
+// in rsn order (determinants are made in reception order, and an ack
+// returns a copy of what was piggybacked); usually the ack covers a
+// prefix, which is dropped by reslicing.
+func (s *Causal) removeAcked(acked []Det) {
+	if len(acked) == 0 || len(s.detBuf) == 0 {
+		return
+	}
+	if len(acked) <= len(s.detBuf) && slices.Equal(acked, s.detBuf[:len(acked)]) {
+		s.stats.DetsAcked += uint64(len(acked))
+		s.detBuf = s.detBuf[len(acked):]
+		return
+	}
+	// A new slice: messages in flight may share the old one.
+	kept := make([]Det, 0, len(s.detBuf))
+	j := 0
+	for _, d := range s.detBuf {
+		for j < len(acked) && acked[j].RSN < d.RSN {
+			j++
+		}
+		if j < len(acked) && acked[j] == d {
+			s.stats.DetsAcked++
+			j++
+			continue
+		}
+		kept = append(kept, d)
+	}
+	s.detBuf = kept
+}
+
+// duplicate is the old/duplicate half of OUTOFORDER. A CAMEL multicast
+// from an old incarnation is not dropped: the multicast must complete,
+// and the copies it still makes down the tree are the only ones some
+// members will get (an intermediate node drops the re-execution's copy as
+// a duplicate and forwards nothing).
+func (s *Causal) duplicate(m *Message) (bool, error) {
+	if m.Sender < 0 || int(m.Sender) >= s.n {
+		return false, fmt.Errorf("PE %d: message from PE %d, outside 0..%d", s.me, m.Sender, s.n-1)
+	}
+	if m.Kind != KindP2P {
+		st, err := s.coll.group(m.Group) // validates it, and makes its state
+		if err != nil {
+			return false, err
+		}
+		if !s.camel {
+			return m.Inc < s.incMap[m.Sender] || s.recv[m.Sender].has(m.CSN), nil
+		}
+		if m.Kind == KindMulticast {
+			return st.mcastRecv.has(m.Num) || m.Inc < s.incMap[m.Sender] && !s.verbat, nil
+		}
+		return m.Inc < s.incMap[m.Sender] || st.has(m.Num, m.Sender), nil
+	}
+	return m.Inc < s.incMap[m.Sender] || s.recv[m.Sender].has(m.CSN), nil
+}
+
+// receiveMsg is RECEIVEMSG with OUTOFORDER: old and duplicate messages are
+// dropped, messages ahead of the recorded order are held.
+func (s *Causal) receiveMsg(m *Message, out []Action) ([]Action, error) {
+	dup, err := s.duplicate(m)
+	if err != nil {
+		return out, err
+	}
+	if dup {
+		if s.camel && m.Kind == KindMulticast && !s.verbat {
+			out = s.reforward(m, out)
+		}
+		s.stats.Dropped++
+		return out, nil
+	}
+	if s.mustWait(m) {
+		s.stats.Held++
+		s.held = append(s.held, m)
+		return out, nil
+	}
+	out = s.deliver(m, out)
+	return s.endRecovery(out), nil
+}
+
+// reforward passes a duplicate multicast from the root's new incarnation
+// down the tree when this PE delivered it from an older one. Old
+// incarnations' multicasts are dropped (unlike Algorithm 2, which keeps
+// them to make multicasts atomic: one delivered after the survivors
+// reported their determinants may reflect receptions the new incarnation
+// orders otherwise, an orphan the simulator found). Children that dropped
+// this PE's earlier forward get the multicast this way, so it still
+// completes.
+func (s *Causal) reforward(m *Message, out []Action) []Action {
+	st := s.coll.state[m.Group]
+	if m.Inc != s.incMap[m.Sender] || !st.mcastRecv.has(m.Num) || st.deliveredInc(m.Num) >= m.Inc || st.reforwarded[m.Num] >= m.Inc {
+		return out
+	}
+	if st.reforwarded == nil {
+		st.reforwarded = map[uint64]uint32{}
+	}
+	st.reforwarded[m.Num] = m.Inc
+	kids := s.coll.c.Groups.Children(m.Group, s.me)
+	if len(kids) == 0 {
+		return out
+	}
+	fwd := *m
+	fwd.Dets, fwd.Recver = nil, -1
+	for _, c := range kids {
+		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: &fwd}})
+	}
+	return out
+}
+
+// unordered: a CAMEL contribution reaching an intermediate node creates
+// no determinant and needs no order (§3.2: its fold is not recorded).
+func (s *Causal) unordered(m *Message) bool {
+	return s.camel && m.Kind == KindReduction && !s.coll.isRoot(m.Group)
+}
+
+func (s *Causal) key(m *Message) msgKey {
+	if s.camel && m.Kind == KindReduction {
+		return msgKey{m.Sender, m.Group, m.Num}
+	}
+	return msgKey{m.Sender, 0, m.SSN}
+}
+
+// mustWait reports whether m has to be held. Besides the recorded order
+// (canDeliver), a CAMEL multicast waits for the group's previous one: the
+// tree delivers a group's multicasts in order, and so must a recovery, in
+// which the root replays some directly while later ones come down the tree.
+func (s *Causal) mustWait(m *Message) bool {
+	if s.sealed {
+		return true
+	}
+	if s.camel && m.Kind == KindMulticast && m.Num != s.coll.state[m.Group].mcastRecv.contig+1 {
+		return true
+	}
+	return (s.recovering || len(s.held) > 0) && !s.canDeliver(m)
+}
+
+// canDeliver is the ordering rule: while recovering, only once every peer's
+// determinants are in, and then in the recorded order; messages without a
+// recorded reception come after the recorded ones.
+func (s *Causal) canDeliver(m *Message) bool {
+	if s.collecting() {
+		return false
+	}
+	if s.unordered(m) {
+		return true
+	}
+	if r, ok := s.recorded[s.key(m)]; ok {
+		return r == s.rsn+1
+	}
+	return s.rsn >= s.lastRecorded
+}
+
+func (s *Causal) deliver(m *Message, out []Action) []Action {
+	if !s.unordered(m) {
+		s.rsn++
+		d := Det{Sender: m.Sender, Recver: s.me, SSN: m.SSN, RSN: s.rsn}
+		if s.camel && m.Kind == KindReduction {
+			d.Group, d.SSN = m.Group, m.Num
+		}
+		s.detBuf = append(s.detBuf, d)
+		s.stats.DetsCreated++
+	}
+	if len(m.Dets) > 0 && m.Sender != s.me {
+		s.detLog = append(s.detLog, m.Dets...)
+		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: m.Sender, Dets: m.Dets}})
+	}
+	if !s.camel || m.Kind == KindP2P {
+		s.recv[m.Sender].add(m.CSN)
+	}
+	switch m.Kind {
+	case KindP2P:
+		return append(out, Action{Kind: ActDeliver, Msg: m})
+	case KindMulticast: // RECEIVEMULTICASTMSG
+		st := s.coll.state[m.Group]
+		out = append(out, Action{Kind: ActDeliver, Msg: m})
+		kids := s.coll.c.Groups.Children(m.Group, s.me)
+		if s.camel {
+			st.mcastRecv.add(m.Num)
+			st.noteInc(m.Num, m.Inc)
+			if len(kids) == 0 {
+				return out
+			}
+			fwd := *m // forwarded unlogged, without the root's determinants
+			fwd.Dets, fwd.Recver = nil, -1
+			for _, c := range kids {
+				out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: &fwd}})
+			}
+			return out
+		}
+		for _, c := range kids {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: s.stamp(KindMulticast, m.Group, c, m.Num, m.Payload)}})
+		}
+		return out
+	default: // RECEIVEREDUCTIONMSG
+		st := s.coll.state[m.Group]
+		if s.camel && !s.verbat && s.coll.isRoot(m.Group) {
+			s.logSeq++
+			s.kept = append(s.kept, logEntry{s.logSeq, m})
+			s.countLog(m, true)
+		}
+		s.coll.add(m.Group, st, m.Num, m.Sender, m.Payload)
+		return s.fold(m.Group, st, out)
+	}
+}
+
+// Next delivers one held message whose turn has come. One at a time: the
+// application's sends for it must be stamped before anything the next
+// delivery causes, as they were in the first run.
+func (s *Causal) Next() []Action {
+	if len(s.held) == 0 || s.sealed {
+		return nil
+	}
+	out := s.out[:0]
+	for i := 0; i < len(s.held); i++ {
+		m := s.held[i]
+		if dup, _ := s.duplicate(m); dup {
+			s.held = slices.Delete(s.held, i, i+1) // a duplicate after all
+			i--
+			s.stats.Dropped++
+			continue
+		}
+		if !s.mustWait(m) {
+			s.held = slices.Delete(s.held, i, i+1)
+			out = s.deliver(m, out)
+			break
+		}
+	}
+	out = s.endRecovery(out)
+	s.out = out[:0]
+	return out
+}
+
+// endRecovery ends recovery once every peer answered, the recorded order
+// is exhausted and everything the peers replayed is in. Only then are the
+// determinants this PE stored for others back (they ride on replayed
+// messages): were it declared recovered earlier, a peer failing next
+// could lose determinants only this PE's lost copy held.
+func (s *Causal) endRecovery(out []Action) []Action {
+	if s.recovering && !s.collecting() && s.replayedIn >= s.n-1 && len(s.held) == 0 && s.rsn >= s.lastRecorded {
+		s.recovering = false
+		s.recorded = nil
+		out, _ = s.reduced(s.deferred, out) // their groups were checked when they came
+		s.deferred = nil
+	}
+	return out
+}
+
+// Prepare marks what the checkpoint being taken covers.
+func (s *Causal) Prepare() Counters {
+	s.mark = checkpointMark{logSeq: s.logSeq, rsn: s.rsn, detLog: len(s.detLog)}
+	s.sealed = true
+	return s.Snapshot()
+}
+
+// Abort is called when the checkpoint Prepare marked was abandoned.
+func (s *Causal) Abort() { s.sealed = false }
+
+// Checkpoint is CHECKPOINT: the coordinated checkpoint Prepare marked was
+// committed, so the logs and determinants it covers are dropped. What came
+// after the snapshot stays: a neighbour may have resumed, and sent to this
+// PE, before the commit reached it.
+func (s *Causal) Checkpoint() {
+	m := s.mark
+	s.msgLog = s.dropCovered(s.msgLog, m.logSeq)
+	s.kept = s.dropCovered(s.kept, m.logSeq)
+	s.detLog = slices.Clone(s.detLog[min(m.detLog, len(s.detLog)):])
+	var buf []Det // a new slice: messages in flight may share the old one
+	for _, d := range s.detBuf {
+		if d.RSN > m.rsn {
+			buf = append(buf, d)
+		}
+	}
+	s.detBuf = buf
+	s.mark = checkpointMark{logSeq: s.logSeq, rsn: s.rsn, detLog: len(s.detLog)}
+	s.sealed = false
+	for _, st := range s.coll.state { // what recoveries left behind
+		st.reforwarded = nil
+		if k := len(st.incFrom); k > 1 {
+			st.incFrom = append(st.incFrom[:0], st.incFrom[k-1])
+		}
+	}
+}
+
+func (s *Causal) dropCovered(log []logEntry, upTo uint64) []logEntry {
+	keep := log[:0]
+	for _, e := range log {
+		if e.seq <= upTo {
+			s.countLog(e.m, false)
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(log[len(keep):])
+	return keep
+}
+
+// PeerFailed is FAILURE(y) on a survivor: note y's new incarnation, send y
+// the determinants of its receptions this PE holds (and, as a root, which
+// of its reductions are complete), then re-send the messages it logged
+// for y: point to point, the multicasts of y's groups (CAMEL logs them
+// only at the root, which sends them to y directly) and contributions.
+func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
+	if s.recovering || (s.failing >= 0 && s.failing != y) {
+		return nil, fmt.Errorf("PE %d failed while PE %d was recovering: %w", y, s.recoveringPE(), ErrConcurrentFailure)
+	}
+	if y < 0 || int(y) >= s.n || y == s.me {
+		return nil, fmt.Errorf("PE %d told that PE %d failed (PEs are 0..%d)", s.me, y, s.n-1)
+	}
+	s.failing = y
+	s.incMap[y] = inc
+	rec := Packet{Kind: PktRecovery, From: s.me, To: y}
+	for _, d := range s.detLog {
+		if d.Recver == y {
+			rec.Dets = append(rec.Dets, d)
+		}
+	}
+	if s.camel {
+		for _, g := range s.coll.sortedGroups() {
+			st := s.coll.state[g]
+			if !s.coll.isRoot(g) || !s.coll.c.Groups.Has(g, y) {
+				continue
+			}
+			if st.done > 0 {
+				rec.Done = append(rec.Done, Reduced{g, st.done})
+			}
+			for _, e := range s.kept {
+				if m := e.m; m.Group == g && m.Sender == y && m.Num <= st.done {
+					rec.Relog = append(rec.Relog, m)
+				}
+			}
+		}
+	}
+	out := []Action{{Kind: ActSend, Packet: rec}}
+	for _, e := range s.msgLog {
+		m := e.m
+		if m.Recver == y || s.camel && m.Kind == KindMulticast && s.coll.c.Groups.Has(m.Group, y) {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
+			s.stats.Replayed++
+		}
+	}
+	return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktReplayed, From: s.me, To: y}}), nil
+}
+
+func (s *Causal) recoveringPE() int32 {
+	if s.recovering {
+		return s.me
+	}
+	return s.failing
+}
+
+// Recovered: PE y finished recovering.
+func (s *Causal) Recovered(y int32) {
+	if s.failing == y {
+		s.failing = -1
+	}
+}

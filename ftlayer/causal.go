@@ -110,6 +110,7 @@ type Causal struct {
 	logSeq  uint64
 	kept    []logEntry // CAMEL root: copies of its children's contributions
 	logged  [numKinds]LogStats
+	copies  LogStats
 	detLog  []Det // other PEs' determinants, stored for them
 	detBuf  []Det // own determinants not yet acknowledged
 	out     []Action
@@ -232,6 +233,7 @@ func (s *Causal) Phase() string {
 func (s *Causal) Stats() Stats {
 	st := s.stats
 	st.Log = s.logged
+	st.RootCopies = s.copies
 	return st
 }
 
@@ -241,8 +243,9 @@ func (s *Causal) log(m *Message) {
 	s.countLog(m, true)
 }
 
-func (s *Causal) countLog(m *Message, in bool) {
-	l := &s.logged[m.Kind]
+func (s *Causal) countLog(m *Message, in bool) { count(&s.logged[m.Kind], m, in) }
+
+func count(l *LogStats, m *Message, in bool) {
 	b := uint64(len(m.Payload))
 	if in {
 		l.Msgs++
@@ -672,6 +675,7 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 			s.logSeq++
 			s.kept = append(s.kept, logEntry{s.logSeq, m})
 			s.countLog(m, true)
+			count(&s.copies, m, true)
 		}
 		s.coll.add(m.Group, st, m.Num, m.Sender, m.Payload)
 		return s.fold(m.Group, st, out)
@@ -736,8 +740,8 @@ func (s *Causal) Abort() { s.sealed = false }
 // PE, before the commit reached it.
 func (s *Causal) Checkpoint() {
 	m := s.mark
-	s.msgLog = s.dropCovered(s.msgLog, m.logSeq)
-	s.kept = s.dropCovered(s.kept, m.logSeq)
+	s.msgLog = s.dropCovered(s.msgLog, m.logSeq, nil)
+	s.kept = s.dropCovered(s.kept, m.logSeq, &s.copies)
 	s.detLog = slices.Clone(s.detLog[min(m.detLog, len(s.detLog)):])
 	var buf []Det // a new slice: messages in flight may share the old one
 	for _, d := range s.detBuf {
@@ -756,11 +760,14 @@ func (s *Causal) Checkpoint() {
 	}
 }
 
-func (s *Causal) dropCovered(log []logEntry, upTo uint64) []logEntry {
+func (s *Causal) dropCovered(log []logEntry, upTo uint64, also *LogStats) []logEntry {
 	keep := log[:0]
 	for _, e := range log {
 		if e.seq <= upTo {
 			s.countLog(e.m, false)
+			if also != nil {
+				count(also, e.m, false)
+			}
 			continue
 		}
 		keep = append(keep, e)

@@ -35,6 +35,7 @@ type None struct {
 	incMap []uint32
 	coll   colls
 	stats  Stats
+	out    []Action
 }
 
 func (p *None) msg(kind MsgKind, g, to int32, num uint64, payload []byte) Action {
@@ -97,12 +98,15 @@ func (p *None) Receive(pk *Packet) ([]Action, error) {
 		p.stats.Dropped++
 		return nil, nil
 	}
+	out := p.out[:0]
+	defer func() { p.out = out[:0] }()
 	switch m.Kind {
 	case KindMulticast:
 		if _, err := p.coll.group(m.Group); err != nil {
 			return nil, err
 		}
-		return p.forward(m.Group, m.Num, m.Payload, []Action{{Kind: ActDeliver, Msg: m}}), nil
+		out = p.forward(m.Group, m.Num, m.Payload, append(out, Action{Kind: ActDeliver, Msg: m}))
+		return out, nil
 	case KindReduction:
 		st, err := p.coll.group(m.Group)
 		if err != nil {
@@ -112,9 +116,11 @@ func (p *None) Receive(pk *Packet) ([]Action, error) {
 			return nil, fmt.Errorf("PE %d: contribution %d to group %d from PE %d came twice", p.me, m.Num, m.Group, m.Sender)
 		}
 		p.coll.add(m.Group, st, m.Num, m.Sender, m.Payload)
-		return p.fold(m.Group, st, nil), nil
+		out = p.fold(m.Group, st, out)
+		return out, nil
 	}
-	return []Action{{Kind: ActDeliver, Msg: m}}, nil
+	out = append(out, Action{Kind: ActDeliver, Msg: m})
+	return out, nil
 }
 
 func (p *None) Next() []Action    { return nil }

@@ -40,7 +40,16 @@
 // Under scmel and camel a second PE failing while one is still recovering
 // (collecting determinants or replaying) is reported as unsupported
 // (ErrConcurrentFailure), never silently mishandled. The same PE may fail
-// again while it recovers, and any PE may fail once a recovery completed.
+// again while it recovers, and any PE may fail once a recovery completed
+// (which is when every survivor's replay has arrived).
+//
+// The host's side of the contract: it runs one delivery at a time —
+// after the actions of Receive (or Next) it runs the application's
+// handler, then calls Next until it returns nothing; it calls Prepare when
+// a PE's snapshot is taken and Checkpoint or Abort when its epoch commits
+// or is abandoned (messages are held in between), then drains Next again;
+// on a failure it calls PeerFailed on every survivor and restarts the
+// failed PE with Factory.Restart from its checkpoint.
 package ftlayer
 
 import (
@@ -140,7 +149,10 @@ type LogStats struct {
 
 // Stats is what every protocol reports. Log is indexed by MsgKind.
 type Stats struct {
-	Log             [numKinds]LogStats
+	Log [numKinds]LogStats
+	// RootCopies: CAMEL roots' copies of their children's contributions
+	// (counted in Log[KindReduction] too).
+	RootCopies      LogStats
 	DetsCreated     uint64
 	DetsPiggybacked uint64 // determinant copies carried on messages
 	DetsAcked       uint64
@@ -189,6 +201,11 @@ func (s *Stats) Add(o Stats) {
 		a.TotalBytes += b.TotalBytes
 		a.PeakBytes += b.PeakBytes
 	}
+	s.RootCopies.Msgs += o.RootCopies.Msgs
+	s.RootCopies.Bytes += o.RootCopies.Bytes
+	s.RootCopies.TotalMsgs += o.RootCopies.TotalMsgs
+	s.RootCopies.TotalBytes += o.RootCopies.TotalBytes
+	s.RootCopies.PeakBytes += o.RootCopies.PeakBytes
 	s.DetsCreated += o.DetsCreated
 	s.DetsPiggybacked += o.DetsPiggybacked
 	s.DetsAcked += o.DetsAcked

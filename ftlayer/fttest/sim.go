@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/charmgo/charmgo/ftlayer"
@@ -110,9 +111,12 @@ type Result struct {
 	// Checkpoints begun, Aborted by a failure, Failures injected, PEs
 	// RolledBack (checkpoint/restart rolls back every PE).
 	Checkpoints, Aborted, Failures, RolledBack int
-	Crashed                                    []int // indices (in Sim.Crashes) of the crashes that happened
-	results                                    []any
-	groups                                     *ftlayer.Groups
+	// Packets counts application messages put on the network, by kind
+	// (every hop of a collective, replays included).
+	Packets [3]int
+	Crashed []int // indices (in Sim.Crashes) of the crashes that happened
+	results []any
+	groups  *ftlayer.Groups
 }
 
 // Total sums every PE's statistics.
@@ -185,7 +189,7 @@ type runner struct {
 	rng           *rand.Rand
 	pes           []*pe
 	chans         map[[2]int32][]ftlayer.Packet
-	keys          [][2]int32
+	live          [][2]int32 // channels with packets, in order
 	res           Result
 	epoch         uint64
 	decided       uint64 // the last epoch the coordinator committed
@@ -264,12 +268,7 @@ func (s Sim) Run() Result {
 			break
 		}
 		r.maybeCheckpoint()
-		var live [][2]int32
-		for _, k := range r.keys {
-			if len(r.chans[k]) > 0 {
-				live = append(live, k)
-			}
-		}
+		live := r.live
 		if len(live) == 0 {
 			if len(crashes) > 0 && crashes[0].When == "" && crashes[0].After == "" { // crashes scheduled after the end still happen
 				r.res.Events = crashes[0].At
@@ -291,6 +290,7 @@ func (s Sim) Run() Result {
 		k := live[r.rng.IntN(len(live))]
 		p := r.chans[k][0]
 		r.chans[k] = r.chans[k][1:]
+		r.sync(k)
 		r.res.Events++
 		r.obs = r.obs[:0]
 		r.receive(&p)
@@ -344,14 +344,26 @@ func (r *runner) due(c Crash) bool {
 }
 
 func (r *runner) push(p ftlayer.Packet) {
-	k := [2]int32{p.From, p.To}
-	if _, ok := r.chans[k]; !ok {
-		r.keys = append(r.keys, k)
-		sort.Slice(r.keys, func(i, j int) bool {
-			return r.keys[i][0] < r.keys[j][0] || r.keys[i][0] == r.keys[j][0] && r.keys[i][1] < r.keys[j][1]
-		})
+	if p.Kind == ftlayer.PktApp && int(p.Msg.Kind) < len(r.res.Packets) {
+		r.res.Packets[p.Msg.Kind]++
 	}
+	k := [2]int32{p.From, p.To}
 	r.chans[k] = append(r.chans[k], p)
+	r.sync(k)
+}
+
+// sync keeps r.live — the channels with packets, in (from, to) order, the
+// order the scheduler picks from — in step with channel k.
+func (r *runner) sync(k [2]int32) {
+	less := func(a, b [2]int32) bool { return a[0] < b[0] || a[0] == b[0] && a[1] < b[1] }
+	i := sort.Search(len(r.live), func(i int) bool { return !less(r.live[i], k) })
+	in := i < len(r.live) && r.live[i] == k
+	switch has := len(r.chans[k]) > 0; {
+	case has && !in:
+		r.live = slices.Insert(r.live, i, k)
+	case !has && in:
+		r.live = slices.Delete(r.live, i, i+1)
+	}
 }
 
 func (r *runner) sends(id int32, ss []Send) {
@@ -492,6 +504,7 @@ func (r *runner) lose(c Crash) {
 	for k := range r.chans {
 		if k[0] == c.PE && (c.LoseAll || slicesContainsPE(c.Lose, k[1])) {
 			r.chans[k] = nil
+			r.sync(k)
 		}
 	}
 }
@@ -513,6 +526,7 @@ func (r *runner) crash(y int32) {
 	for k := range r.chans {
 		if k[1] == y {
 			r.chans[k] = nil
+			r.sync(k)
 		}
 	}
 	buddy := r.pes[ftlayer.Buddy(y, r.N)].ck
@@ -591,6 +605,7 @@ func (r *runner) dropCommit(to int32) {
 		}
 	}
 	r.chans[k] = kept
+	r.sync(k)
 }
 
 // restart replaces PE y by a new incarnation from snap, and re-replicates
@@ -634,6 +649,7 @@ func (r *runner) resume(y int32, snap *ftlayer.Snapshot) {
 func (r *runner) rollbackAll(y int32, snap *ftlayer.Snapshot) {
 	for k := range r.chans {
 		r.chans[k] = nil
+		r.sync(k)
 	}
 	r.res.RolledBack += r.N
 	snaps := make([]*ftlayer.Snapshot, r.N)

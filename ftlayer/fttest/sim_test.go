@@ -105,6 +105,22 @@ func TestStatsCountLogAndDeterminants(t *testing.T) {
 	}
 	require.Equal(t, uint64(delivered), created, "one determinant per reception")
 	require.Equal(t, uint64(delivered), logged, "every message logged once (SCMEL)")
+
+	// recovery statistics: replays, restarted PEs, checkpoint bytes
+	pr := Stencil{Steps: 6, CkptEvery: 2}
+	for _, f := range []ftlayer.Factory{ftlayer.SCMELFactory{}, ftlayer.CAMELFactory{}, ftlayer.NoneFactory{}} {
+		got := Sim{N: 4, Seed: 9, Program: pr, Protocol: f, Crashes: []Crash{{At: 30, PE: 2}}}.Run()
+		require.NoError(t, got.Err)
+		tot := got.Total()
+		require.Positive(t, tot.CheckpointBytes, f.Name())
+		if f.RollsBackAll() {
+			require.Equal(t, uint64(4), tot.RolledBack, "every PE rolled back")
+			require.Zero(t, tot.Replayed)
+		} else {
+			require.Equal(t, uint64(1), tot.RolledBack, "%s: only the failed PE", f.Name())
+			require.Positive(t, tot.Replayed, f.Name())
+		}
+	}
 }
 
 var ckptPrograms = []struct {

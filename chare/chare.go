@@ -356,6 +356,14 @@ func (h *host) Pack(e *manager.Element) ([]byte, error) {
 	return msgpack.Marshal(e.Obj)
 }
 
+// Checkpoint packs any chare, migratable or not: msgpack, or its own Pack.
+func (h *host) Checkpoint(e *manager.Element) ([]byte, error) {
+	if mg, ok := e.Obj.(Migratable); ok {
+		return mg.Pack()
+	}
+	return msgpack.Marshal(e.Obj)
+}
+
 func (h *host) Unpack(m *manager.Manager, e *manager.Element, state []byte) error {
 	ti := lookupType(e.Coll.Type)
 	if ti == nil {

@@ -70,6 +70,14 @@ func Object[C any](ctx *Ctx) *C {
 	return c
 }
 
+// Checkpoint takes a coordinated checkpoint of the whole run (Charm++'s
+// CkStartMemCheckpoint): every chare's state (msgpack, or its Migratable
+// Pack) and its runtime records, held by its PE and by a buddy PE, and
+// written to the checkpoint directory if one was given. Call it where none
+// of the program's messages is in flight (after a barrier); cb receives
+// struct{}{} once every PE committed it.
+func Checkpoint(ctx *Ctx, cb Callback[struct{}]) { ctx.m.StartCheckpoint(cb.CB) }
+
 // StartQD delivers to cb (with struct{}{}) once no message is in flight or
 // being processed anywhere.
 func StartQD(ctx *Ctx, cb Callback[struct{}]) {

@@ -22,7 +22,10 @@ type Config struct {
 	Branching int    // spanning-tree arity (default 4)
 	Balancer  string // AtSync strategy: "" or "none", "rotate"
 	SpinPolls int    // polls before an idle PE parks (default 0)
-	Args      []string
+	// CheckpointDir, if set, receives every committed checkpoint (besides
+	// the two copies in memory).
+	CheckpointDir string
+	Args          []string
 }
 
 // MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per
@@ -40,6 +43,7 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   +balancer NAME, --lb NAME
                          load balancer at AtSync: none (default), rotate (RotateLB)
   --spin N               idle PEs poll N times before parking (default 0)
+  --ckpt-dir DIR         also write every committed checkpoint to DIR
   --help                 this text
 `
 
@@ -114,6 +118,11 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 			if v, err = value(); err == nil {
 				cfg.SpinPolls, err = num(name, v, 0, 1<<20)
 			}
+		case "--ckpt-dir":
+			if v, err = value(); err == nil && v == "" {
+				err = fmt.Errorf("flag --ckpt-dir: empty directory name")
+			}
+			cfg.CheckpointDir = v
 		case "--help", "-h", "-help", "+help":
 			return cfg, ErrHelp
 		default:
@@ -208,7 +217,12 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 	if cfg.PEs == 0 {
 		cfg.PEs = runtime.GOMAXPROCS(0)
 	}
-	opt := manager.Options{Branching: cfg.Branching, MapFns: mapFns}
+	opt := manager.Options{Branching: cfg.Branching, MapFns: mapFns, CheckpointDir: cfg.CheckpointDir}
+	if d := cfg.CheckpointDir; d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return Result{Code: 2, Err: fmt.Errorf("flag --ckpt-dir: %w", err)}
+		}
+	}
 	if name, err := balancerName(cfg.Balancer); err != nil {
 		return Result{Code: 2, Err: err}
 	} else if name == "rotate" {

@@ -26,6 +26,8 @@ type Host interface {
 	Invoke(m *Manager, e *Element, env *pe.Envelope)
 	// Pack serializes e.Obj for migration.
 	Pack(e *Element) ([]byte, error)
+	// Checkpoint serializes e.Obj for a checkpoint (migratable or not).
+	Checkpoint(e *Element) ([]byte, error)
 	// Unpack rebuilds e.Obj on its new PE and runs its arrival hook.
 	Unpack(m *Manager, e *Element, state []byte) error
 	// ResumeFromSync ends an AtSync epoch for e.
@@ -39,10 +41,12 @@ type Host interface {
 
 // Options configure every manager of a run.
 type Options struct {
-	Branching int         // spanning-tree arity (default 4)
-	Strategy  LBStrategy  // AtSync strategy; nil: no migrations
-	MapFns    []MapFunc   // user placement functions by MapFn id-1
-	OnError   func(error) // how a runtime error ends the run (default: node.Fail)
+	Branching int        // spanning-tree arity (default 4)
+	Strategy  LBStrategy // AtSync strategy; nil: no migrations
+	// CheckpointDir, if set, receives every committed checkpoint as well.
+	CheckpointDir string
+	MapFns        []MapFunc   // user placement functions by MapFn id-1
+	OnError       func(error) // how a runtime error ends the run (default: node.Fail)
 }
 
 // MapFunc places index ix of an array with bounds among n PEs.
@@ -132,7 +136,8 @@ type Manager struct {
 	nextSec  uint64
 	acts     []RedAction
 
-	qd qdState
+	qd   qdState
+	ckpt ckptState
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64
@@ -151,6 +156,10 @@ type Stats struct {
 	Broadcasts, BroadcastBytes    uint64 // collection broadcasts issued
 	Contributions, ReductionBytes uint64 // reduction contributions (collections and sections)
 	Unsized                       uint64
+	// Coordinated checkpoints committed (counted on PE 0), the bytes of
+	// every PE's snapshot (each held twice: own PE and buddy) and the time
+	// from the request to the last PE's commit.
+	Checkpoints, CheckpointBytes, CheckpointNanos uint64
 }
 
 // Add accumulates o into s.
@@ -165,6 +174,9 @@ func (s *Stats) Add(o Stats) {
 	s.Contributions += o.Contributions
 	s.ReductionBytes += o.ReductionBytes
 	s.Unsized += o.Unsized
+	s.Checkpoints += o.Checkpoints
+	s.CheckpointBytes += o.CheckpointBytes
+	s.CheckpointNanos += o.CheckpointNanos
 }
 
 // Sizer is implemented by payloads that know their size on the wire.
@@ -322,6 +334,14 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		m.onPlanDone(env.Payload.(*PlanDoneMsg))
 	case tResume:
 		m.onResume(env.Payload.(*ResumeMsg))
+	case tCkptStart:
+		m.onCkptStart(env.Payload.(*CkptStartMsg))
+	case tCkptTake:
+		m.onCkptTake(env.Payload.(*CkptTakeMsg))
+	case tCkptPacket:
+		m.onCkptPacket(env)
+	case tCkptDone:
+		m.onCkptDone(env.Payload.(*CkptDoneMsg))
 	default:
 		m.failf("PE %d: unknown system message %s", m.Me(), pe.TypeName(env.Type))
 	}

@@ -228,20 +228,19 @@ var (
 	mainCompFin   = chare.NewEntry[[]float64](MainT, "ComputesDone")
 	mainStepTimes = chare.NewEntry[[]float64](MainT, "StepTimes")
 
-	cellCreate               = chare.NewEntry[SetupMsg](CellT, "CreateComputes")
-	cellRun                  = chare.NewEntry[struct{}](CellT, "Run")
-	cellForces               = chare.NewEntry[[]float64](CellT, "ReduceForces")
-	cellParticles            = chare.NewEntry[ParticlesMsg](CellT, "ReceiveParticles")
-	cellCkptStart            = chare.NewEntry[struct{}](CellT, "StartCheckpoint")
-	cellCkptDone             = chare.NewEntry[struct{}](CellT, "CheckpointDone")
-	cellMoved                = chare.NewEntry[struct{}](CellT, "ComputesMoved")
-	computeForces            = chare.NewEntry[PositionsMsg](ComputeT, "CalculateForces")
-	cellFinalSet             = chare.Set[CellFinal]()
-	out            io.Writer = os.Stdout
-	forceSign                = 1.0 // -1 only in the test that breaks the kernel on purpose
-	runMu          sync.Mutex
-	active         *Report
-	checkpointHook = func(ctx *chare.Ctx, step int) {} // the fault-tolerance layer takes coordinated checkpoints here
+	cellCreate              = chare.NewEntry[SetupMsg](CellT, "CreateComputes")
+	cellRun                 = chare.NewEntry[struct{}](CellT, "Run")
+	cellForces              = chare.NewEntry[[]float64](CellT, "ReduceForces")
+	cellParticles           = chare.NewEntry[ParticlesMsg](CellT, "ReceiveParticles")
+	cellCkptStart           = chare.NewEntry[struct{}](CellT, "StartCheckpoint")
+	cellCkptDone            = chare.NewEntry[struct{}](CellT, "CheckpointDone")
+	cellMoved               = chare.NewEntry[struct{}](CellT, "ComputesMoved")
+	computeForces           = chare.NewEntry[PositionsMsg](ComputeT, "CalculateForces")
+	cellFinalSet            = chare.Set[CellFinal]()
+	out           io.Writer = os.Stdout
+	forceSign               = 1.0 // -1 only in the test that breaks the kernel on purpose
+	runMu         sync.Mutex
+	active        *Report
 )
 
 func printf(format string, args ...any) { fmt.Fprintf(out, format, args...) }
@@ -600,11 +599,10 @@ func (c *Cell) afterLB(ctx *chare.Ctx) {
 }
 
 // StartCheckpoint runs on cell (0,0,0) once every cell reached the
-// checkpoint: the coordinated checkpoint happens in checkpointHook (a no-op
-// until the fault-tolerance layer lands), then every cell resumes.
+// checkpoint: nothing of the step is in flight, so it takes a coordinated
+// checkpoint of every chare, and every cell resumes once it is committed.
 func (c *Cell) StartCheckpoint(ctx *chare.Ctx, _ struct{}) {
-	checkpointHook(ctx, c.Step)
-	cellCkptDone.Broadcast(ctx, chare.ThisArray[Cell](ctx), struct{}{})
+	chare.Checkpoint(ctx, cellCkptDone.CallbackBroadcast(chare.ThisArray[Cell](ctx)))
 }
 
 // CheckpointDone resumes the cell after a checkpoint.
@@ -773,6 +771,10 @@ func (r Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "  reduction:      %d contributions, %d bytes\n", o.Contributions, o.ReductionBytes)
 	if o.Broadcasts > 0 {
 		fmt.Fprintf(w, "  broadcast:      %d broadcasts, %d bytes\n", o.Broadcasts, o.BroadcastBytes)
+	}
+	if o.Checkpoints > 0 {
+		fmt.Fprintf(w, "  checkpoints:    %d, %d bytes each (every PE's snapshot, held twice), %.1f ms each\n",
+			o.Checkpoints, o.CheckpointBytes/o.Checkpoints, float64(o.CheckpointNanos)/1e6/float64(o.Checkpoints))
 	}
 	fmt.Fprintf(w, "  kinetic energy:   first step %.17g, last step %.17g\n", r.KE0, r.KE1)
 	fmt.Fprintf(w, "  potential energy: first step %.17g, last step %.17g\n", r.PE0, r.PE1)

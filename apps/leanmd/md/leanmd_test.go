@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/manager"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 func run(t *testing.T, p Params, cfg chare.Config) Report {
@@ -118,4 +121,46 @@ func TestParseArgs(t *testing.T) {
 	p := DefaultParams()
 	require.NoError(t, ParseArgs([]string{"4", "4", "4", "100"}, &p))
 	require.Equal(t, [5]int{4, 4, 4, 100, 20}, [5]int{p.X, p.Y, p.Z, p.Steps, p.FirstLB})
+}
+
+// LeanMD's checkpoint cadence takes real coordinated checkpoints: they do
+// not change the run (bitwise energies and final atoms), and the last one
+// on disk holds every cell and every compute exactly once, with the cells
+// at the checkpoint's step.
+func TestCheckpointsAreTakenAndComplete(t *testing.T) {
+	p := params(2, 2, 2, 21)
+	base := run(t, p, chare.Config{PEs: 2})
+	p.CkptPeriod, p.Given = 10, 7
+	dir := t.TempDir()
+	r := run(t, p, chare.Config{PEs: 2, CheckpointDir: dir, WireCheck: true})
+	require.Equal(t, uint64(2), r.Ops.Ops.Checkpoints, "at steps 10 and 20")
+	for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+		require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]))
+	}
+	require.Equal(t, base.StateHash, r.StateHash)
+
+	latest, err := manager.ReadLatest(dir)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), latest.Epoch)
+	seen := map[string]int{}
+	for pe := 0; pe < 2; pe++ {
+		b, err := os.ReadFile(manager.SnapshotFile(dir, latest.Epoch, pe))
+		require.NoError(t, err)
+		s, err := manager.DecodeSnapshot(b)
+		require.NoError(t, err)
+		for _, c := range s.Collections {
+			seen[c.Name] += len(c.Elements)
+			if c.Name != "leanmd.Cell" {
+				continue
+			}
+			for _, e := range c.Elements {
+				var cell Cell
+				require.NoError(t, msgpack.Unmarshal(e.State, &cell))
+				require.Equal(t, 20, cell.Step, "cell %v", e.Index)
+				require.NotEmpty(t, cell.Atoms)
+			}
+		}
+	}
+	require.Equal(t, 8, seen["leanmd.Cell"])
+	require.Equal(t, 8*38, seen["leanmd.Compute"])
 }

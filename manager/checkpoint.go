@@ -1,0 +1,363 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/pe"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// A coordinated checkpoint (Charm++'s CkStartMemCheckpoint): the program
+// calls StartCheckpoint at a point where none of its messages is in flight
+// (a barrier, as LeanMD does). PE 0 starts an epoch; every PE packs its
+// chares and runtime records into a PESnapshot, and ftlayer's Checkpointer
+// runs the two phases — the snapshot goes to the PE's buddy, which tells
+// PE 0 it stored it; PE 0 commits everywhere — after which each PE keeps
+// its own and its neighbour's committed snapshot, and writes its own to the
+// checkpoint directory if there is one. Once every PE committed, PE 0
+// delivers the program's callback.
+
+// SnapshotVersion is the version of PESnapshot's encoding.
+const SnapshotVersion = 1
+
+// PESnapshot is one PE's part of a coordinated checkpoint.
+type PESnapshot struct {
+	Version     uint8
+	PE, NumPEs  int32
+	Epoch       uint64
+	Collections []CollSnapshot
+}
+
+// CollSnapshot is one collection's state on one PE: its definition, its
+// broadcast counters and its local elements.
+type CollSnapshot struct {
+	ID             uint32
+	Kind           CollKind
+	Type           uint32
+	Name           string
+	Bounds         []int
+	Sparse         bool
+	BcastNext      uint64
+	BcastDelivered uint64
+	Elements       []ElemSnapshot
+}
+
+// ElemSnapshot is one element: its index, its runtime record and the
+// chare's packed state (msgpack, or its Migratable Pack).
+type ElemSnapshot struct {
+	Index   []int32
+	RedHome int32
+	RedNo   uint32
+	Bcast   uint64
+	Moves   uint32
+	Epoch   uint32
+	State   []byte
+}
+
+// CkptStartMsg asks PE 0 for a checkpoint; Callback gets struct{}{} once
+// every PE committed it.
+type CkptStartMsg struct{ Callback Callback }
+
+// CkptTakeMsg tells a PE to take its snapshot for Epoch.
+type CkptTakeMsg struct{ Epoch uint64 }
+
+// CkptPacketMsg carries one packet of ftlayer's checkpoint protocol.
+type CkptPacketMsg struct {
+	Kind  ftlayer.PacketKind
+	Epoch uint64
+	Owner int32
+	App   []byte // PktCkptData: the encoded PESnapshot
+}
+
+// CkptDoneMsg tells PE 0 that a PE committed Epoch.
+type CkptDoneMsg struct {
+	Epoch uint64
+	Bytes uint64
+	Err   string // writing to the checkpoint directory failed
+}
+
+var tCkptStart, tCkptTake, tCkptPacket, tCkptDone uint32
+
+func init() {
+	tCkptStart = RegisterMsgpackType[*CkptStartMsg]("mgr.ckptStart")
+	tCkptTake = RegisterMsgpackType[*CkptTakeMsg]("mgr.ckptTake")
+	tCkptPacket = RegisterMsgpackType[*CkptPacketMsg]("mgr.ckptPacket")
+	tCkptDone = RegisterMsgpackType[*CkptDoneMsg]("mgr.ckptDone")
+}
+
+// ckptState is a PE's side of checkpointing; PE 0 also coordinates.
+type ckptState struct {
+	ck      *ftlayer.Checkpointer
+	epoch   uint64 // PE 0: the epoch in progress (0: none)
+	last    uint64 // PE 0: the last epoch started
+	start   time.Time
+	cb      Callback
+	queued  []Callback // PE 0: checkpoints asked for while one runs
+	done    int
+	bytes   uint64
+	errs    []string
+	pending []pe.Envelope // packets of an epoch this PE has not begun yet
+}
+
+// StartCheckpoint asks for a coordinated checkpoint; cb receives
+// struct{}{} once it is committed on every PE.
+func (m *Manager) StartCheckpoint(cb Callback) {
+	m.sendSys(0, tCkptStart, &CkptStartMsg{Callback: cb})
+}
+
+func (m *Manager) checkpointer() *ftlayer.Checkpointer {
+	if m.ckpt.ck == nil {
+		m.ckpt.ck = ftlayer.NewCheckpointer(int32(m.Me()), m.NumPEs(), &ftlayer.Snapshot{Owner: int32(m.Me())})
+	}
+	return m.ckpt.ck
+}
+
+func (m *Manager) onCkptStart(msg *CkptStartMsg) {
+	c := &m.ckpt
+	if c.epoch != 0 {
+		c.queued = append(c.queued, msg.Callback)
+		return
+	}
+	c.last++
+	c.epoch, c.cb, c.done, c.bytes, c.errs, c.start = c.last, msg.Callback, 0, 0, nil, time.Now()
+	for p := 0; p < m.NumPEs(); p++ {
+		m.sendSys(p, tCkptTake, &CkptTakeMsg{Epoch: c.epoch})
+	}
+}
+
+func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
+	snap, err := m.Snapshot(msg.Epoch)
+	if err != nil {
+		m.Fail(fmt.Errorf("checkpoint %d: %w", msg.Epoch, err))
+		return
+	}
+	b, err := msgpack.Marshal(snap)
+	if err != nil {
+		m.Fail(fmt.Errorf("checkpoint %d: PE %d: encoding its snapshot: %w", msg.Epoch, m.Me(), err))
+		return
+	}
+	m.ckptActions(m.checkpointer().Begin(msg.Epoch, &ftlayer.Snapshot{App: b}))
+	// a buddy's data may have come first
+	pending := m.ckpt.pending
+	m.ckpt.pending = nil
+	for i := range pending {
+		m.onCkptPacket(&pending[i])
+	}
+}
+
+func (m *Manager) onCkptPacket(env *pe.Envelope) {
+	msg := env.Payload.(*CkptPacketMsg)
+	ck := m.checkpointer()
+	if !ck.InProgress() && msg.Epoch > ck.LastCommitted() {
+		m.ckpt.pending = append(m.ckpt.pending, *env) // before this PE's CkptTake
+		return
+	}
+	p := &ftlayer.Packet{Kind: msg.Kind, From: int32(env.Src), To: int32(m.Me()), Ckpt: &ftlayer.CkptMsg{Epoch: msg.Epoch, Owner: msg.Owner}}
+	if msg.Kind == ftlayer.PktCkptData {
+		p.Ckpt.Snap = &ftlayer.Snapshot{Owner: msg.Owner, Epoch: msg.Epoch, App: msg.App}
+	}
+	acts, err := ck.Receive(p)
+	if err != nil {
+		m.Fail(fmt.Errorf("checkpoint %d: %w", msg.Epoch, err))
+		return
+	}
+	m.ckptActions(acts)
+}
+
+// ckptActions carries out what the Checkpointer asks for.
+func (m *Manager) ckptActions(acts []ftlayer.Action) {
+	for _, a := range acts {
+		switch a.Kind {
+		case ftlayer.ActSend:
+			p := a.Packet
+			msg := &CkptPacketMsg{Kind: p.Kind, Epoch: p.Ckpt.Epoch, Owner: p.Ckpt.Owner}
+			if p.Ckpt.Snap != nil {
+				msg.Owner, msg.App = p.Ckpt.Snap.Owner, p.Ckpt.Snap.App
+			}
+			m.sendSys(int(p.To), tCkptPacket, msg)
+		case ftlayer.ActCommitted:
+			m.committed()
+		}
+	}
+}
+
+// committed: this PE's snapshot of the epoch is committed (held here and
+// by the buddy); write it to the checkpoint directory and tell PE 0.
+func (m *Manager) committed() {
+	ck := m.checkpointer()
+	own := ck.Committed(int32(m.Me()))
+	done := &CkptDoneMsg{Epoch: ck.LastCommitted(), Bytes: uint64(len(own.App))}
+	if dir := m.opt.CheckpointDir; dir != "" {
+		if err := writeSnapshot(dir, m.Me(), own); err != nil {
+			done.Err = err.Error()
+		}
+	}
+	m.sendSys(0, tCkptDone, done)
+}
+
+func (m *Manager) onCkptDone(msg *CkptDoneMsg) {
+	c := &m.ckpt
+	if msg.Epoch != c.epoch {
+		return
+	}
+	c.done++
+	c.bytes += msg.Bytes
+	if msg.Err != "" {
+		c.errs = append(c.errs, msg.Err)
+	}
+	if c.done < m.NumPEs() {
+		return
+	}
+	if len(c.errs) > 0 {
+		m.Fail(fmt.Errorf("checkpoint %d: %s", c.epoch, c.errs[0]))
+		return
+	}
+	if dir := m.opt.CheckpointDir; dir != "" {
+		if err := writeLatest(dir, c.epoch, m.NumPEs()); err != nil {
+			m.Fail(fmt.Errorf("checkpoint %d: %w", c.epoch, err))
+			return
+		}
+		// only the last complete checkpoint is kept
+		if err := os.RemoveAll(epochDir(dir, c.epoch-1)); err != nil {
+			m.Fail(fmt.Errorf("checkpoint %d: removing the previous one: %w", c.epoch, err))
+			return
+		}
+	}
+	m.Stats.Checkpoints++
+	m.Stats.CheckpointBytes += c.bytes
+	m.Stats.CheckpointNanos += uint64(time.Since(c.start))
+	cb := c.cb
+	c.epoch = 0
+	m.DeliverCallback(cb, struct{}{})
+	if len(c.queued) > 0 {
+		next := c.queued[0]
+		c.queued = c.queued[1:]
+		m.onCkptStart(&CkptStartMsg{Callback: next})
+	}
+}
+
+// Snapshot packs this PE's chares and their runtime records.
+func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
+	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Epoch: epoch}
+	ids := make([]uint32, 0, len(m.colls))
+	for id := range m.colls {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		c := m.colls[id]
+		cs := CollSnapshot{ID: c.ID, Kind: c.Kind, Type: c.Type, Name: c.Name, Bounds: c.Bounds, Sparse: c.Sparse,
+			BcastNext: c.bcastNext, BcastDelivered: c.bcastDelivered}
+		for _, e := range c.Locals() {
+			state, err := m.host.Checkpoint(e)
+			if err != nil {
+				return nil, fmt.Errorf("PE %d: %s%v: %w", m.Me(), c.Name, e.Index, err)
+			}
+			cs.Elements = append(cs.Elements, ElemSnapshot{Index: slices.Clone(e.Index.C[:e.Index.Dims]), RedHome: e.RedHome, RedNo: e.RedNo,
+				Bcast: e.Bcast, Moves: e.Moves, Epoch: e.Epoch, State: state})
+		}
+		s.Collections = append(s.Collections, cs)
+	}
+	return s, nil
+}
+
+// DecodeSnapshot reads a PESnapshot (a checkpoint file's contents) and
+// checks it: the error names what is wrong and where.
+func DecodeSnapshot(b []byte) (*PESnapshot, error) {
+	var s PESnapshot
+	if err := msgpack.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("not a charmgo checkpoint (%d bytes): %w", len(b), err)
+	}
+	switch {
+	case s.Version != SnapshotVersion:
+		return nil, fmt.Errorf("checkpoint version %d, this build reads %d", s.Version, SnapshotVersion)
+	case s.NumPEs < 1 || s.NumPEs > 1<<20:
+		return nil, fmt.Errorf("checkpoint of %d PEs", s.NumPEs)
+	case s.PE < 0 || s.PE >= s.NumPEs:
+		return nil, fmt.Errorf("checkpoint of PE %d in a run of %d PEs", s.PE, s.NumPEs)
+	}
+	for i, c := range s.Collections {
+		if len(c.Bounds) > pe.MaxDims {
+			return nil, fmt.Errorf("collection %d (%s): %d dimensions, at most %d", c.ID, c.Name, len(c.Bounds), pe.MaxDims)
+		}
+		for j, e := range c.Elements {
+			if len(e.Index) > pe.MaxDims {
+				return nil, fmt.Errorf("collection %d (%s), element %d: index of %d dimensions, at most %d", c.ID, c.Name, j, len(e.Index), pe.MaxDims)
+			}
+			if len(c.Bounds) > 0 && len(e.Index) != len(c.Bounds) {
+				return nil, fmt.Errorf("collection %d (%s), element %d: index %v for bounds %v", c.ID, c.Name, j, e.Index, c.Bounds)
+			}
+		}
+		if i > 0 && s.Collections[i-1].ID >= c.ID {
+			return nil, fmt.Errorf("collection %d listed after %d: out of order", c.ID, s.Collections[i-1].ID)
+		}
+	}
+	return &s, nil
+}
+
+// Checkpoint files: DIR/epoch-E/pe-N.ckpt, each written whole (a temporary
+// file renamed), and DIR/LATEST naming the last complete epoch, written
+// once every PE's file is in.
+
+func epochDir(dir string, epoch uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("epoch-%d", epoch))
+}
+
+// SnapshotFile is where PE p's snapshot of epoch e is written under dir.
+func SnapshotFile(dir string, epoch uint64, p int) string {
+	return filepath.Join(epochDir(dir, epoch), fmt.Sprintf("pe-%d.ckpt", p))
+}
+
+func writeSnapshot(dir string, p int, s *ftlayer.Snapshot) error {
+	if err := os.MkdirAll(epochDir(dir, s.Epoch), 0o755); err != nil {
+		return fmt.Errorf("checkpoint directory: %w", err)
+	}
+	return writeWhole(SnapshotFile(dir, s.Epoch, p), s.App)
+}
+
+func writeLatest(dir string, epoch uint64, n int) error {
+	b, err := msgpack.Marshal(&Latest{Epoch: epoch, NumPEs: int32(n)})
+	if err != nil {
+		return err
+	}
+	return writeWhole(filepath.Join(dir, "LATEST"), b)
+}
+
+// Latest is DIR/LATEST: the last checkpoint every PE wrote.
+type Latest struct {
+	Epoch  uint64
+	NumPEs int32
+}
+
+// ReadLatest reads DIR/LATEST.
+func ReadLatest(dir string) (Latest, error) {
+	var l Latest
+	b, err := os.ReadFile(filepath.Join(dir, "LATEST"))
+	if errors.Is(err, os.ErrNotExist) {
+		return l, fmt.Errorf("%s holds no complete checkpoint (no LATEST file)", dir)
+	}
+	if err != nil {
+		return l, err
+	}
+	if err := msgpack.Unmarshal(b, &l); err != nil || l.Epoch == 0 || l.NumPEs < 1 {
+		return l, fmt.Errorf("%s: LATEST is not a charmgo checkpoint marker", filepath.Join(dir, "LATEST"))
+	}
+	return l, nil
+}
+
+func writeWhole(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

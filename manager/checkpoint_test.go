@@ -1,0 +1,62 @@
+package manager
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
+	good := PESnapshot{Version: SnapshotVersion, PE: 1, NumPEs: 2, Epoch: 3, Collections: []CollSnapshot{
+		{ID: 1, Name: "a", Bounds: []int{2, 2}, Elements: []ElemSnapshot{{Index: []int32{1, 0}, State: []byte{1}}}},
+		{ID: 4, Name: "b"},
+	}}
+	enc := func(s PESnapshot) []byte {
+		b, err := msgpack.Marshal(&s)
+		require.NoError(t, err)
+		return b
+	}
+	s, err := DecodeSnapshot(enc(good))
+	require.NoError(t, err)
+	require.Equal(t, good.Collections[0].Elements, s.Collections[0].Elements)
+
+	for _, c := range []struct {
+		name string
+		edit func(*PESnapshot)
+		err  string
+	}{
+		{"version", func(s *PESnapshot) { s.Version = 9 }, "checkpoint version 9, this build reads 1"},
+		{"PE", func(s *PESnapshot) { s.PE = 2 }, "checkpoint of PE 2 in a run of 2 PEs"},
+		{"PEs", func(s *PESnapshot) { s.NumPEs = 0 }, "checkpoint of 0 PEs"},
+		{"dims", func(s *PESnapshot) { s.Collections[0].Elements[0].Index = []int32{1} }, "collection 1 (a), element 0: index [1] for bounds [2 2]"},
+		{"order", func(s *PESnapshot) { s.Collections[1].ID = 1 }, "collection 1 listed after 1"},
+	} {
+		bad := good
+		bad.Collections = []CollSnapshot{good.Collections[0], good.Collections[1]}
+		bad.Collections[0].Elements = []ElemSnapshot{good.Collections[0].Elements[0]}
+		c.edit(&bad)
+		_, err := DecodeSnapshot(enc(bad))
+		require.ErrorContains(t, err, c.err, c.name)
+	}
+	_, err = DecodeSnapshot([]byte("not msgpack at all"))
+	require.ErrorContains(t, err, "not a charmgo checkpoint (18 bytes)")
+}
+
+// FuzzDecodeSnapshot: checkpoint files come from disk; any bytes give a
+// snapshot that passes the checks, or an error, never a panic.
+func FuzzDecodeSnapshot(f *testing.F) {
+	b, _ := msgpack.Marshal(&PESnapshot{Version: SnapshotVersion, PE: 0, NumPEs: 1, Collections: []CollSnapshot{
+		{ID: 1, Bounds: []int{3}, Elements: []ElemSnapshot{{Index: []int32{2}, State: []byte("x")}}}}})
+	f.Add(b)
+	f.Add([]byte{})
+	f.Add([]byte{0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := DecodeSnapshot(data)
+		if err != nil {
+			return
+		}
+		require.Equal(t, uint8(SnapshotVersion), s.Version)
+		require.Less(t, s.PE, s.NumPEs)
+	})
+}

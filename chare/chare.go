@@ -364,6 +364,20 @@ func (h *host) Checkpoint(e *manager.Element) ([]byte, error) {
 	return msgpack.Marshal(e.Obj)
 }
 
+// Restore rebuilds a chare from its checkpoint.
+func (h *host) Restore(m *manager.Manager, e *manager.Element, state []byte) error {
+	ti := lookupType(e.Coll.Type)
+	if ti == nil {
+		return fmt.Errorf("unknown chare type %d", e.Coll.Type)
+	}
+	obj, err := ti.unpack(state)
+	if err != nil {
+		return err
+	}
+	e.Obj = obj
+	return nil
+}
+
 func (h *host) Unpack(m *manager.Manager, e *manager.Element, state []byte) error {
 	ti := lookupType(e.Coll.Type)
 	if ti == nil {

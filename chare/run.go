@@ -25,7 +25,10 @@ type Config struct {
 	// CheckpointDir, if set, receives every committed checkpoint (besides
 	// the two copies in memory).
 	CheckpointDir string
-	Args          []string
+	// Restart, if set, resumes the run from the last complete checkpoint
+	// in this directory instead of constructing the main chare.
+	Restart string
+	Args    []string
 }
 
 // MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per
@@ -44,6 +47,8 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          load balancer at AtSync: none (default), rotate (RotateLB)
   --spin N               idle PEs poll N times before parking (default 0)
   --ckpt-dir DIR         also write every committed checkpoint to DIR
+  --restart DIR          resume from the last complete checkpoint in DIR
+                         (same PE count; the program's arguments are ignored)
   --help                 this text
 `
 
@@ -123,6 +128,11 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				err = fmt.Errorf("flag --ckpt-dir: empty directory name")
 			}
 			cfg.CheckpointDir = v
+		case "--restart", "+restart":
+			if v, err = value(); err == nil && v == "" {
+				err = fmt.Errorf("flag --restart: empty directory name")
+			}
+			cfg.Restart = v
 		case "--help", "-h", "-help", "+help":
 			return cfg, ErrHelp
 		default:
@@ -197,6 +207,13 @@ type Stats struct {
 	Ops manager.Stats
 }
 
+// InputError is a run refused before it started: bad flags, a missing or
+// mismatched checkpoint. Programs exit with code 2 on it.
+type InputError struct{ Err error }
+
+func (e InputError) Error() string { return e.Err.Error() }
+func (e InputError) Unwrap() error { return e.Err }
+
 // Result is how a run ended.
 type Result struct {
 	Code  int
@@ -212,7 +229,7 @@ type runState struct{}
 // quiescent (exit code 0).
 func Run[C any](main *Type[C, []string], cfg Config) Result {
 	if main.info.kind != manager.CollMain {
-		return Result{Code: 2, Err: fmt.Errorf("run: %s is not a main chare type (use NewMainType)", main.info.name)}
+		return Result{Code: 2, Err: InputError{fmt.Errorf("run: %s is not a main chare type (use NewMainType)", main.info.name)}}
 	}
 	if cfg.PEs == 0 {
 		cfg.PEs = runtime.GOMAXPROCS(0)
@@ -220,11 +237,11 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 	opt := manager.Options{Branching: cfg.Branching, MapFns: mapFns, CheckpointDir: cfg.CheckpointDir}
 	if d := cfg.CheckpointDir; d != "" {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return Result{Code: 2, Err: fmt.Errorf("flag --ckpt-dir: %w", err)}
+			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-dir: %w", err)}}
 		}
 	}
 	if name, err := balancerName(cfg.Balancer); err != nil {
-		return Result{Code: 2, Err: err}
+		return Result{Code: 2, Err: InputError{err}}
 	} else if name == "rotate" {
 		opt.Strategy = manager.RotateStrategy
 	}
@@ -234,17 +251,27 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 			return manager.New(p, &host{run: rs}, opt)
 		})
 	if err != nil {
-		return Result{Code: 2, Err: err}
+		return Result{Code: 2, Err: InputError{err}}
 	}
 	args := cfg.Args
 	if args == nil {
 		args = []string{}
 	}
-	for p := 0; p < node.NumPEs(); p++ {
-		node.Inject(p, pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
-			Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
-			Arg: manager.Lazy{V: args},
-		}})
+	if cfg.Restart != "" {
+		snaps, err := loadCheckpoint(cfg.Restart, node.NumPEs(), main.info)
+		if err != nil {
+			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --restart: %w", err)}}
+		}
+		for p, s := range snaps {
+			node.Inject(p, pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: s})
+		}
+	} else {
+		for p := 0; p < node.NumPEs(); p++ {
+			node.Inject(p, pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
+				Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
+				Arg: manager.Lazy{V: args},
+			}})
+		}
 	}
 	node.Start()
 	code, err := node.Wait()
@@ -254,6 +281,48 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 		res.Stats.Ops.Add(manager.Of(node.PE(i)).Stats)
 	}
 	return res
+}
+
+// loadCheckpoint reads the last complete checkpoint in dir, one snapshot
+// per PE, and checks that it is this program's, for this many PEs.
+func loadCheckpoint(dir string, pes int, main *typeInfo) ([]*manager.PESnapshot, error) {
+	latest, err := manager.ReadLatest(dir)
+	if err != nil {
+		return nil, err
+	}
+	if int(latest.NumPEs) != pes {
+		return nil, fmt.Errorf("the checkpoint in %s is of %d PEs, this run has %d (run with +p%d; restarting on another PE count is not supported yet)",
+			dir, latest.NumPEs, pes, latest.NumPEs)
+	}
+	snaps := make([]*manager.PESnapshot, pes)
+	for p := range snaps {
+		file := manager.SnapshotFile(dir, latest.Epoch, p)
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		s, err := manager.DecodeSnapshot(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if int(s.PE) != p || s.Epoch != latest.Epoch || int(s.NumPEs) != pes {
+			return nil, fmt.Errorf("%s holds PE %d of %d, epoch %d: want PE %d of %d, epoch %d", file, s.PE, s.NumPEs, s.Epoch, p, pes, latest.Epoch)
+		}
+		for _, c := range s.Collections {
+			ti := lookupType(c.Type)
+			if c.Kind == manager.CollMain && c.Name != main.name {
+				return nil, fmt.Errorf("%s is a checkpoint of %s, this program runs %s", dir, c.Name, main.name)
+			}
+			if ti == nil || ti.name != c.Name {
+				return nil, fmt.Errorf("%s: collection %d holds chares of type %s, which this program does not define the same way", file, c.ID, c.Name)
+			}
+		}
+		snaps[p] = s
+	}
+	if snaps[0].Resume == nil {
+		return nil, fmt.Errorf("%s: PE 0's snapshot has no callback to resume with", dir)
+	}
+	return snaps, nil
 }
 
 // Main is a program's whole main function: it parses the runtime flags from

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -24,28 +25,51 @@ import (
 // delivers the program's callback.
 
 // SnapshotVersion is the version of PESnapshot's encoding.
-const SnapshotVersion = 1
+const SnapshotVersion = 2
 
-// PESnapshot is one PE's part of a coordinated checkpoint.
+// PESnapshot is one PE's part of a coordinated checkpoint: enough to
+// rebuild the PE (Restore) at the point the checkpoint was taken.
 type PESnapshot struct {
 	Version     uint8
 	PE, NumPEs  int32
 	Epoch       uint64
+	NextColl    uint32
+	NextSec     uint64
+	Resume      *Callback // PE 0: the checkpoint's callback, delivered again after a restart
 	Collections []CollSnapshot
+	Sections    []SectionMsg // the sections this PE is part of, as they were set up
+	SecRounds   []uint32     // each section's next reduction round
 }
 
 // CollSnapshot is one collection's state on one PE: its definition, its
-// broadcast counters and its local elements.
+// broadcast counters, its reduction round and counts, the locations this
+// PE knows of and its local elements.
 type CollSnapshot struct {
 	ID             uint32
 	Kind           CollKind
 	Type           uint32
 	Name           string
 	Bounds         []int
+	Map            MapKind
+	MapFn          uint32
 	Sparse         bool
+	Migratable     bool
+	Creator        int32
+	DoneInserting  bool
 	BcastNext      uint64
 	BcastDelivered uint64
+	RedNext        uint32  // next reduction round
+	RedLocal       int64   // contributors counted on this PE
+	RedChildren    []int64 // contributors in each tree child's subtree
+	Locs           []LocSnapshot
 	Elements       []ElemSnapshot
+}
+
+// LocSnapshot is where an element of the collection is (elsewhere).
+type LocSnapshot struct {
+	Index []int32
+	PE    int32
+	Moves uint32
 }
 
 // ElemSnapshot is one element: its index, its runtime record and the
@@ -57,6 +81,7 @@ type ElemSnapshot struct {
 	Bcast   uint64
 	Moves   uint32
 	Epoch   uint32
+	Secs    []SecMembership
 	State   []byte
 }
 
@@ -82,9 +107,11 @@ type CkptDoneMsg struct {
 	Err   string // writing to the checkpoint directory failed
 }
 
-var tCkptStart, tCkptTake, tCkptPacket, tCkptDone uint32
+var tCkptStart, tCkptTake, tCkptPacket, tCkptDone, tRestore, tRestored uint32
 
 func init() {
+	tRestore = RegisterMsgpackType[*PESnapshot]("mgr.restore")
+	tRestored = RegisterMsgpackType[*RestoredMsg]("mgr.restored")
 	tCkptStart = RegisterMsgpackType[*CkptStartMsg]("mgr.ckptStart")
 	tCkptTake = RegisterMsgpackType[*CkptTakeMsg]("mgr.ckptTake")
 	tCkptPacket = RegisterMsgpackType[*CkptPacketMsg]("mgr.ckptPacket")
@@ -103,6 +130,9 @@ type ckptState struct {
 	bytes   uint64
 	errs    []string
 	pending []pe.Envelope // packets of an epoch this PE has not begun yet
+	// PE 0, in a restarted run
+	restored int
+	resume   *Callback
 }
 
 // StartCheckpoint asks for a coordinated checkpoint; cb receives
@@ -244,7 +274,11 @@ func (m *Manager) onCkptDone(msg *CkptDoneMsg) {
 
 // Snapshot packs this PE's chares and their runtime records.
 func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
-	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Epoch: epoch}
+	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Epoch: epoch, NextColl: m.nextColl, NextSec: m.nextSec}
+	if m.Me() == 0 && m.ckpt.epoch == epoch {
+		cb := m.ckpt.cb
+		s.Resume = &cb
+	}
 	ids := make([]uint32, 0, len(m.colls))
 	for id := range m.colls {
 		ids = append(ids, id)
@@ -252,19 +286,144 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		c := m.colls[id]
-		cs := CollSnapshot{ID: c.ID, Kind: c.Kind, Type: c.Type, Name: c.Name, Bounds: c.Bounds, Sparse: c.Sparse,
-			BcastNext: c.bcastNext, BcastDelivered: c.bcastDelivered}
+		cs := CollSnapshot{ID: c.ID, Kind: c.Kind, Type: c.Type, Name: c.Name, Bounds: c.Bounds, Map: c.Map, MapFn: c.MapFn,
+			Sparse: c.Sparse, Migratable: c.Migratable, Creator: c.Creator, DoneInserting: c.doneInserting,
+			BcastNext: c.bcastNext, BcastDelivered: c.bcastDelivered, RedNext: c.red.NextReport()}
+		if !c.red.Enabled() || len(c.homeBuf) > 0 || len(m.pendingColl[c.ID]) > 0 {
+			return nil, fmt.Errorf("PE %d: %s is still being created or inserted into: checkpoint after DoneInserting", m.Me(), c.Name)
+		}
+		cs.RedLocal, cs.RedChildren = c.red.Counts(cs.RedNext)
+		c.eachLoc(func(ix pe.Index, l loc) {
+			if int(l.pe) != m.Me() && l.pe >= 0 {
+				cs.Locs = append(cs.Locs, LocSnapshot{Index: coords(ix), PE: l.pe, Moves: l.moves})
+			}
+		})
 		for _, e := range c.Locals() {
 			state, err := m.host.Checkpoint(e)
 			if err != nil {
 				return nil, fmt.Errorf("PE %d: %s%v: %w", m.Me(), c.Name, e.Index, err)
 			}
-			cs.Elements = append(cs.Elements, ElemSnapshot{Index: slices.Clone(e.Index.C[:e.Index.Dims]), RedHome: e.RedHome, RedNo: e.RedNo,
-				Bcast: e.Bcast, Moves: e.Moves, Epoch: e.Epoch, State: state})
+			es := ElemSnapshot{Index: coords(e.Index), RedHome: e.RedHome, RedNo: e.RedNo,
+				Bcast: e.Bcast, Moves: e.Moves, Epoch: e.Epoch, State: state}
+			for _, sm := range e.Secs {
+				es.Secs = append(es.Secs, *sm)
+			}
+			slices.SortFunc(es.Secs, func(a, b SecMembership) int { return cmp.Compare(a.Sec, b.Sec) })
+			cs.Elements = append(cs.Elements, es)
 		}
 		s.Collections = append(s.Collections, cs)
 	}
+	secs := make([]uint64, 0, len(m.secs))
+	for id := range m.secs {
+		secs = append(secs, id)
+	}
+	slices.Sort(secs)
+	for _, id := range secs {
+		sec := m.secs[id]
+		s.Sections = append(s.Sections, *sec.setup)
+		s.SecRounds = append(s.SecRounds, sec.red.NextReport())
+	}
+	if len(m.building) > 0 {
+		return nil, fmt.Errorf("PE %d: a section is still being set up", m.Me())
+	}
 	return s, nil
+}
+
+func coords(ix pe.Index) []int32 { return slices.Clone(ix.C[:ix.Dims]) }
+
+func index(c []int32) pe.Index {
+	var ix pe.Index
+	ix.Dims = uint8(len(c))
+	copy(ix.C[:], c)
+	return ix
+}
+
+// Restore rebuilds this PE from its snapshot (in a new run, every PE from
+// its own): collections with their reduction rounds and counts, locations,
+// elements (Host.Restore), and sections, set up again as they were. The
+// run resumes once every PE restored (RestoredMsg to PE 0, which delivers
+// the checkpoint's callback).
+func (m *Manager) Restore(s *PESnapshot) error {
+	if int(s.PE) != m.Me() || int(s.NumPEs) != m.NumPEs() {
+		return fmt.Errorf("PE %d of %d: given the snapshot of PE %d of %d", m.Me(), m.NumPEs(), s.PE, s.NumPEs)
+	}
+	m.nextColl, m.nextSec = s.NextColl, s.NextSec
+	for i := range s.Collections {
+		cs := &s.Collections[i]
+		c := m.defineCollection(&CreateMsg{Coll: cs.ID, Kind: cs.Kind, Type: cs.Type, Name: cs.Name, Bounds: cs.Bounds,
+			Map: cs.Map, MapFn: cs.MapFn, Sparse: cs.Sparse, Migratable: cs.Migratable, Creator: cs.Creator})
+		if c == nil {
+			return fmt.Errorf("collection %s (%d) defined twice", cs.Name, cs.ID)
+		}
+		c.doneInserting, c.countsSent = cs.DoneInserting, true
+		c.bcastNext, c.bcastDelivered = cs.BcastNext, cs.BcastDelivered
+		for _, l := range cs.Locs {
+			c.setLoc(index(l.Index), loc{pe: l.PE, moves: l.Moves})
+		}
+		for _, es := range cs.Elements {
+			e := &Element{Coll: c, Index: index(es.Index), RedHome: es.RedHome, RedNo: es.RedNo, Bcast: es.Bcast,
+				Moves: es.Moves, Epoch: es.Epoch, migrateTo: -1}
+			c.put(e)
+			c.setLoc(e.Index, loc{pe: int32(m.Me()), moves: e.Moves})
+			if err := m.host.Restore(m, e, es.State); err != nil {
+				return fmt.Errorf("%s%v: %w", c.Name, e.Index, err)
+			}
+		}
+		m.acts = c.red.Restart(cs.RedNext, cs.RedLocal, cs.RedChildren, m.acts[:0])
+		m.runActs(c, nil)
+	}
+	for i := range s.Sections {
+		m.onSection(&s.Sections[i])
+		sec := m.secs[s.Sections[i].Sec]
+		if sec == nil {
+			return fmt.Errorf("section %d could not be set up again", s.Sections[i].Sec)
+		}
+		local, children := sec.red.Counts(0)
+		m.acts = sec.red.Restart(s.SecRounds[i], local, children, m.acts[:0])
+		m.runActs(m.coll(sec.Coll), sec)
+	}
+	// memberships as they were (rounds and partial counts included)
+	for _, cs := range s.Collections {
+		c := m.coll(cs.ID)
+		for _, es := range cs.Elements {
+			e := c.get(index(es.Index))
+			for _, sm := range es.Secs {
+				ms := sm
+				if e.Secs == nil {
+					e.Secs = map[uint64]*SecMembership{}
+				}
+				e.Secs[sm.Sec] = &ms
+			}
+		}
+	}
+	m.sendSys(0, tRestored, &RestoredMsg{Resume: s.Resume})
+	return nil
+}
+
+// RestoredMsg tells PE 0 that a PE restored its snapshot; PE 0's carries
+// the callback to resume with.
+type RestoredMsg struct{ Resume *Callback }
+
+func (m *Manager) onRestored(msg *RestoredMsg) {
+	c := &m.ckpt
+	c.restored++
+	if msg.Resume != nil {
+		c.resume = msg.Resume
+	}
+	if c.restored == m.NumPEs() && c.resume != nil {
+		m.Stats.Restarts++
+		m.DeliverCallback(*c.resume, struct{}{})
+	}
+}
+
+// RestoreType is the message type that asks a PE to restore itself
+// (payload *PESnapshot).
+func RestoreType() uint32 { return tRestore }
+
+func (m *Manager) onRestore(s *PESnapshot) {
+	if err := m.Restore(s); err != nil {
+		m.Fail(fmt.Errorf("restart: %w", err))
+	}
 }
 
 // DecodeSnapshot reads a PESnapshot (a checkpoint file's contents) and
@@ -296,6 +455,34 @@ func DecodeSnapshot(b []byte) (*PESnapshot, error) {
 		}
 		if i > 0 && s.Collections[i-1].ID >= c.ID {
 			return nil, fmt.Errorf("collection %d listed after %d: out of order", c.ID, s.Collections[i-1].ID)
+		}
+		for j, l := range c.Locs {
+			if len(l.Index) > pe.MaxDims || l.PE < -1 || l.PE >= s.NumPEs {
+				return nil, fmt.Errorf("collection %d (%s), location %d: index %v on PE %d", c.ID, c.Name, j, l.Index, l.PE)
+			}
+		}
+		for _, n := range c.RedChildren {
+			if n < 0 {
+				return nil, fmt.Errorf("collection %d (%s): negative contributor count %d", c.ID, c.Name, n)
+			}
+		}
+	}
+	if len(s.SecRounds) != len(s.Sections) {
+		return nil, fmt.Errorf("%d sections but %d section rounds", len(s.Sections), len(s.SecRounds))
+	}
+	for _, sec := range s.Sections {
+		if len(sec.Members) != len(sec.Homes) || len(sec.Tree) == 0 || sec.K < 1 {
+			return nil, fmt.Errorf("section %d: %d members, %d homes, tree of %d PEs, branching %d", sec.Sec, len(sec.Members), len(sec.Homes), len(sec.Tree), sec.K)
+		}
+		for _, p := range sec.Tree {
+			if p < 0 || p >= int(s.NumPEs) {
+				return nil, fmt.Errorf("section %d: tree PE %d outside 0..%d", sec.Sec, p, s.NumPEs-1)
+			}
+		}
+		for _, h := range sec.Homes {
+			if h < 0 || h >= s.NumPEs {
+				return nil, fmt.Errorf("section %d: member home PE %d outside 0..%d", sec.Sec, h, s.NumPEs-1)
+			}
 		}
 	}
 	return &s, nil

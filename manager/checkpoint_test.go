@@ -26,7 +26,12 @@ func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
 		edit func(*PESnapshot)
 		err  string
 	}{
-		{"version", func(s *PESnapshot) { s.Version = 9 }, "checkpoint version 9, this build reads 1"},
+		{"version", func(s *PESnapshot) { s.Version = 9 }, "checkpoint version 9, this build reads 2"},
+		{"location", func(s *PESnapshot) { s.Collections[0].Locs = []LocSnapshot{{Index: []int32{0, 1}, PE: 5}} }, "collection 1 (a), location 0: index [0 1] on PE 5"},
+		{"rounds", func(s *PESnapshot) { s.Sections = []SectionMsg{{Sec: 9, Tree: []int{0}, K: 2}} }, "1 sections but 0 section rounds"},
+		{"section tree", func(s *PESnapshot) {
+			s.Sections, s.SecRounds = []SectionMsg{{Sec: 9, Tree: []int{0, 3}, K: 2}}, []uint32{0}
+		}, "section 9: tree PE 3 outside 0..1"},
 		{"PE", func(s *PESnapshot) { s.PE = 2 }, "checkpoint of PE 2 in a run of 2 PEs"},
 		{"PEs", func(s *PESnapshot) { s.NumPEs = 0 }, "checkpoint of 0 PEs"},
 		{"dims", func(s *PESnapshot) { s.Collections[0].Elements[0].Index = []int32{1} }, "collection 1 (a), element 0: index [1] for bounds [2 2]"},

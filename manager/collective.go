@@ -121,6 +121,7 @@ type Section struct {
 	homes   map[pe.Index]int32
 	mult    map[pe.Index]uint32
 	red     *Reduction
+	setup   *SectionMsg // how it was set up (a restart sets it up again)
 }
 
 func (s *Section) coll(m *Manager) *Collection { return m.coll(s.Coll) }
@@ -260,7 +261,7 @@ func (m *Manager) onSection(sm *SectionMsg) {
 	}
 	t := NewTree(sm.Tree, sm.K)
 	me := m.Me()
-	s := &Section{ID: sm.Sec, Coll: sm.Coll, Tree: t, homes: make(map[pe.Index]int32, len(sm.Members)), mult: map[pe.Index]uint32{}}
+	s := &Section{ID: sm.Sec, Coll: sm.Coll, Tree: t, homes: make(map[pe.Index]int32, len(sm.Members)), mult: map[pe.Index]uint32{}, setup: sm}
 	for _, ix := range sm.Members {
 		s.mult[ix]++
 	}

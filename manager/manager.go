@@ -28,6 +28,8 @@ type Host interface {
 	Pack(e *Element) ([]byte, error)
 	// Checkpoint serializes e.Obj for a checkpoint (migratable or not).
 	Checkpoint(e *Element) ([]byte, error)
+	// Restore rebuilds e.Obj from a checkpoint (no arrival hook runs).
+	Restore(m *Manager, e *Element, state []byte) error
 	// Unpack rebuilds e.Obj on its new PE and runs its arrival hook.
 	Unpack(m *Manager, e *Element, state []byte) error
 	// ResumeFromSync ends an AtSync epoch for e.
@@ -160,6 +162,8 @@ type Stats struct {
 	// every PE's snapshot (each held twice: own PE and buddy) and the time
 	// from the request to the last PE's commit.
 	Checkpoints, CheckpointBytes, CheckpointNanos uint64
+	// Restarts from a checkpoint (counted on PE 0).
+	Restarts uint64
 }
 
 // Add accumulates o into s.
@@ -177,6 +181,7 @@ func (s *Stats) Add(o Stats) {
 	s.Checkpoints += o.Checkpoints
 	s.CheckpointBytes += o.CheckpointBytes
 	s.CheckpointNanos += o.CheckpointNanos
+	s.Restarts += o.Restarts
 }
 
 // Sizer is implemented by payloads that know their size on the wire.
@@ -342,6 +347,10 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		m.onCkptPacket(env)
 	case tCkptDone:
 		m.onCkptDone(env.Payload.(*CkptDoneMsg))
+	case tRestore:
+		m.onRestore(env.Payload.(*PESnapshot))
+	case tRestored:
+		m.onRestored(env.Payload.(*RestoredMsg))
 	default:
 		m.failf("PE %d: unknown system message %s", m.Me(), pe.TypeName(env.Type))
 	}
@@ -517,6 +526,27 @@ func (c *Collection) slot(ix pe.Index) int {
 
 const locUnknown = -2
 
+// eachLoc calls f with every location this PE knows, in index order for
+// dense arrays.
+func (c *Collection) eachLoc(f func(pe.Index, loc)) {
+	if c.dlocs != nil {
+		forEachIndex(c.Bounds, func(ix pe.Index) {
+			if l, ok := c.getLoc(ix); ok {
+				f(ix, l)
+			}
+		})
+		return
+	}
+	ixs := make([]pe.Index, 0, len(c.locs))
+	for ix := range c.locs {
+		ixs = append(ixs, ix)
+	}
+	slices.SortFunc(ixs, pe.Index.Compare)
+	for _, ix := range ixs {
+		f(ix, c.locs[ix])
+	}
+}
+
 // getLoc returns the last known location of ix (PE -1: deleted).
 func (c *Collection) getLoc(ix pe.Index) (loc, bool) {
 	if c.dlocs != nil {
@@ -586,30 +616,10 @@ func (c *Collection) Locals() []*Element {
 func (c *Collection) Local(ix pe.Index) *Element { return c.get(ix) }
 
 func (m *Manager) onCreate(cm *CreateMsg) {
-	if m.coll(cm.Coll) != nil {
+	c := m.defineCollection(cm)
+	if c == nil {
 		m.failf("PE %d: collection %s (%d) created twice", m.Me(), cm.Name, cm.Coll)
 		return
-	}
-	c := &Collection{
-		ID: cm.Coll, Kind: cm.Kind, Type: cm.Type, Name: cm.Name, Bounds: cm.Bounds,
-		Map: cm.Map, MapFn: cm.MapFn, Sparse: cm.Sparse, Migratable: cm.Migratable, Creator: cm.Creator,
-		local: map[pe.Index]*Element{}, locs: map[pe.Index]loc{}, homeBuf: map[pe.Index][]pe.Envelope{},
-	}
-	c.tree = PETree(m.NumPEs(), 0, m.opt.Branching)
-	c.red = NewReduction(c.tree.Parent(m.Me()), c.tree.Children(m.Me(), nil))
-	m.colls[c.ID] = c
-	if len(c.Bounds) > 0 {
-		if total := boundsTotal(c.Bounds); total <= denseLimit && len(c.Bounds) <= pe.MaxDims {
-			c.dense = make([]*Element, total)
-			c.dlocs = make([]loc, total)
-			for i := range c.dlocs {
-				c.dlocs[i].pe = locUnknown
-			}
-			c.dims = uint8(len(c.Bounds))
-			for i, b := range c.Bounds {
-				c.bounds[i] = uint32(b)
-			}
-		}
 	}
 	me := m.Me()
 	switch c.Kind {
@@ -639,6 +649,36 @@ func (m *Manager) onCreate(cm *CreateMsg) {
 			m.Processed-- // counted when it first arrived
 		}
 	}
+}
+
+// defineCollection makes collection cm on this PE, without elements (nil
+// if it exists already).
+func (m *Manager) defineCollection(cm *CreateMsg) *Collection {
+	if m.coll(cm.Coll) != nil {
+		return nil
+	}
+	c := &Collection{
+		ID: cm.Coll, Kind: cm.Kind, Type: cm.Type, Name: cm.Name, Bounds: cm.Bounds,
+		Map: cm.Map, MapFn: cm.MapFn, Sparse: cm.Sparse, Migratable: cm.Migratable, Creator: cm.Creator,
+		local: map[pe.Index]*Element{}, locs: map[pe.Index]loc{}, homeBuf: map[pe.Index][]pe.Envelope{},
+	}
+	c.tree = PETree(m.NumPEs(), 0, m.opt.Branching)
+	c.red = NewReduction(c.tree.Parent(m.Me()), c.tree.Children(m.Me(), nil))
+	m.colls[c.ID] = c
+	if len(c.Bounds) > 0 {
+		if total := boundsTotal(c.Bounds); total <= denseLimit && len(c.Bounds) <= pe.MaxDims {
+			c.dense = make([]*Element, total)
+			c.dlocs = make([]loc, total)
+			for i := range c.dlocs {
+				c.dlocs[i].pe = locUnknown
+			}
+			c.dims = uint8(len(c.Bounds))
+			for i, b := range c.Bounds {
+				c.bounds[i] = uint32(b)
+			}
+		}
+	}
+	return c
 }
 
 func forEachIndex(bounds []int, f func(pe.Index)) {

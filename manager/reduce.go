@@ -246,6 +246,32 @@ func (s *Reduction) Enable(out []RedAction) []RedAction {
 	return s.advance(out)
 }
 
+// Counts is the number of contributors of round r: this PE's own, and
+// each child's subtree (in Children order) — what a checkpoint keeps.
+func (s *Reduction) Counts(r uint32) (local int64, children []int64) {
+	children = make([]int64, len(s.childCount))
+	for i := range s.childCount {
+		children[i] = s.childCount[i].at(r)
+	}
+	return s.local.at(r), children
+}
+
+// Restart makes a fresh state machine continue from a checkpoint: rounds
+// before next are complete, and from next on this PE counts local
+// contributors and children[i] in child i's subtree.
+func (s *Reduction) Restart(next uint32, local int64, children []int64, out []RedAction) []RedAction {
+	s.nextReport = next
+	s.local = counts{}
+	s.local.add(0, local)
+	for i := range s.childCount {
+		s.childCount[i] = counts{}
+		if i < len(children) {
+			s.childCount[i].add(0, children[i])
+		}
+	}
+	return s.Enable(out)
+}
+
 // Enabled reports whether Enable was called.
 func (s *Reduction) Enabled() bool { return s.enabled }
 

@@ -43,6 +43,9 @@ func run(args []string) int {
 	r, err := md.Run(p, cfg, os.Stdout)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "leanmd: %v\n", err)
+		if errors.As(err, new(chare.InputError)) {
+			return 2
+		}
 		return 1
 	}
 	r.Summary(os.Stdout)

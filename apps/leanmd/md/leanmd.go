@@ -166,6 +166,7 @@ type Cell struct {
 	StepMs   []float64      // cell (0,0,0) only
 	last     time.Time
 	sumMs    float64
+	sumSteps int
 }
 
 // Compute computes the forces between the atoms of two cells, or within one.
@@ -240,6 +241,7 @@ var (
 	out           io.Writer = os.Stdout
 	forceSign               = 1.0 // -1 only in the test that breaks the kernel on purpose
 	runMu         sync.Mutex
+	runStart      time.Time
 	active        *Report
 )
 
@@ -342,6 +344,9 @@ func (m *Main) finish(ctx *chare.Ctx) {
 			verdict = "FAILED"
 		}
 		printf("Relative energy conservation test %s: |E_final - E_initial| / |E_initial| = %.3e (allowed %.3e)\n", verdict, r.RelDrift, m.P.Tolerance)
+	}
+	if m.start.IsZero() { // restarted from a checkpoint: this process's run
+		m.start = runStart
 	}
 	r.Wall = time.Since(m.start)
 	printf("Total application time %f s\n", r.Wall.Seconds())
@@ -553,13 +558,10 @@ func (c *Cell) endStep(ctx *chare.Ctx) {
 		c.last = now
 		c.StepMs = append(c.StepMs, ms)
 		c.sumMs += ms
+		c.sumSteps++ // since the last line (or the restart)
 		if p := c.P.Progress; p > 0 && (c.Step%p == 0 || c.Step == c.P.Steps || c.Step == 1 && p == 1) {
-			n := p
-			if c.Step%p != 0 {
-				n = c.Step % p
-			}
-			printf("Step %d Benchmark Time %f ms/step\n", c.Step, c.sumMs/float64(n))
-			c.sumMs = 0
+			printf("Step %d Benchmark Time %f ms/step\n", c.Step, c.sumMs/float64(c.sumSteps))
+			c.sumMs, c.sumSteps = 0, 0
 		}
 	}
 	if c.P.lbStep(c.Step) {
@@ -605,8 +607,14 @@ func (c *Cell) StartCheckpoint(ctx *chare.Ctx, _ struct{}) {
 	chare.Checkpoint(ctx, cellCkptDone.CallbackBroadcast(chare.ThisArray[Cell](ctx)))
 }
 
-// CheckpointDone resumes the cell after a checkpoint.
-func (c *Cell) CheckpointDone(ctx *chare.Ctx, _ struct{}) { c.nextStep(ctx) }
+// CheckpointDone resumes the cell after a checkpoint (in this run, or in
+// a run restarted from it: then the step clock starts now).
+func (c *Cell) CheckpointDone(ctx *chare.Ctx, _ struct{}) {
+	if c.last.IsZero() {
+		c.last = time.Now()
+	}
+	c.nextStep(ctx)
+}
 
 func (c *Cell) nextStep(ctx *chare.Ctx) {
 	if c.Step == c.P.Steps {
@@ -733,7 +741,7 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 		cfg.PEs = runtime.GOMAXPROCS(0)
 	}
 	r := &Report{Params: p, PEs: cfg.PEs}
-	active, out = r, w
+	active, out, runStart = r, w, time.Now()
 	defer func() { active, out = nil, os.Stdout }()
 	res := chare.Run(MainT, cfg)
 	r.Ops = res.Stats

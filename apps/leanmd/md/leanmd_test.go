@@ -163,4 +163,19 @@ func TestCheckpointsAreTakenAndComplete(t *testing.T) {
 	}
 	require.Equal(t, 8, seen["leanmd.Cell"])
 	require.Equal(t, 8*38, seen["leanmd.Compute"])
+
+	// A new run restarted from the last checkpoint (step 20, after the
+	// load-balancing step moved computes and sections were rebuilt) ends
+	// in the same state, bitwise, running only the last step.
+	rs := run(t, p, chare.Config{PEs: 2, Restart: dir, WireCheck: true})
+	require.Equal(t, uint64(1), rs.Ops.Ops.Restarts)
+	for _, v := range [][2]float64{{base.KE1, rs.KE1}, {base.PE1, rs.PE1}, {base.KE0, rs.KE0}, {base.PE0, rs.PE0}} {
+		require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]))
+	}
+	require.Equal(t, base.StateHash, rs.StateHash)
+	require.Less(t, rs.Ops.Ops.Multicasts, r.Ops.Ops.Multicasts/10, "only the steps after the checkpoint ran")
+
+	_, err = Run(p, chare.Config{PEs: 3, Restart: dir}, io.Discard)
+	require.ErrorContains(t, err, "is of 2 PEs, this run has 3")
+	require.ErrorAs(t, err, new(chare.InputError))
 }

@@ -379,16 +379,10 @@ func (h *host) Restore(m *manager.Manager, e *manager.Element, state []byte) err
 }
 
 func (h *host) Unpack(m *manager.Manager, e *manager.Element, state []byte) error {
-	ti := lookupType(e.Coll.Type)
-	if ti == nil {
-		return fmt.Errorf("unknown chare type %d", e.Coll.Type)
-	}
-	obj, err := ti.unpack(state)
-	if err != nil {
+	if err := h.Restore(m, e, state); err != nil {
 		return err
 	}
-	e.Obj = obj
-	if mg, ok := obj.(Migrated); ok {
+	if mg, ok := e.Obj.(Migrated); ok {
 		h.guard(m, e, "Migrated", mg.Migrated)
 	}
 	return nil

@@ -279,12 +279,7 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 		cb := m.ckpt.cb
 		s.Resume = &cb
 	}
-	ids := make([]uint32, 0, len(m.colls))
-	for id := range m.colls {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range sortedKeys(m.colls) {
 		c := m.colls[id]
 		cs := CollSnapshot{ID: c.ID, Kind: c.Kind, Type: c.Type, Name: c.Name, Bounds: c.Bounds, Map: c.Map, MapFn: c.MapFn,
 			Sparse: c.Sparse, Migratable: c.Migratable, Creator: c.Creator, DoneInserting: c.doneInserting,
@@ -313,12 +308,7 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 		}
 		s.Collections = append(s.Collections, cs)
 	}
-	secs := make([]uint64, 0, len(m.secs))
-	for id := range m.secs {
-		secs = append(secs, id)
-	}
-	slices.Sort(secs)
-	for _, id := range secs {
+	for _, id := range sortedKeys(m.secs) {
 		sec := m.secs[id]
 		s.Sections = append(s.Sections, *sec.setup)
 		s.SecRounds = append(s.SecRounds, sec.red.NextReport())
@@ -327,6 +317,15 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 		return nil, fmt.Errorf("PE %d: a section is still being set up", m.Me())
 	}
 	return s, nil
+}
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 func coords(ix pe.Index) []int32 { return slices.Clone(ix.C[:ix.Dims]) }

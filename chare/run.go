@@ -28,6 +28,12 @@ type Config struct {
 	// Restart, if set, resumes the run from the last complete checkpoint
 	// in this directory instead of constructing the main chare.
 	Restart string
+	// Kills are failures to inject (--kill, --kill-file): each PE fails
+	// once, fail-stop, and the run recovers (every PE rolls back to the
+	// last checkpoint).
+	Kills []Kill
+	// Notices receives one line per failure and recovery (default: none).
+	Notices io.Writer
 	Args    []string
 }
 
@@ -49,6 +55,9 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --ckpt-dir DIR         also write every committed checkpoint to DIR
   --restart DIR          resume from the last complete checkpoint in DIR
                          (same PE count; the program's arguments are ignored)
+  --kill PE@STEP         inject a failure: PE fails when the program begins STEP
+  --kill-file F          failures from F: lines "PE SECONDS" (Charm++'s +killFile)
+                         or "PE @STEP"; every PE rolls back to the last checkpoint
   --help                 this text
 `
 
@@ -128,6 +137,20 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				err = fmt.Errorf("flag --ckpt-dir: empty directory name")
 			}
 			cfg.CheckpointDir = v
+		case "--kill":
+			if v, err = value(); err == nil {
+				var k Kill
+				if k, err = ParseKill(v); err == nil {
+					cfg.Kills = append(cfg.Kills, k)
+				}
+			}
+		case "--kill-file", "+killFile":
+			if v, err = value(); err == nil {
+				var ks []Kill
+				if ks, err = readKillFile(v); err == nil {
+					cfg.Kills = append(cfg.Kills, ks...)
+				}
+			}
 		case "--restart", "+restart":
 			if v, err = value(); err == nil && v == "" {
 				err = fmt.Errorf("flag --restart: empty directory name")
@@ -205,6 +228,8 @@ type Stats struct {
 	// Ops sums, over PEs, what the program asked for: sends, multicasts,
 	// deliveries, broadcasts, contributions, with payload bytes.
 	Ops manager.Stats
+	// FT is what fault tolerance did: failures, rollbacks, recovery time.
+	FT FTStats
 }
 
 // InputError is a run refused before it started: bad flags, a missing or
@@ -221,7 +246,18 @@ type Result struct {
 	Stats Stats
 }
 
-type runState struct{}
+func readKillFile(path string) ([]Kill, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("flag --kill-file: %w", err)
+	}
+	defer f.Close()
+	ks, err := ParseKillFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("flag --kill-file %s: %w", path, err)
+	}
+	return ks, nil
+}
 
 // Run runs a program: it starts the PEs, constructs the main chare on PE 0
 // with cfg.Args, and returns when a chare calls Exit, when a runtime error or
@@ -245,47 +281,73 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 	} else if name == "rotate" {
 		opt.Strategy = manager.RotateStrategy
 	}
-	rs := &runState{}
-	node, err := pe.NewNode(pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls},
-		func(p *pe.PE) pe.Handler {
-			return manager.New(p, &host{run: rs}, opt)
-		})
-	if err != nil {
-		return Result{Code: 2, Err: InputError{err}}
+	for _, k := range cfg.Kills {
+		if k.PE < 0 || k.PE >= cfg.PEs {
+			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --kill: PE %d, but the run has %d PEs (0..%d)", k.PE, cfg.PEs, cfg.PEs-1)}}
+		}
 	}
 	args := cfg.Args
 	if args == nil {
 		args = []string{}
 	}
+	rs := newRunState(cfg)
+	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
 	if cfg.Restart != "" {
-		snaps, err := loadCheckpoint(cfg.Restart, node.NumPEs(), main.info)
-		if err != nil {
+		var err error
+		if start, err = loadCheckpoint(cfg.Restart, cfg.PEs, main.info); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --restart: %w", err)}}
 		}
-		for p, s := range snaps {
-			node.Inject(p, pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: s})
+	}
+	var res Result
+	for {
+		node, err := pe.NewNode(pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls},
+			func(p *pe.PE) pe.Handler {
+				return manager.New(p, &host{run: rs}, opt)
+			})
+		if err != nil {
+			return Result{Code: 2, Err: InputError{err}}
 		}
-	} else {
 		for p := 0; p < node.NumPEs(); p++ {
+			if start != nil {
+				prev := start[(p+len(start)-1)%len(start)]
+				node.Inject(p, pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev}})
+				continue
+			}
 			node.Inject(p, pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
 				Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
 				Arg: manager.Lazy{V: args},
 			}})
 		}
+		rs.begin(node)
+		node.Start()
+		code, err := node.Wait()
+		res.Code, res.Err = code, err
+		for i := 0; i < node.NumPEs(); i++ {
+			if len(res.Stats.PEs) <= i {
+				res.Stats.PEs = append(res.Stats.PEs, pe.Stats{})
+			}
+			res.Stats.PEs[i].Add(node.PE(i).Stats)
+			res.Stats.Ops.Add(manager.Of(node.PE(i)).Stats)
+		}
+		var f *PEFailure
+		if !errors.As(err, &f) {
+			break
+		}
+		// fail-stop: PE f.PE is gone with everything it held; roll every PE
+		// back to the last checkpoint the others hold
+		if start, err = rollback(node, f.PE); err != nil {
+			res.Err = err
+			break
+		}
+		rs.rolledBack(f, start)
 	}
-	node.Start()
-	code, err := node.Wait()
-	res := Result{Code: code, Err: err}
-	for i := 0; i < node.NumPEs(); i++ {
-		res.Stats.PEs = append(res.Stats.PEs, node.PE(i).Stats)
-		res.Stats.Ops.Add(manager.Of(node.PE(i)).Stats)
-	}
+	res.Stats.FT = rs.stats()
 	return res
 }
 
 // loadCheckpoint reads the last complete checkpoint in dir, one snapshot
 // per PE, and checks that it is this program's, for this many PEs.
-func loadCheckpoint(dir string, pes int, main *typeInfo) ([]*manager.PESnapshot, error) {
+func loadCheckpoint(dir string, pes int, main *typeInfo) ([][]byte, error) {
 	latest, err := manager.ReadLatest(dir)
 	if err != nil {
 		return nil, err
@@ -294,7 +356,8 @@ func loadCheckpoint(dir string, pes int, main *typeInfo) ([]*manager.PESnapshot,
 		return nil, fmt.Errorf("the checkpoint in %s is of %d PEs, this run has %d (run with +p%d; restarting on another PE count is not supported yet)",
 			dir, latest.NumPEs, pes, latest.NumPEs)
 	}
-	snaps := make([]*manager.PESnapshot, pes)
+	snaps := make([][]byte, pes)
+	var first *manager.PESnapshot
 	for p := range snaps {
 		file := manager.SnapshotFile(dir, latest.Epoch, p)
 		b, err := os.ReadFile(file)
@@ -317,9 +380,12 @@ func loadCheckpoint(dir string, pes int, main *typeInfo) ([]*manager.PESnapshot,
 				return nil, fmt.Errorf("%s: collection %d holds chares of type %s, which this program does not define the same way", file, c.ID, c.Name)
 			}
 		}
-		snaps[p] = s
+		snaps[p] = b
+		if p == 0 {
+			first = s
+		}
 	}
-	if snaps[0].Resume == nil {
+	if first.Resume == nil {
 		return nil, fmt.Errorf("%s: PE 0's snapshot has no callback to resume with", dir)
 	}
 	return snaps, nil
@@ -339,6 +405,7 @@ func Main[C any](main *Type[C, []string]) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
 		os.Exit(2)
 	}
+	cfg.Notices = os.Stderr
 	res := Run(main, cfg)
 	if res.Err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, res.Err)

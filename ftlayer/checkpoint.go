@@ -56,6 +56,18 @@ func NewCheckpointer(me int32, n int, initial *Snapshot) *Checkpointer {
 	return c
 }
 
+// RestoredCheckpointer makes PE me's checkpointer in a run rolled back or
+// restarted to own's epoch: it holds own and held (its neighbour's copy)
+// as committed, and continues from that epoch.
+func RestoredCheckpointer(me int32, n int, own, held *Snapshot) *Checkpointer {
+	c := NewCheckpointer(me, n, own)
+	if held != nil {
+		c.Hold(held)
+	}
+	c.last = own.Epoch
+	return c
+}
+
 // Buddy is the PE that holds me's second copy.
 func Buddy(me int32, n int) int32 { return (me + 1) % int32(n) }
 

@@ -110,7 +110,7 @@ type CkptDoneMsg struct {
 var tCkptStart, tCkptTake, tCkptPacket, tCkptDone, tRestore, tRestored uint32
 
 func init() {
-	tRestore = RegisterMsgpackType[*PESnapshot]("mgr.restore")
+	tRestore = RegisterMsgpackType[*RestoreMsg]("mgr.restore")
 	tRestored = RegisterMsgpackType[*RestoredMsg]("mgr.restored")
 	tCkptStart = RegisterMsgpackType[*CkptStartMsg]("mgr.ckptStart")
 	tCkptTake = RegisterMsgpackType[*CkptTakeMsg]("mgr.ckptTake")
@@ -159,6 +159,7 @@ func (m *Manager) onCkptStart(msg *CkptStartMsg) {
 	for p := 0; p < m.NumPEs(); p++ {
 		m.sendSys(p, tCkptTake, &CkptTakeMsg{Epoch: c.epoch})
 	}
+	m.host.CheckpointStarted(m, c.epoch)
 }
 
 func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
@@ -411,19 +412,42 @@ func (m *Manager) onRestored(msg *RestoredMsg) {
 	}
 	if c.restored == m.NumPEs() && c.resume != nil {
 		m.Stats.Restarts++
+		m.host.Restored(m)
 		m.DeliverCallback(*c.resume, struct{}{})
 	}
 }
 
-// RestoreType is the message type that asks a PE to restore itself
-// (payload *PESnapshot).
+// RestoreMsg asks a PE to rebuild itself from Own, its encoded snapshot,
+// and to hold Prev, its neighbour's, as the checkpoint's second copy.
+type RestoreMsg struct {
+	Own, Prev []byte
+}
+
+// RestoreType is the message type of RestoreMsg.
 func RestoreType() uint32 { return tRestore }
 
-func (m *Manager) onRestore(s *PESnapshot) {
-	if err := m.Restore(s); err != nil {
-		m.Fail(fmt.Errorf("restart: %w", err))
+func (m *Manager) onRestore(msg *RestoreMsg) {
+	s, err := DecodeSnapshot(msg.Own)
+	if err == nil {
+		err = m.Restore(s)
 	}
+	if err != nil {
+		m.Fail(fmt.Errorf("restart: PE %d: %w", m.Me(), err))
+		return
+	}
+	me, n := int32(m.Me()), m.NumPEs()
+	own := &ftlayer.Snapshot{Owner: me, Epoch: s.Epoch, App: msg.Own}
+	var held *ftlayer.Snapshot
+	if msg.Prev != nil {
+		held = &ftlayer.Snapshot{Owner: (me + int32(n) - 1) % int32(n), Epoch: s.Epoch, App: msg.Prev}
+	}
+	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, n, own, held)
+	m.ckpt.last = s.Epoch
 }
+
+// Checkpointer is this PE's side of the coordinated checkpoints: the
+// committed snapshots it holds (its own and its neighbour's).
+func (m *Manager) Checkpointer() *ftlayer.Checkpointer { return m.checkpointer() }
 
 // DecodeSnapshot reads a PESnapshot (a checkpoint file's contents) and
 // checks it: the error names what is wrong and where.

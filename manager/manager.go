@@ -30,6 +30,12 @@ type Host interface {
 	Checkpoint(e *Element) ([]byte, error)
 	// Restore rebuilds e.Obj from a checkpoint (no arrival hook runs).
 	Restore(m *Manager, e *Element, state []byte) error
+	// Restored runs on PE 0 when every PE restored a checkpoint, just
+	// before the program resumes.
+	Restored(m *Manager)
+	// CheckpointStarted runs on PE 0 when it starts checkpoint epoch
+	// (after asking every PE for its snapshot).
+	CheckpointStarted(m *Manager, epoch uint64)
 	// Unpack rebuilds e.Obj on its new PE and runs its arrival hook.
 	Unpack(m *Manager, e *Element, state []byte) error
 	// ResumeFromSync ends an AtSync epoch for e.
@@ -348,7 +354,7 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 	case tCkptDone:
 		m.onCkptDone(env.Payload.(*CkptDoneMsg))
 	case tRestore:
-		m.onRestore(env.Payload.(*PESnapshot))
+		m.onRestore(env.Payload.(*RestoreMsg))
 	case tRestored:
 		m.onRestored(env.Payload.(*RestoredMsg))
 	default:

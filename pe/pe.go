@@ -50,6 +50,16 @@ type Stats struct {
 	Flushes   uint64           // cross-PE batch handoffs
 }
 
+// Add accumulates o (a run of several attempts sums them).
+func (s *Stats) Add(o Stats) {
+	for k := range s.Sent {
+		s.Sent[k] += o.Sent[k]
+	}
+	s.SentLocal += o.SentLocal
+	s.Processed += o.Processed
+	s.Flushes += o.Flushes
+}
+
 // Node is the set of PEs of this process.
 type Node struct {
 	cfg       Config

@@ -40,6 +40,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "leanmd: %v\n", err)
 		return 2
 	}
+	cfg.Notices = os.Stderr
 	r, err := md.Run(p, cfg, os.Stdout)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "leanmd: %v\n", err)

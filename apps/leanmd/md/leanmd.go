@@ -631,6 +631,9 @@ func (c *Cell) nextStep(ctx *chare.Ctx) {
 		return
 	}
 	c.Step++
+	if c.origin(ctx) {
+		chare.AtStep(ctx, c.Step) // failures injected at this step happen now
+	}
 	c.sendPositions(ctx)
 }
 
@@ -779,6 +782,10 @@ func (r Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "  reduction:      %d contributions, %d bytes\n", o.Contributions, o.ReductionBytes)
 	if o.Broadcasts > 0 {
 		fmt.Fprintf(w, "  broadcast:      %d broadcasts, %d bytes\n", o.Broadcasts, o.BroadcastBytes)
+	}
+	if ft := r.Ops.FT; ft.Failures > 0 {
+		fmt.Fprintf(w, "  fault tolerance: %s, %d failures, %d PEs rolled back, recovery %.1f ms, back to checkpoints %v\n",
+			ft.Protocol, ft.Failures, ft.PEsRolledBack, float64(ft.Recovery.Microseconds())/1e3, ft.Restored)
 	}
 	if o.Checkpoints > 0 {
 		fmt.Fprintf(w, "  checkpoints:    %d, %d bytes each (every PE's snapshot, held twice), %.1f ms each\n",

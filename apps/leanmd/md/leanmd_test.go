@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
@@ -178,4 +180,67 @@ func TestCheckpointsAreTakenAndComplete(t *testing.T) {
 	_, err = Run(p, chare.Config{PEs: 3, Restart: dir}, io.Discard)
 	require.ErrorContains(t, err, "is of 2 PEs, this run has 3")
 	require.ErrorAs(t, err, new(chare.InputError))
+}
+
+// Failures under checkpoint/restart (--ft none): a PE killed before the
+// first checkpoint, mid-iteration after load balancing moved computes
+// since the checkpoint (scenario 11), while a checkpoint is being taken,
+// and again right after a recovery (the coordinator, PE 0, first) — every
+// PE rolls back, and the run ends in the failure-free state, bitwise, on 2
+// and 4 PEs, with --wire-check too. Checkpoints at steps 4, 8, 12; load
+// balancing at 6 and 12. FT_LONG=N adds N random schedules.
+func TestFailuresRollBackToTheFailureFreeResult(t *testing.T) {
+	p := params(3, 3, 3, 13)
+	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	schedules := []struct {
+		name  string
+		kills []chare.Kill
+	}{
+		{"before the first checkpoint", []chare.Kill{{PE: 1, Step: 2}}},
+		{"mid-iteration", []chare.Kill{{PE: 1, Step: 7}}},
+		{"during a checkpoint", []chare.Kill{{PE: 1, Step: -1, Checkpoint: 2}}},
+		{"right after a recovery", []chare.Kill{{PE: 0, Step: 10}, {PE: 1, Step: 11}}},
+	}
+	if s := os.Getenv("FT_LONG"); s != "" {
+		n, _ := strconv.Atoi(s)
+		rng := rand.New(rand.NewPCG(uint64(n), 3))
+		for i := 0; i < n; i++ {
+			var ks []chare.Kill
+			for k := 0; k < 1+rng.IntN(3); k++ {
+				ks = append(ks, chare.Kill{PE: rng.IntN(2), Step: 1 + rng.IntN(13)})
+			}
+			schedules = append(schedules, struct {
+				name  string
+				kills []chare.Kill
+			}{fmt.Sprintf("random %d", i), ks})
+		}
+	}
+	for _, pes := range []int{2, 4} {
+		base := run(t, p, chare.Config{PEs: pes})
+		for i, sc := range schedules {
+			if pes == 4 && i%2 == 0 {
+				continue // half the schedules on 4 PEs, to keep CI short
+			}
+			t.Run(fmt.Sprintf("%d PEs %s", pes, sc.name), func(t *testing.T) {
+				r := run(t, p, chare.Config{PEs: pes, Kills: sc.kills, WireCheck: pes == 4 && i == 1})
+				ft := r.Ops.FT
+				require.Equal(t, len(sc.kills), ft.Failures)
+				require.Equal(t, pes*len(sc.kills), ft.PEsRolledBack, "checkpoint/restart rolls every PE back")
+				require.Positive(t, ft.Recovery)
+				for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+					require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies")
+				}
+				require.Equal(t, base.StateHash, r.StateHash, "final atoms")
+				switch sc.name {
+				case "before the first checkpoint":
+					require.Equal(t, []uint64{0}, ft.Restored, "back to the start")
+				case "mid-iteration":
+					require.Equal(t, []uint64{1}, ft.Restored, "back to step 4, before the load balancing")
+					require.Less(t, base.Ops.Ops.Multicasts, r.Ops.Ops.Multicasts, "steps 5..7 ran twice")
+				case "during a checkpoint":
+					require.Equal(t, []uint64{1}, ft.Restored, "the interrupted checkpoint is not used")
+				}
+			})
+		}
+	}
 }

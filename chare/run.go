@@ -12,6 +12,7 @@ import (
 
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Config is a run's runtime settings; ParseFlags fills it from the command
@@ -26,7 +27,8 @@ type Config struct {
 	// the two copies in memory).
 	CheckpointDir string
 	// Restart, if set, resumes the run from the last complete checkpoint
-	// in this directory instead of constructing the main chare.
+	// in this directory instead of constructing the main chare; on another
+	// PE count than the checkpoint's, its elements are redistributed.
 	Restart string
 	// Kills are failures to inject (--kill, --kill-file): each PE fails
 	// once, fail-stop, and the run recovers (every PE rolls back to the
@@ -53,8 +55,8 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          load balancer at AtSync: none (default), rotate (RotateLB)
   --spin N               idle PEs poll N times before parking (default 0)
   --ckpt-dir DIR         also write every committed checkpoint to DIR
-  --restart DIR          resume from the last complete checkpoint in DIR
-                         (same PE count; the program's arguments are ignored)
+  --restart DIR          resume from the last complete checkpoint in DIR, on
+                         any PE count (the program's arguments are ignored)
   --kill PE@STEP         inject a failure: PE fails when the program begins STEP
   --kill-file F          failures from F: lines "PE SECONDS" (Charm++'s +killFile)
                          or "PE @STEP"; every PE rolls back to the last checkpoint
@@ -294,7 +296,7 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
 	if cfg.Restart != "" {
 		var err error
-		if start, err = loadCheckpoint(cfg.Restart, cfg.PEs, main.info); err != nil {
+		if start, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --restart: %w", err)}}
 		}
 	}
@@ -347,16 +349,14 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 
 // loadCheckpoint reads the last complete checkpoint in dir, one snapshot
 // per PE, and checks that it is this program's, for this many PEs.
-func loadCheckpoint(dir string, pes int, main *typeInfo) ([][]byte, error) {
+func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, error) {
 	latest, err := manager.ReadLatest(dir)
 	if err != nil {
 		return nil, err
 	}
-	if int(latest.NumPEs) != pes {
-		return nil, fmt.Errorf("the checkpoint in %s is of %d PEs, this run has %d (run with +p%d; restarting on another PE count is not supported yet)",
-			dir, latest.NumPEs, pes, latest.NumPEs)
-	}
-	snaps := make([][]byte, pes)
+	old := int(latest.NumPEs)
+	snaps := make([][]byte, old)
+	decoded := make([]*manager.PESnapshot, old)
 	var first *manager.PESnapshot
 	for p := range snaps {
 		file := manager.SnapshotFile(dir, latest.Epoch, p)
@@ -368,8 +368,8 @@ func loadCheckpoint(dir string, pes int, main *typeInfo) ([][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
 		}
-		if int(s.PE) != p || s.Epoch != latest.Epoch || int(s.NumPEs) != pes {
-			return nil, fmt.Errorf("%s holds PE %d of %d, epoch %d: want PE %d of %d, epoch %d", file, s.PE, s.NumPEs, s.Epoch, p, pes, latest.Epoch)
+		if int(s.PE) != p || s.Epoch != latest.Epoch || int(s.NumPEs) != old {
+			return nil, fmt.Errorf("%s holds PE %d of %d, epoch %d: want PE %d of %d, epoch %d", file, s.PE, s.NumPEs, s.Epoch, p, old, latest.Epoch)
 		}
 		for _, c := range s.Collections {
 			ti := lookupType(c.Type)
@@ -380,7 +380,7 @@ func loadCheckpoint(dir string, pes int, main *typeInfo) ([][]byte, error) {
 				return nil, fmt.Errorf("%s: collection %d holds chares of type %s, which this program does not define the same way", file, c.ID, c.Name)
 			}
 		}
-		snaps[p] = b
+		snaps[p], decoded[p] = b, s
 		if p == 0 {
 			first = s
 		}
@@ -388,7 +388,21 @@ func loadCheckpoint(dir string, pes int, main *typeInfo) ([][]byte, error) {
 	if first.Resume == nil {
 		return nil, fmt.Errorf("%s: PE 0's snapshot has no callback to resume with", dir)
 	}
-	return snaps, nil
+	if old == pes {
+		return snaps, nil
+	}
+	// another PE count: every element finds a new place
+	moved, err := manager.Redistribute(decoded, pes, branching, mapFns)
+	if err != nil {
+		return nil, fmt.Errorf("restarting the %d-PE checkpoint in %s on %d PEs: %w", old, dir, pes, err)
+	}
+	out := make([][]byte, pes)
+	for p, s := range moved {
+		if out[p], err = msgpack.Marshal(s); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Main is a program's whole main function: it parses the runtime flags from

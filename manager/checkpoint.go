@@ -39,6 +39,7 @@ type PESnapshot struct {
 	Collections []CollSnapshot
 	Sections    []SectionMsg // the sections this PE is part of, as they were set up
 	SecRounds   []uint32     // each section's next reduction round
+	SecRoots    []SecRoot    // sections whose root is not the one their id names
 }
 
 // CollSnapshot is one collection's state on one PE: its definition, its
@@ -309,6 +310,9 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 		}
 		s.Collections = append(s.Collections, cs)
 	}
+	for _, id := range sortedKeys(m.secRoots) {
+		s.SecRoots = append(s.SecRoots, SecRoot{Sec: id, Root: int32(m.secRoots[id])})
+	}
 	for _, id := range sortedKeys(m.secs) {
 		sec := m.secs[id]
 		s.Sections = append(s.Sections, *sec.setup)
@@ -348,6 +352,12 @@ func (m *Manager) Restore(s *PESnapshot) error {
 		return fmt.Errorf("PE %d of %d: given the snapshot of PE %d of %d", m.Me(), m.NumPEs(), s.PE, s.NumPEs)
 	}
 	m.nextColl, m.nextSec = s.NextColl, s.NextSec
+	for _, r := range s.SecRoots {
+		if m.secRoots == nil {
+			m.secRoots = map[uint64]int{}
+		}
+		m.secRoots[r.Sec] = int(r.Root)
+	}
 	for i := range s.Collections {
 		cs := &s.Collections[i]
 		c := m.defineCollection(&CreateMsg{Coll: cs.ID, Kind: cs.Kind, Type: cs.Type, Name: cs.Name, Bounds: cs.Bounds,
@@ -488,6 +498,11 @@ func DecodeSnapshot(b []byte) (*PESnapshot, error) {
 			if n < 0 {
 				return nil, fmt.Errorf("collection %d (%s): negative contributor count %d", c.ID, c.Name, n)
 			}
+		}
+	}
+	for _, r := range s.SecRoots {
+		if r.Root < 0 || r.Root >= s.NumPEs {
+			return nil, fmt.Errorf("section %d rooted on PE %d, outside 0..%d", r.Sec, r.Root, s.NumPEs-1)
 		}
 	}
 	if len(s.SecRounds) != len(s.Sections) {

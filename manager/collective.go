@@ -314,7 +314,7 @@ func (m *Manager) Multicast(coll uint32, sec uint64, typ uint32, payload any) {
 	m.Stats.Multicasts++
 	m.Stats.bytes(&m.Stats.MulticastBytes, payload)
 	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Aux: sec, Payload: payload}
-	if root := SectionRoot(sec); root != m.Me() {
+	if root := m.sectionRoot(sec); root != m.Me() {
 		env.Flags = flagSecReq
 		m.send(root, &env)
 		return
@@ -367,7 +367,7 @@ func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback
 		}
 		home = int(mem.Home)
 		if home < 0 {
-			home = SectionRoot(sec) // it knows every member's home
+			home = m.sectionRoot(sec) // it knows every member's home
 		}
 	}
 	if home == m.Me() {

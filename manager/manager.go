@@ -144,8 +144,9 @@ type Manager struct {
 	nextSec  uint64
 	acts     []RedAction
 
-	qd   qdState
-	ckpt ckptState
+	qd       qdState
+	ckpt     ckptState
+	secRoots map[uint64]int // sections rooted elsewhere than their id says (after a restart)
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64

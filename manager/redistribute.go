@@ -1,0 +1,177 @@
+package manager
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Redistribute turns a checkpoint of len(old) PEs into one of n PEs, for a
+// restart on another PE count. Elements of bounded arrays go to their home
+// on n PEs, those of sparse arrays round-robin in index order, the main
+// chare to PE 0; every PE learns every element's place. Reduction homes
+// become the new PEs and contributor counts are recounted over the new
+// trees (branching k); sections keep their ids and members, get new homes
+// and trees, and a root on the new PEs (recorded where the id's own root
+// no longer exists). Groups, one member per PE, cannot change PE count.
+func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, error) {
+	if n < 1 || len(old) == 0 {
+		return nil, fmt.Errorf("redistribute %d snapshots over %d PEs", len(old), n)
+	}
+	out := make([]*PESnapshot, n)
+	for p := range out {
+		out[p] = &PESnapshot{Version: SnapshotVersion, PE: int32(p), NumPEs: int32(n), Epoch: old[0].Epoch}
+	}
+	for _, s := range old {
+		for _, o := range out {
+			o.NextColl, o.NextSec = max(o.NextColl, s.NextColl), max(o.NextSec, s.NextSec)
+		}
+		if s.Resume != nil {
+			out[0].Resume = s.Resume
+		}
+	}
+	where := map[uint32]map[pe.Index]int32{} // collection -> element -> new PE
+	tree := PETree(n, 0, k)
+	for ci, def := range old[0].Collections {
+		if def.Kind == CollGroup && len(old) != n {
+			return nil, fmt.Errorf("%s is a group (one member per PE): it cannot be restarted on %d PEs instead of %d", def.Name, n, len(old))
+		}
+		type elem struct {
+			ix pe.Index
+			es ElemSnapshot
+		}
+		var all []elem
+		var bcast uint64
+		for _, s := range old {
+			if ci >= len(s.Collections) || s.Collections[ci].ID != def.ID {
+				return nil, fmt.Errorf("PE %d's checkpoint does not list collection %s (%d) as PE 0's does", s.PE, def.Name, def.ID)
+			}
+			cs := s.Collections[ci]
+			if cs.RedNext != def.RedNext {
+				return nil, fmt.Errorf("%s: reduction round %d on PE %d, %d on PE 0: the checkpoint was not taken at a synchronization point", def.Name, cs.RedNext, s.PE, def.RedNext)
+			}
+			bcast = max(bcast, cs.BcastDelivered)
+			for _, es := range cs.Elements {
+				all = append(all, elem{index(es.Index), es})
+			}
+		}
+		slices.SortFunc(all, func(a, b elem) int { return a.ix.Compare(b.ix) })
+		c := &Collection{Kind: def.Kind, Map: def.Map, MapFn: def.MapFn, Bounds: def.Bounds}
+		place := map[pe.Index]int32{}
+		local := make([]int64, n)
+		for i, e := range all {
+			p := i % n
+			if !def.Sparse || def.Kind != CollArray {
+				p = c.Home(e.ix, n, fns)
+			}
+			place[e.ix] = int32(p)
+			local[p]++
+		}
+		where[def.ID] = place
+		for p, o := range out {
+			cs := def
+			cs.BcastDelivered = bcast
+			cs.RedLocal = local[p]
+			cs.RedChildren = nil
+			for _, ch := range tree.Children(p, nil) {
+				var sum int64
+				for _, q := range tree.Subtree(ch, nil) {
+					sum += local[q]
+				}
+				cs.RedChildren = append(cs.RedChildren, sum)
+			}
+			cs.Locs, cs.Elements = nil, nil
+			for _, e := range all {
+				if int(place[e.ix]) != p {
+					cs.Locs = append(cs.Locs, LocSnapshot{Index: e.es.Index, PE: place[e.ix], Moves: e.es.Moves})
+					continue
+				}
+				es := e.es
+				es.RedHome = int32(p)
+				es.Secs = slices.Clone(es.Secs)
+				cs.Elements = append(cs.Elements, es)
+			}
+			o.Collections = append(o.Collections, cs)
+		}
+	}
+	// sections: one copy of each set-up, new homes, a new tree
+	seen := map[uint64]bool{}
+	for _, s := range old {
+		for i, sm := range s.Sections {
+			if seen[sm.Sec] {
+				continue
+			}
+			seen[sm.Sec] = true
+			place := where[sm.Coll]
+			nm := sm
+			nm.Homes = make([]int32, len(sm.Members))
+			pes := make([]int, len(sm.Members))
+			for j, ix := range sm.Members {
+				p, ok := place[ix]
+				if !ok {
+					return nil, fmt.Errorf("section %d: member %v is in no PE's checkpoint", sm.Sec, ix)
+				}
+				nm.Homes[j], pes[j] = p, int(p)
+			}
+			root := SectionRoot(sm.Sec)
+			if root >= n {
+				root %= n
+				for _, o := range out {
+					o.SecRoots = append(o.SecRoots, SecRoot{Sec: sm.Sec, Root: int32(root)})
+				}
+			}
+			t := SectionTree(root, pes, k)
+			nm.Tree, nm.K = t.Members, t.K
+			for _, p := range t.Members {
+				out[p].Sections = append(out[p].Sections, nm)
+				out[p].SecRounds = append(out[p].SecRounds, s.SecRounds[i])
+			}
+			// the members' section reduction homes follow them
+			for _, o := range out {
+				for ci := range o.Collections {
+					if o.Collections[ci].ID != sm.Coll {
+						continue
+					}
+					for ei := range o.Collections[ci].Elements {
+						es := &o.Collections[ci].Elements[ei]
+						for si := range es.Secs {
+							if es.Secs[si].Sec == sm.Sec {
+								es.Secs[si].Home = o.PE
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, o := range out {
+		slices.SortFunc(o.SecRoots, func(a, b SecRoot) int { return cmpU64(a.Sec, b.Sec) })
+	}
+	return out, nil
+}
+
+// SecRoot places section Sec's root on a PE other than its id says (the
+// id's PE does not exist after a restart on fewer PEs).
+type SecRoot struct {
+	Sec  uint64
+	Root int32
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// sectionRoot is the PE at the root of section sec's tree on this run.
+func (m *Manager) sectionRoot(sec uint64) int {
+	if r, ok := m.secRoots[sec]; ok {
+		return r
+	}
+	return SectionRoot(sec)
+}

@@ -302,10 +302,7 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 			}
 			es := ElemSnapshot{Index: coords(e.Index), RedHome: e.RedHome, RedNo: e.RedNo,
 				Bcast: e.Bcast, Moves: e.Moves, Epoch: e.Epoch, State: state}
-			for _, sm := range e.Secs {
-				es.Secs = append(es.Secs, *sm)
-			}
-			slices.SortFunc(es.Secs, func(a, b SecMembership) int { return cmp.Compare(a.Sec, b.Sec) })
+			es.Secs = e.sortedSecs()
 			cs.Elements = append(cs.Elements, es)
 		}
 		s.Collections = append(s.Collections, cs)

@@ -1,7 +1,9 @@
 package manager
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -258,10 +260,7 @@ func (m *Manager) migrateOut(e *Element, to int) {
 		m.failf("migrate %s%v from PE %d: pack: %v", c.Name, e.Index, m.Me(), err)
 		return
 	}
-	secs := make([]SecMembership, 0, len(e.Secs))
-	for _, s := range e.Secs {
-		secs = append(secs, *s)
-	}
+	secs := e.sortedSecs() // in section order: a re-execution sends the same bytes
 	e.Moves++
 	c.del(e.Index)
 	c.setLoc(e.Index, loc{pe: int32(to), moves: e.Moves})
@@ -339,7 +338,7 @@ func (m *Manager) removeElement(e *Element) {
 		m.sendSys(h, tLoc, &LocMsg{Coll: c.ID, Index: e.Index, PE: -1, Moves: e.Moves + 1})
 	}
 	m.death(c.ID, 0, int(e.RedHome), e.RedNo)
-	for _, s := range e.Secs {
+	for _, s := range e.sortedSecs() { // sends in section order, not map order
 		if s.Home >= 0 {
 			m.death(c.ID, s.Sec, int(s.Home), s.RedNo)
 		}
@@ -388,4 +387,20 @@ func (m *Manager) applyCountChange(coll uint32, sec uint64, from uint32, delta i
 	if !red.IsRoot() && (sec != 0 || c.countsSent) {
 		m.sendSys(red.Parent, tCount, &CountMsg{Coll: coll, Sec: sec, From: from, Count: delta})
 	}
+}
+
+// sortedSecs lists e's section memberships in section order. Whatever the
+// runtime sends per membership goes in this order, not Go's map order, so
+// that a PE replaying its receptions (message logging) sends the same
+// messages in the same order.
+func (e *Element) sortedSecs() []SecMembership {
+	if len(e.Secs) == 0 {
+		return nil
+	}
+	out := make([]SecMembership, 0, len(e.Secs))
+	for _, s := range e.Secs {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b SecMembership) int { return cmp.Compare(a.Sec, b.Sec) })
+	return out
 }

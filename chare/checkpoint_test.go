@@ -132,3 +132,78 @@ func TestCheckpointDirMustBeUsable(t *testing.T) {
 	require.Equal(t, "/tmp/x", cfg.CheckpointDir)
 	require.Equal(t, []string{"7"}, cfg.Args)
 }
+
+// A checkpoint asked for while the runtime is still busy — here a section
+// whose members' places are being looked up — waits until nothing is in
+// flight, so every PE's snapshot holds the section: a run restarted from
+// it multicasts through it and reduces over it.
+
+type CkSecMain struct {
+	S   chare.ArrayProxy[CkSparse]
+	Sec chare.SectionProxy[CkSparse]
+}
+
+type CkSparse struct{ V int64 }
+
+var (
+	ckSecMain  = chare.NewMainType[CkSecMain]("cksec.Main")
+	ckSparseT  = chare.NewType[CkSparse, int64]("cksec.Sparse")
+	ckSecGo    = chare.NewEntry[struct{}](ckSecMain, "Go")
+	ckSecCkpt  = chare.NewEntry[struct{}](ckSecMain, "Checkpointed")
+	ckSecSum   = chare.NewEntry[int64](ckSecMain, "Sum")
+	ckSparsePg = chare.NewEntry[chare.SectionProxy[CkSparse]](ckSparseT, "Ping")
+	ckSecOut   int64
+)
+
+func (m *CkSecMain) Init(ctx *chare.Ctx, _ []string) {
+	m.S = ckSparseT.NewSparseArray(ctx, []int{16})
+	for i := 0; i < 16; i++ {
+		ckSparseT.Insert(ctx, m.S, chare.Idx(i), (i*7+1)%ctx.NumPEs(), int64(i))
+	}
+	m.S.DoneInserting(ctx)
+	ckSecGo.Send(ctx, ckSecMain.MainProxy(), struct{}{})
+}
+
+func (m *CkSecMain) Go(ctx *chare.Ctx, _ struct{}) {
+	var members []chare.Index
+	for i := 0; i < 16; i += 3 {
+		members = append(members, chare.Idx(i))
+	}
+	m.Sec = m.S.Section(ctx, members)
+	chare.Checkpoint(ctx, ckSecCkpt.CallbackTo(ckSecMain.MainProxy()))
+}
+
+func (m *CkSecMain) Checkpointed(ctx *chare.Ctx, _ struct{}) {
+	ckSparsePg.Multicast(ctx, m.Sec, m.Sec)
+}
+
+func (m *CkSecMain) Sum(ctx *chare.Ctx, v int64) {
+	ckSecOut = v
+	ctx.Exit(0)
+}
+
+func (s *CkSparse) Init(ctx *chare.Ctx, v int64) { s.V = v * v }
+
+func (s *CkSparse) Ping(ctx *chare.Ctx, sec chare.SectionProxy[CkSparse]) {
+	chare.ContributeSection(ctx, sec, chare.SumInt64, s.V, ckSecSum.CallbackTo(ckSecMain.MainProxy()))
+}
+
+func TestCheckpointWaitsForTheRuntimeToSettle(t *testing.T) {
+	want := int64(0)
+	for i := 0; i < 16; i += 3 {
+		want += int64(i * i)
+	}
+	for _, pes := range []int{3, 4} {
+		dir := t.TempDir()
+		ckSecOut = 0
+		res := chare.Run(ckSecMain, chare.Config{PEs: pes, CheckpointDir: dir})
+		require.NoError(t, res.Err)
+		require.Equal(t, want, ckSecOut)
+		for _, again := range []int{pes, 2} {
+			ckSecOut = 0
+			res := chare.Run(ckSecMain, chare.Config{PEs: again, Restart: dir})
+			require.NoError(t, res.Err, "restart of %d PEs on %d", pes, again)
+			require.Equal(t, want, ckSecOut, "restart of %d PEs on %d", pes, again)
+		}
+	}
+}

@@ -157,10 +157,25 @@ func (m *Manager) onCkptStart(msg *CkptStartMsg) {
 	}
 	c.last++
 	c.epoch, c.cb, c.done, c.bytes, c.errs, c.start = c.last, msg.Callback, 0, 0, nil, time.Now()
-	for p := 0; p < m.NumPEs(); p++ {
-		m.sendSys(p, tCkptTake, &CkptTakeMsg{Epoch: c.epoch})
+	// Snapshots are taken once nothing is in flight anywhere — the
+	// program's messages (it asked at a barrier) but also the runtime's
+	// own: a section still being set up, a location notice, a count.
+	m.StartQD(ckptQDTag | c.epoch)
+}
+
+// ckptQDTag marks the quiescence detections checkpoints wait for (the
+// program's own tags count up from 1).
+const ckptQDTag = uint64(1) << 63
+
+// ckptQuiescent: the run is quiescent; every PE takes its snapshot.
+func (m *Manager) ckptQuiescent(epoch uint64) {
+	if epoch != m.ckpt.epoch {
+		return
 	}
-	m.host.CheckpointStarted(m, c.epoch)
+	for p := 0; p < m.NumPEs(); p++ {
+		m.sendSys(p, tCkptTake, &CkptTakeMsg{Epoch: epoch})
+	}
+	m.host.CheckpointStarted(m, epoch)
 }
 
 func (m *Manager) onCkptTake(msg *CkptTakeMsg) {

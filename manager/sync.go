@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"slices"
+
 	"github.com/charmgo/charmgo/pe"
 )
 
@@ -196,6 +198,10 @@ func (m *Manager) StartQD(tag uint64) {
 func (m *Manager) onQDProbe(p *QDProbeMsg) {
 	if p.Req {
 		if p.Done {
+			if p.Tag&ckptQDTag != 0 {
+				m.ckptQuiescent(p.Tag &^ ckptQDTag)
+				return
+			}
 			m.host.Quiescent(m, p.Tag)
 			return
 		}
@@ -254,9 +260,22 @@ func (m *Manager) onQDReply(r *QDReplyMsg) {
 	m.qd.inWave = false
 	ok := m.qd.sent == m.qd.proc
 	if ok && m.qd.prevOK && m.qd.sent == m.qd.prevSent && m.qd.proc == m.qd.prevProc {
-		m.qd.running = false
 		w := m.qd.waiters
-		m.qd.waiters = nil
+		if i := slices.IndexFunc(w, func(x qdWaiter) bool { return x.tag&ckptQDTag != 0 }); i >= 0 {
+			// A checkpoint waiting for this quiet moment goes alone: it
+			// resumes the program, so the others (the end-of-run
+			// detection) wait for the next one.
+			w, m.qd.waiters = w[i:i+1], slices.Delete(slices.Clone(w), i, i+1)
+			m.qd.prevOK = false
+			if len(m.qd.waiters) > 0 {
+				m.armQD()
+			} else {
+				m.qd.running = false
+			}
+		} else {
+			m.qd.running = false
+			m.qd.waiters = nil
+		}
 		for _, x := range w {
 			m.PE.Send(x.pe, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Done: true, Tag: x.tag}})
 		}

@@ -400,8 +400,9 @@ func (h *host) Quiescent(m *manager.Manager, tag uint64) {
 			manager.Of(m.PE.Node().PE(i)).DumpState(os.Stderr) // diagnostic only: other PEs are idle
 		}
 	}
-	if tag == 0 {
-		m.PE.Node().Stop(0)
+	if tag == 0 { // the program went quiet: it ends, unless messages wait for elements nobody made
+		node := m.PE.Node()
+		m.CheckStranded(func() { node.Stop(0) })
 		return
 	}
 	cb, ok := h.qd[tag]

@@ -108,9 +108,10 @@ type CkptDoneMsg struct {
 	Err   string // writing to the checkpoint directory failed
 }
 
-var tCkptStart, tCkptTake, tCkptPacket, tCkptDone, tRestore, tRestored uint32
+var tCkptStart, tCkptTake, tCkptPacket, tCkptDone, tRestore, tRestored, tStranded uint32
 
 func init() {
+	tStranded = RegisterMsgpackType[*StrandedMsg]("mgr.stranded")
 	tRestore = RegisterMsgpackType[*RestoreMsg]("mgr.restore")
 	tRestored = RegisterMsgpackType[*RestoredMsg]("mgr.restored")
 	tCkptStart = RegisterMsgpackType[*CkptStartMsg]("mgr.ckptStart")

@@ -226,10 +226,6 @@ func (m *Manager) onLocQuery(env *pe.Envelope) {
 		m.send(m.home(c, q.Index), env)
 		return
 	}
-	if c.doneInserting {
-		m.failf("section of %s: member %v does not exist", c.Name, q.Index)
-		return
-	}
 	e := *env
 	e.Index = q.Index
 	c.homeBuf[q.Index] = append(c.homeBuf[q.Index], e) // answered by its PE once it exists

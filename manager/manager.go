@@ -145,6 +145,7 @@ type Manager struct {
 	acts     []RedAction
 
 	qd       qdState
+	stranded strandedState
 	ckpt     ckptState
 	secRoots map[uint64]int // sections rooted elsewhere than their id says (after a restart)
 	// Sent and Processed count application-level messages for quiescence
@@ -346,6 +347,8 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		m.onPlanDone(env.Payload.(*PlanDoneMsg))
 	case tResume:
 		m.onResume(env.Payload.(*ResumeMsg))
+	case tStranded:
+		m.onStranded(env.Payload.(*StrandedMsg))
 	case tCkptStart:
 		m.onCkptStart(env.Payload.(*CkptStartMsg))
 	case tCkptTake:
@@ -791,12 +794,6 @@ func (m *Manager) onDoneInserting(env *pe.Envelope) {
 		return
 	}
 	c.doneInserting = true
-	for ix, buf := range c.homeBuf {
-		if _, ok := c.getLoc(ix); !ok && len(buf) > 0 {
-			m.failf("message %s to %s%v: no such element (never inserted)", pe.TypeName(buf[0].Type), c.Name, ix)
-			return
-		}
-	}
 	m.maybeReportCount(c)
 }
 

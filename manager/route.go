@@ -154,10 +154,10 @@ func (m *Manager) forward(c *Collection, env *pe.Envelope) {
 		m.failf("message %s: %v", pe.TypeName(env.Type), err)
 		return
 	}
-	if c.doneInserting {
-		m.failf("message %s to %s%v: no such element (never inserted)", pe.TypeName(env.Type), c.Name, ix)
-		return
-	}
+	// Unknown here even after DoneInserting: its insertion's notice may
+	// still be on its way (it comes from the inserting PE, DoneInserting
+	// from another). Whether it exists is settled when the run goes quiet
+	// (CheckStranded).
 	c.homeBuf[ix] = append(c.homeBuf[ix], *env)
 }
 

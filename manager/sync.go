@@ -288,3 +288,52 @@ func (m *Manager) onQDReply(r *QDReplyMsg) {
 		m.armQD() // busy: try again when the process is next idle
 	}
 }
+
+// CheckStranded runs when the program has gone quiet (PE 0): every PE
+// looks for messages still waiting at an element's home for an element
+// nobody inserted — with nothing in flight, none will come — and fails the
+// run naming the first; if there are none, then runs.
+func (m *Manager) CheckStranded(then func()) {
+	m.stranded.then, m.stranded.ok = then, 0
+	for p := 0; p < m.NumPEs(); p++ {
+		m.PE.Send(p, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{}})
+	}
+}
+
+// StrandedMsg asks a PE to check for stranded messages (Reply: it has none).
+type StrandedMsg struct{ Reply bool }
+
+type strandedState struct {
+	then func()
+	ok   int
+}
+
+func (m *Manager) onStranded(s *StrandedMsg) {
+	if s.Reply {
+		if m.stranded.ok++; m.stranded.ok == m.NumPEs() && m.stranded.then != nil {
+			m.stranded.then()
+		}
+		return
+	}
+	for _, id := range sortedKeys(m.colls) {
+		c := m.colls[id]
+		ixs := make([]pe.Index, 0, len(c.homeBuf))
+		for ix := range c.homeBuf {
+			ixs = append(ixs, ix)
+		}
+		slices.SortFunc(ixs, pe.Index.Compare)
+		for _, ix := range ixs {
+			buf := c.homeBuf[ix]
+			if _, known := c.getLoc(ix); known || len(buf) == 0 {
+				continue
+			}
+			if buf[0].Type == tLocQuery {
+				m.failf("section of %s: member %v does not exist", c.Name, ix)
+			} else {
+				m.failf("message %s to %s%v: no such element (never inserted)", pe.TypeName(buf[0].Type), c.Name, ix)
+			}
+			return
+		}
+	}
+	m.PE.Send(0, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{Reply: true}})
+}

@@ -377,7 +377,7 @@ func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, e
 				return nil, fmt.Errorf("%s is a checkpoint of %s, this program runs %s", dir, c.Name, main.name)
 			}
 			if ti == nil || ti.name != c.Name {
-				return nil, fmt.Errorf("%s: collection %d holds chares of type %s, which this program does not define the same way", file, c.ID, c.Name)
+				return nil, fmt.Errorf("%s: collection %d holds chares of type %s, which this program does not define the same way", file, c.Coll, c.Name)
 			}
 		}
 		snaps[p], decoded[p] = b, s

@@ -42,20 +42,11 @@ type PESnapshot struct {
 	SecRoots    []SecRoot    // sections whose root is not the one their id names
 }
 
-// CollSnapshot is one collection's state on one PE: its definition, its
-// broadcast counters, its reduction round and counts, the locations this
-// PE knows of and its local elements.
+// CollSnapshot is one collection's state on one PE: its definition (as
+// created; Arg unused), its broadcast counters, its reduction round and
+// counts, the locations this PE knows of and its local elements.
 type CollSnapshot struct {
-	ID             uint32
-	Kind           CollKind
-	Type           uint32
-	Name           string
-	Bounds         []int
-	Map            MapKind
-	MapFn          uint32
-	Sparse         bool
-	Migratable     bool
-	Creator        int32
+	CreateMsg
 	DoneInserting  bool
 	BcastNext      uint64
 	BcastDelivered uint64
@@ -299,8 +290,8 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 	}
 	for _, id := range sortedKeys(m.colls) {
 		c := m.colls[id]
-		cs := CollSnapshot{ID: c.ID, Kind: c.Kind, Type: c.Type, Name: c.Name, Bounds: c.Bounds, Map: c.Map, MapFn: c.MapFn,
-			Sparse: c.Sparse, Migratable: c.Migratable, Creator: c.Creator, DoneInserting: c.doneInserting,
+		cs := CollSnapshot{CreateMsg: CreateMsg{Coll: c.ID, Kind: c.Kind, Type: c.Type, Name: c.Name, Bounds: c.Bounds, Map: c.Map,
+			MapFn: c.MapFn, Sparse: c.Sparse, Migratable: c.Migratable, Creator: c.Creator}, DoneInserting: c.doneInserting,
 			BcastNext: c.bcastNext, BcastDelivered: c.bcastDelivered, RedNext: c.red.NextReport()}
 		if !c.red.Enabled() || len(c.homeBuf) > 0 || len(m.pendingColl[c.ID]) > 0 {
 			return nil, fmt.Errorf("PE %d: %s is still being created or inserted into: checkpoint after DoneInserting", m.Me(), c.Name)
@@ -373,10 +364,9 @@ func (m *Manager) Restore(s *PESnapshot) error {
 	}
 	for i := range s.Collections {
 		cs := &s.Collections[i]
-		c := m.defineCollection(&CreateMsg{Coll: cs.ID, Kind: cs.Kind, Type: cs.Type, Name: cs.Name, Bounds: cs.Bounds,
-			Map: cs.Map, MapFn: cs.MapFn, Sparse: cs.Sparse, Migratable: cs.Migratable, Creator: cs.Creator})
+		c := m.defineCollection(&cs.CreateMsg)
 		if c == nil {
-			return fmt.Errorf("collection %s (%d) defined twice", cs.Name, cs.ID)
+			return fmt.Errorf("collection %s (%d) defined twice", cs.Name, cs.Coll)
 		}
 		c.doneInserting, c.countsSent = cs.DoneInserting, true
 		c.bcastNext, c.bcastDelivered = cs.BcastNext, cs.BcastDelivered
@@ -407,7 +397,7 @@ func (m *Manager) Restore(s *PESnapshot) error {
 	}
 	// memberships as they were (rounds and partial counts included)
 	for _, cs := range s.Collections {
-		c := m.coll(cs.ID)
+		c := m.coll(cs.Coll)
 		for _, es := range cs.Elements {
 			e := c.get(index(es.Index))
 			for _, sm := range es.Secs {
@@ -489,27 +479,27 @@ func DecodeSnapshot(b []byte) (*PESnapshot, error) {
 	}
 	for i, c := range s.Collections {
 		if len(c.Bounds) > pe.MaxDims {
-			return nil, fmt.Errorf("collection %d (%s): %d dimensions, at most %d", c.ID, c.Name, len(c.Bounds), pe.MaxDims)
+			return nil, fmt.Errorf("collection %d (%s): %d dimensions, at most %d", c.Coll, c.Name, len(c.Bounds), pe.MaxDims)
 		}
 		for j, e := range c.Elements {
 			if len(e.Index) > pe.MaxDims {
-				return nil, fmt.Errorf("collection %d (%s), element %d: index of %d dimensions, at most %d", c.ID, c.Name, j, len(e.Index), pe.MaxDims)
+				return nil, fmt.Errorf("collection %d (%s), element %d: index of %d dimensions, at most %d", c.Coll, c.Name, j, len(e.Index), pe.MaxDims)
 			}
 			if len(c.Bounds) > 0 && len(e.Index) != len(c.Bounds) {
-				return nil, fmt.Errorf("collection %d (%s), element %d: index %v for bounds %v", c.ID, c.Name, j, e.Index, c.Bounds)
+				return nil, fmt.Errorf("collection %d (%s), element %d: index %v for bounds %v", c.Coll, c.Name, j, e.Index, c.Bounds)
 			}
 		}
-		if i > 0 && s.Collections[i-1].ID >= c.ID {
-			return nil, fmt.Errorf("collection %d listed after %d: out of order", c.ID, s.Collections[i-1].ID)
+		if i > 0 && s.Collections[i-1].Coll >= c.Coll {
+			return nil, fmt.Errorf("collection %d listed after %d: out of order", c.Coll, s.Collections[i-1].Coll)
 		}
 		for j, l := range c.Locs {
 			if len(l.Index) > pe.MaxDims || l.PE < -1 || l.PE >= s.NumPEs {
-				return nil, fmt.Errorf("collection %d (%s), location %d: index %v on PE %d", c.ID, c.Name, j, l.Index, l.PE)
+				return nil, fmt.Errorf("collection %d (%s), location %d: index %v on PE %d", c.Coll, c.Name, j, l.Index, l.PE)
 			}
 		}
 		for _, n := range c.RedChildren {
 			if n < 0 {
-				return nil, fmt.Errorf("collection %d (%s): negative contributor count %d", c.ID, c.Name, n)
+				return nil, fmt.Errorf("collection %d (%s): negative contributor count %d", c.Coll, c.Name, n)
 			}
 		}
 	}

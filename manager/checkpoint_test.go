@@ -9,8 +9,8 @@ import (
 
 func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
 	good := PESnapshot{Version: SnapshotVersion, PE: 1, NumPEs: 2, Epoch: 3, Collections: []CollSnapshot{
-		{ID: 1, Name: "a", Bounds: []int{2, 2}, Elements: []ElemSnapshot{{Index: []int32{1, 0}, State: []byte{1}}}},
-		{ID: 4, Name: "b"},
+		{CreateMsg: CreateMsg{Coll: 1, Name: "a", Bounds: []int{2, 2}}, Elements: []ElemSnapshot{{Index: []int32{1, 0}, State: []byte{1}}}},
+		{CreateMsg: CreateMsg{Coll: 4, Name: "b"}},
 	}}
 	enc := func(s PESnapshot) []byte {
 		b, err := msgpack.Marshal(&s)
@@ -35,7 +35,7 @@ func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
 		{"PE", func(s *PESnapshot) { s.PE = 2 }, "checkpoint of PE 2 in a run of 2 PEs"},
 		{"PEs", func(s *PESnapshot) { s.NumPEs = 0 }, "checkpoint of 0 PEs"},
 		{"dims", func(s *PESnapshot) { s.Collections[0].Elements[0].Index = []int32{1} }, "collection 1 (a), element 0: index [1] for bounds [2 2]"},
-		{"order", func(s *PESnapshot) { s.Collections[1].ID = 1 }, "collection 1 listed after 1"},
+		{"order", func(s *PESnapshot) { s.Collections[1].Coll = 1 }, "collection 1 listed after 1"},
 	} {
 		bad := good
 		bad.Collections = []CollSnapshot{good.Collections[0], good.Collections[1]}
@@ -52,7 +52,7 @@ func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
 // snapshot that passes the checks, or an error, never a panic.
 func FuzzDecodeSnapshot(f *testing.F) {
 	b, _ := msgpack.Marshal(&PESnapshot{Version: SnapshotVersion, PE: 0, NumPEs: 1, Collections: []CollSnapshot{
-		{ID: 1, Bounds: []int{3}, Elements: []ElemSnapshot{{Index: []int32{2}, State: []byte("x")}}}}})
+		{CreateMsg: CreateMsg{Coll: 1, Bounds: []int{3}}, Elements: []ElemSnapshot{{Index: []int32{2}, State: []byte("x")}}}}})
 	f.Add(b)
 	f.Add([]byte{})
 	f.Add([]byte{0x80})
@@ -69,7 +69,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 func TestRedistributeRefusesWhatCannotMove(t *testing.T) {
 	snap := func(p int32, kind CollKind, round uint32) *PESnapshot {
 		return &PESnapshot{Version: SnapshotVersion, PE: p, NumPEs: 2, Epoch: 1, Collections: []CollSnapshot{
-			{ID: 1, Kind: kind, Name: "c", RedNext: round, Elements: []ElemSnapshot{{Index: []int32{p}}}}}}
+			{CreateMsg: CreateMsg{Coll: 1, Kind: kind, Name: "c"}, RedNext: round, Elements: []ElemSnapshot{{Index: []int32{p}}}}}}
 	}
 	_, err := Redistribute([]*PESnapshot{snap(0, CollGroup, 0), snap(1, CollGroup, 0)}, 3, 2, nil)
 	require.ErrorContains(t, err, "c is a group (one member per PE): it cannot be restarted on 3 PEs instead of 2")

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -44,8 +45,8 @@ func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, er
 		var all []elem
 		var bcast uint64
 		for _, s := range old {
-			if ci >= len(s.Collections) || s.Collections[ci].ID != def.ID {
-				return nil, fmt.Errorf("PE %d's checkpoint does not list collection %s (%d) as PE 0's does", s.PE, def.Name, def.ID)
+			if ci >= len(s.Collections) || s.Collections[ci].Coll != def.Coll {
+				return nil, fmt.Errorf("PE %d's checkpoint does not list collection %s (%d) as PE 0's does", s.PE, def.Name, def.Coll)
 			}
 			cs := s.Collections[ci]
 			if cs.RedNext != def.RedNext {
@@ -68,7 +69,7 @@ func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, er
 			place[e.ix] = int32(p)
 			local[p]++
 		}
-		where[def.ID] = place
+		where[def.Coll] = place
 		for p, o := range out {
 			cs := def
 			cs.BcastDelivered = bcast
@@ -90,6 +91,9 @@ func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, er
 				es := e.es
 				es.RedHome = int32(p)
 				es.Secs = slices.Clone(es.Secs)
+				for si := range es.Secs { // its sections count it where it now is
+					es.Secs[si].Home = int32(p)
+				}
 				cs.Elements = append(cs.Elements, es)
 			}
 			o.Collections = append(o.Collections, cs)
@@ -127,26 +131,10 @@ func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, er
 				out[p].Sections = append(out[p].Sections, nm)
 				out[p].SecRounds = append(out[p].SecRounds, s.SecRounds[i])
 			}
-			// the members' section reduction homes follow them
-			for _, o := range out {
-				for ci := range o.Collections {
-					if o.Collections[ci].ID != sm.Coll {
-						continue
-					}
-					for ei := range o.Collections[ci].Elements {
-						es := &o.Collections[ci].Elements[ei]
-						for si := range es.Secs {
-							if es.Secs[si].Sec == sm.Sec {
-								es.Secs[si].Home = o.PE
-							}
-						}
-					}
-				}
-			}
 		}
 	}
 	for _, o := range out {
-		slices.SortFunc(o.SecRoots, func(a, b SecRoot) int { return cmpU64(a.Sec, b.Sec) })
+		slices.SortFunc(o.SecRoots, func(a, b SecRoot) int { return cmp.Compare(a.Sec, b.Sec) })
 	}
 	return out, nil
 }
@@ -156,16 +144,6 @@ func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, er
 type SecRoot struct {
 	Sec  uint64
 	Root int32
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // sectionRoot is the PE at the root of section sec's tree on this run.

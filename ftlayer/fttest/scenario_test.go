@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,7 +94,7 @@ func parseScenario(path string) (scenario, error) {
 				sc.seeds = append(sc.seeds, v)
 			}
 		case "crash":
-			c := Crash{PE: int32(num("pe")), When: kv["when"], After: kv["after"], Optional: slicesContains(f, "optional")}
+			c := Crash{PE: int32(num("pe")), When: kv["when"], After: kv["after"], Optional: slices.Contains(f, "optional")}
 			if kv["at"] != "" {
 				c.At = num("at")
 			}
@@ -135,15 +136,6 @@ func parseScenario(path string) (scenario, error) {
 		}
 	}
 	return sc, err
-}
-
-func slicesContains(f []string, s string) bool {
-	for _, x := range f {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func TestScenarios(t *testing.T) {

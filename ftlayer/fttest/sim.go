@@ -502,20 +502,11 @@ func (r *runner) drain(id int32) {
 // lose drops a crashing PE's packets still in the network, as c says.
 func (r *runner) lose(c Crash) {
 	for k := range r.chans {
-		if k[0] == c.PE && (c.LoseAll || slicesContainsPE(c.Lose, k[1])) {
+		if k[0] == c.PE && (c.LoseAll || slices.Contains(c.Lose, k[1])) {
 			r.chans[k] = nil
 			r.sync(k)
 		}
 	}
-}
-
-func slicesContainsPE(s []int32, x int32) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // crash fails PE y: its memory (state, logs, checkpoint copies) and every

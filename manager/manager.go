@@ -118,7 +118,14 @@ type Collection struct {
 	red           *Reduction
 	doneInserting bool
 	countsIn      int
-	countsSent    bool
+	// counted DoneInserting (see DoneInserting)
+	insSent    []uint32 // insertions this PE sent, by PE
+	insRecv    uint32   // insertions this PE received
+	doneKnown  bool
+	doneExpect uint32
+	doneSum    []uint32 // the caller: insertions sent to each PE, in all
+	doneAsked  int
+	countsSent bool
 
 	bcastNext      uint64 // root: last number given out
 	bcastDelivered uint64
@@ -749,6 +756,10 @@ func (m *Manager) Insert(c *Collection, ix pe.Index, onPE int, arg Lazy) error {
 	if onPE >= m.NumPEs() {
 		return fmt.Errorf("insert %s%v on PE %d: the run has %d PEs", c.Name, ix, onPE, m.NumPEs())
 	}
+	if c.insSent == nil {
+		c.insSent = make([]uint32, m.NumPEs())
+	}
+	c.insSent[onPE]++
 	// The creation goes out before the location notice so the new element's
 	// PE always has it before any message the home forwards to it.
 	m.send(onPE, &pe.Envelope{Type: tInsert, Kind: pe.KindSystem, Coll: c.ID, Payload: &InsertMsg{Coll: c.ID, Index: ix, Arg: arg}})
@@ -775,22 +786,68 @@ func (m *Manager) onInsert(env *pe.Envelope) {
 		m.failf("insert %s%v reached PE %d after DoneInserting", c.Name, im.Index, m.Me())
 		return
 	}
+	c.insRecv++
 	m.newElement(c, im.Index, im.Arg)
 	if h := m.home(c, im.Index); h == m.Me() {
 		m.flushHomeBuf(c, im.Index)
 	}
+	m.maybeDoneInserting(c)
 }
 
 // DoneInserting ends the insertion phase of a sparse array everywhere.
+//
+// Insertions travel from the PEs that made them, DoneInserting from the
+// one that calls it, so a PE may hear DoneInserting before an insertion
+// made for it. Every PE therefore reports how many insertions it sent
+// to each PE, and a PE is done once it received as many as were sent to
+// it (insertions made before DoneInserting was called are all counted:
+// their PEs made them before they answer).
 func (m *Manager) DoneInserting(c *Collection) {
+	c.doneAsked, c.doneSum = 0, make([]uint32, m.NumPEs())
 	for p := 0; p < m.NumPEs(); p++ {
 		m.send(p, &pe.Envelope{Type: tDone, Kind: pe.KindSystem, Coll: c.ID, Payload: &DoneInsertingMsg{Coll: c.ID}})
 	}
 }
 
 func (m *Manager) onDoneInserting(env *pe.Envelope) {
-	c := m.collFor(env.Payload.(*DoneInsertingMsg).Coll, env)
-	if c == nil || c.doneInserting {
+	d := env.Payload.(*DoneInsertingMsg)
+	c := m.collFor(d.Coll, env)
+	if c == nil {
+		return
+	}
+	switch d.Step {
+	case 0:
+		sent := c.insSent
+		if sent == nil {
+			sent = make([]uint32, m.NumPEs())
+		}
+		m.sendSys(int(env.Src), tDone, &DoneInsertingMsg{Coll: c.ID, Step: 1, Sent: sent})
+	case 1:
+		if len(d.Sent) != m.NumPEs() || c.doneSum == nil {
+			m.failf("DoneInserting %s: a count of %d PEs from PE %d", c.Name, len(d.Sent), env.Src)
+			return
+		}
+		for p, n := range d.Sent {
+			c.doneSum[p] += n
+		}
+		if c.doneAsked++; c.doneAsked == m.NumPEs() {
+			for p := 0; p < m.NumPEs(); p++ {
+				m.sendSys(p, tDone, &DoneInsertingMsg{Coll: c.ID, Step: 2, Expect: c.doneSum[p]})
+			}
+		}
+	case 2:
+		if c.doneInserting {
+			return
+		}
+		c.doneExpect, c.doneKnown = d.Expect, true
+		m.maybeDoneInserting(c)
+	}
+}
+
+// maybeDoneInserting ends this PE's insertion phase once every insertion
+// sent to it arrived.
+func (m *Manager) maybeDoneInserting(c *Collection) {
+	if c.doneInserting || !c.doneKnown || c.insRecv < c.doneExpect {
 		return
 	}
 	c.doneInserting = true

@@ -117,7 +117,15 @@ type InsertMsg struct {
 }
 
 // DoneInsertingMsg ends the insertion phase of a sparse array on every PE.
-type DoneInsertingMsg struct{ Coll uint32 }
+type DoneInsertingMsg struct {
+	Coll uint32
+	// Step: 0 asks a PE for its counts, 1 is a PE's answer (Sent: the
+	// insertions it sent to each PE), 2 tells a PE how many insertions
+	// were sent to it in all (Expect): it is done once it received them.
+	Step   uint8
+	Sent   []uint32
+	Expect uint32
+}
 
 // CountMsg carries a subtree's contributor count to the tree parent once
 // the counts are final (collections) or when a deletion changes them.

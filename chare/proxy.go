@@ -136,7 +136,9 @@ func (t *Type[C, A]) Insert(ctx *Ctx, a ArrayProxy[C], ix Index, onPE int, arg A
 	}
 }
 
-// DoneInserting ends the insertion phase of a sparse array.
+// DoneInserting ends the insertion phase of a sparse array: reductions
+// over it complete, and broadcasts to it reach every element inserted
+// before the call (on each PE, once every insertion made for it arrived).
 func (a ArrayProxy[C]) DoneInserting(ctx *Ctx) {
 	c := ctx.m.Collection(a.Coll)
 	if c == nil {

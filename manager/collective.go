@@ -28,6 +28,12 @@ func (m *Manager) bcastRoot(c *Collection, env pe.Envelope) {
 }
 
 func (m *Manager) onBcastHop(c *Collection, env *pe.Envelope) {
+	if c.Sparse && !c.doneInserting {
+		// Insertions made for this PE may still be on their way: a
+		// broadcast reaches every element inserted before DoneInserting.
+		c.bcastHeld = append(c.bcastHeld, *env)
+		return
+	}
 	if env.Seq != c.bcastDelivered+1 {
 		m.failf("broadcast %d to %s reached PE %d after broadcast %d (out of order)", env.Seq, c.Name, m.Me(), c.bcastDelivered)
 		return

@@ -125,6 +125,7 @@ type Collection struct {
 	doneExpect uint32
 	doneSum    []uint32 // the caller: insertions sent to each PE, in all
 	doneAsked  int
+	bcastHeld  []pe.Envelope // broadcasts that came before this PE's insertions were all in
 	countsSent bool
 
 	bcastNext      uint64 // root: last number given out
@@ -794,7 +795,9 @@ func (m *Manager) onInsert(env *pe.Envelope) {
 	m.maybeDoneInserting(c)
 }
 
-// DoneInserting ends the insertion phase of a sparse array everywhere.
+// DoneInserting ends the insertion phase of a sparse array everywhere;
+// broadcasts to it are delivered once it ended on the PE (so they reach
+// every element inserted before it).
 //
 // Insertions travel from the PEs that made them, DoneInserting from the
 // one that calls it, so a PE may hear DoneInserting before an insertion
@@ -852,6 +855,11 @@ func (m *Manager) maybeDoneInserting(c *Collection) {
 	}
 	c.doneInserting = true
 	m.maybeReportCount(c)
+	held := c.bcastHeld
+	c.bcastHeld = nil
+	for i := range held {
+		m.onBcastHop(c, &held[i])
+	}
 }
 
 // maybeReportCount sends this PE's subtree contributor count to its tree

@@ -110,7 +110,7 @@ func BenchmarkPerMessage(b *testing.B) {
 	if err := gs.Add(1, []int32{0, 1, 2, 3, 4, 5, 6}, 2); err != nil {
 		b.Fatal(err)
 	}
-	coll := Collectives{Groups: gs, Combine: func(_ int32, a, c []byte) []byte {
+	coll := Collectives{Groups: gs, Combine: func(_ uint64, a, c []byte) []byte {
 		binary.LittleEndian.PutUint64(a, binary.LittleEndian.Uint64(a)+binary.LittleEndian.Uint64(c))
 		return a
 	}}

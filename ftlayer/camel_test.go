@@ -2,6 +2,7 @@ package ftlayer
 
 import (
 	"encoding/binary"
+	"github.com/charmgo/charmgo/pe"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,7 +12,7 @@ import (
 func testColl(t *testing.T) Collectives {
 	gs := NewGroups()
 	require.NoError(t, gs.Add(1, []int32{0, 1, 2, 3, 4}, 2))
-	return Collectives{Groups: gs, Combine: func(_ int32, a, b []byte) []byte {
+	return Collectives{Groups: gs, Combine: func(_ uint64, a, b []byte) []byte {
 		return binary.LittleEndian.AppendUint64(nil, binary.LittleEndian.Uint64(a)+binary.LittleEndian.Uint64(b))
 	}}
 }
@@ -31,7 +32,7 @@ func sends(acts []Action) []Packet {
 func TestGroupsValidate(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		id      int32
+		id      uint64
 		members []int32
 		k       int
 		err     string
@@ -69,7 +70,7 @@ func TestCollectiveMisuseIsAnError(t *testing.T) {
 	require.ErrorContains(t, err, "PE 5 is not a member of group 1")
 	_, err = NewCAMEL(0, 5, Collectives{Groups: c.Groups}).Contribute(1, num(1))
 	require.ErrorContains(t, err, "without a Combine")
-	_, err = NewCAMEL(0, 5, c).Receive(&Packet{Kind: PktApp, From: 7, To: 0, Msg: &Message{Sender: 7}})
+	_, err = NewCAMEL(0, 5, c).Receive(&Packet{Kind: PktApp, From: 7, To: 0, Msg: &Message{FTHeader: pe.FTHeader{Sender: 7}}})
 	require.ErrorContains(t, err, "from PE 7, outside 0..4")
 }
 
@@ -80,7 +81,7 @@ func TestCollectiveMisuseIsAnError(t *testing.T) {
 func TestCAMELMulticastLoggedOnceAtRoot(t *testing.T) {
 	c := testColl(t)
 	root, mid := NewCAMEL(0, 5, c), NewCAMEL(1, 5, c)
-	root.Receive(&Packet{Kind: PktApp, From: 2, To: 0, Msg: &Message{Sender: 2, Recver: 0, SSN: 1, CSN: 1, Payload: num(0)}})
+	root.Receive(&Packet{Kind: PktApp, From: 2, To: 0, Msg: &Message{Payload: num(0), FTHeader: pe.FTHeader{Sender: 2, Recver: 0, SSN: 1, CSN: 1}}})
 	acts, err := root.Multicast(1, num(42))
 	require.NoError(t, err)
 	ps := sends(acts)
@@ -152,7 +153,7 @@ func TestCAMELReductionLoggingAndAcks(t *testing.T) {
 	require.Equal(t, uint64(2), pes[0].Stats().Log[KindReduction].Msgs, "the root's copies of its children's")
 
 	// a re-sent contribution is a duplicate
-	dup := &Packet{Kind: PktApp, From: 3, To: 1, Msg: &Message{Kind: KindReduction, Group: 1, Sender: 3, Recver: 1, Num: 1, Payload: num(4)}}
+	dup := &Packet{Kind: PktApp, From: 3, To: 1, Msg: &Message{Kind: KindReduction, Payload: num(4), FTHeader: pe.FTHeader{Group: 1, Sender: 3, Recver: 1, Num: 1}}}
 	acts, err := pes[1].Receive(dup)
 	require.NoError(t, err)
 	require.Empty(t, acts)
@@ -166,7 +167,7 @@ func TestCAMELReductionLoggingAndAcks(t *testing.T) {
 func TestCAMELOldMulticastDroppedAndReforwarded(t *testing.T) {
 	c := testColl(t)
 	mid := NewCAMEL(1, 5, c)
-	old := &Message{Kind: KindMulticast, Group: 1, Sender: 0, Recver: -1, SSN: 1, Num: 1, Inc: 0, Payload: num(7)}
+	old := &Message{Kind: KindMulticast, Payload: num(7), FTHeader: pe.FTHeader{Group: 1, Sender: 0, Recver: -1, SSN: 1, Num: 1, Inc: 0}}
 	acts, err := mid.Receive(&Packet{Kind: PktApp, From: 0, To: 1, Msg: old})
 	require.NoError(t, err)
 	require.Len(t, sends(acts), 2)

@@ -2,6 +2,7 @@ package ftlayer
 
 import (
 	"fmt"
+	"github.com/charmgo/charmgo/pe"
 	"slices"
 )
 
@@ -10,7 +11,7 @@ import (
 // group and reduction number.
 type msgKey struct {
 	sender int32
-	group  int32
+	group  uint64
 	ssn    uint64
 }
 
@@ -137,7 +138,7 @@ type Causal struct {
 }
 
 type ownPart struct {
-	g   int32
+	g   uint64
 	k   uint64
 	val []byte
 }
@@ -246,7 +247,7 @@ func (s *Causal) log(m *Message) {
 func (s *Causal) countLog(m *Message, in bool) { count(&s.logged[m.Kind], m, in) }
 
 func count(l *LogStats, m *Message, in bool) {
-	b := uint64(len(m.Payload))
+	b := m.bytes()
 	if in {
 		l.Msgs++
 		l.Bytes += b
@@ -272,10 +273,10 @@ func (s *Causal) piggyback() []Det {
 
 // stamp makes a message carried hop by hop (point to point, or a
 // collective's hop under SCMEL): ssn, channel number, determinants.
-func (s *Causal) stamp(kind MsgKind, g int32, to int32, num uint64, payload []byte) *Message {
+func (s *Causal) stamp(kind MsgKind, g uint64, to int32, num uint64, payload []byte) *Message {
 	s.ssn++
 	s.sendCSN[to]++
-	m := &Message{Kind: kind, Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc, Payload: payload}
+	m := &Message{Kind: kind, Payload: payload, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc}}
 	if to != s.me {
 		// A message to itself carries none: this PE's own determinants
 		// are only safe once another PE holds them.
@@ -293,7 +294,7 @@ func (s *Causal) Send(to int32, payload []byte) Packet {
 // Multicast is SENDMULTICASTMSG: under CAMEL the message is logged once,
 // here at the root, and goes to the root's children; under SCMEL each of
 // them gets its own logged copy.
-func (s *Causal) Multicast(g int32, payload []byte) ([]Action, error) {
+func (s *Causal) Multicast(g uint64, payload []byte) ([]Action, error) {
 	st, err := s.coll.rootOf(g)
 	if err != nil {
 		return nil, err
@@ -308,7 +309,7 @@ func (s *Causal) Multicast(g int32, payload []byte) ([]Action, error) {
 		return out, nil
 	}
 	s.ssn++
-	m := &Message{Kind: KindMulticast, Group: g, Sender: s.me, Recver: -1, SSN: s.ssn, Num: st.mcastSent, Inc: s.inc, Payload: payload}
+	m := &Message{Kind: KindMulticast, Payload: payload, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: -1, SSN: s.ssn, Num: st.mcastSent, Inc: s.inc}}
 	if len(kids) > 0 {
 		m.Dets = s.piggyback()
 	}
@@ -321,7 +322,7 @@ func (s *Causal) Multicast(g int32, payload []byte) ([]Action, error) {
 
 // Contribute is SENDREDUCTIONMSG: this PE's part of group g's next
 // reduction.
-func (s *Causal) Contribute(g int32, payload []byte) ([]Action, error) {
+func (s *Causal) Contribute(g uint64, payload []byte) ([]Action, error) {
 	st, err := s.coll.group(g)
 	if err != nil {
 		return nil, err
@@ -336,7 +337,7 @@ func (s *Causal) Contribute(g int32, payload []byte) ([]Action, error) {
 	return s.addOwn(g, st, st.contributed, payload, nil), nil
 }
 
-func (s *Causal) addOwn(g int32, st *groupState, k uint64, val []byte, out []Action) []Action {
+func (s *Causal) addOwn(g uint64, st *groupState, k uint64, val []byte, out []Action) []Action {
 	if st.has(k, -1) {
 		return out // complete already (CAMEL, after a restart): its result was delivered
 	}
@@ -346,7 +347,7 @@ func (s *Causal) addOwn(g int32, st *groupState, k uint64, val []byte, out []Act
 
 // fold is VERIFYREDUCTIONMSG: pass every reduction whose contributions
 // are all in up the tree, or deliver it at the root.
-func (s *Causal) fold(g int32, st *groupState, out []Action) []Action {
+func (s *Causal) fold(g uint64, st *groupState, out []Action) []Action {
 	for {
 		k, val, ok := s.coll.ready(g, st)
 		if !ok {
@@ -368,7 +369,7 @@ func (s *Causal) fold(g int32, st *groupState, out []Action) []Action {
 			// No ssn: an intermediate node folds in arrival order, which
 			// is not recorded, so its sends must not shift the ssns of the
 			// messages its recorded receptions cause.
-			m = &Message{Kind: KindReduction, Group: g, Sender: s.me, Recver: parent, Num: k, Inc: s.inc, Payload: val}
+			m = &Message{Kind: KindReduction, Payload: val, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: parent, Num: k, Inc: s.inc}}
 			if parent == s.coll.c.Groups.Root(g) || s.verbat {
 				m.Dets = s.piggyback()
 			}

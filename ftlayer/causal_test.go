@@ -1,6 +1,7 @@
 package ftlayer
 
 import (
+	"github.com/charmgo/charmgo/pe"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,7 +14,7 @@ func app(from, to int32, ssn uint64, inc uint32, dets ...Det) *Packet {
 }
 
 func appCSN(from, to int32, ssn, csn uint64, inc uint32, dets ...Det) *Packet {
-	return &Packet{Kind: PktApp, From: from, To: to, Msg: &Message{Sender: from, Recver: to, SSN: ssn, CSN: csn, Inc: inc, Dets: dets, Payload: []byte{byte(ssn)}}}
+	return &Packet{Kind: PktApp, From: from, To: to, Msg: &Message{Payload: []byte{byte(ssn)}, FTHeader: pe.FTHeader{Sender: from, Recver: to, SSN: ssn, CSN: csn, Inc: inc, Dets: dets}}}
 }
 
 func delivered(acts []Action) []uint64 {

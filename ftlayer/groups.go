@@ -1,7 +1,9 @@
 package ftlayer
 
 import (
+	"cmp"
 	"fmt"
+	"github.com/charmgo/charmgo/pe"
 	"slices"
 )
 
@@ -9,7 +11,7 @@ import (
 // trees (the rootMap, parentMap and childrenMap of the CAMEL paper's
 // Table 2). It is built before the run and then only read.
 type Groups struct {
-	trees map[int32]*tree
+	trees map[uint64]*tree
 }
 
 type tree struct {
@@ -19,12 +21,12 @@ type tree struct {
 }
 
 // NewGroups makes an empty set of groups.
-func NewGroups() *Groups { return &Groups{trees: map[int32]*tree{}} }
+func NewGroups() *Groups { return &Groups{trees: map[uint64]*tree{}} }
 
 // Add makes group id over members, rooted at members[0], as a k-ary tree
 // in member order (the children of the i-th member are members k·i+1 …
 // k·i+k).
-func (gs *Groups) Add(id int32, members []int32, k int) error {
+func (gs *Groups) Add(id uint64, members []int32, k int) error {
 	switch {
 	case id <= 0:
 		return fmt.Errorf("group id %d: ids start at 1", id)
@@ -54,7 +56,7 @@ func (gs *Groups) Add(id int32, members []int32, k int) error {
 	return nil
 }
 
-func (gs *Groups) get(g int32) *tree {
+func (gs *Groups) get(g uint64) *tree {
 	if gs == nil {
 		return nil
 	}
@@ -62,7 +64,7 @@ func (gs *Groups) get(g int32) *tree {
 }
 
 // Root is group g's root (-1 if there is no such group).
-func (gs *Groups) Root(g int32) int32 {
+func (gs *Groups) Root(g uint64) int32 {
 	if t := gs.get(g); t != nil {
 		return t.members[0]
 	}
@@ -70,7 +72,7 @@ func (gs *Groups) Root(g int32) int32 {
 }
 
 // Has reports whether pe is a member of group g.
-func (gs *Groups) Has(g, pe int32) bool {
+func (gs *Groups) Has(g uint64, pe int32) bool {
 	t := gs.get(g)
 	if t == nil {
 		return false
@@ -80,13 +82,13 @@ func (gs *Groups) Has(g, pe int32) bool {
 }
 
 // Parent is pe's parent in group g's tree (-1 at the root).
-func (gs *Groups) Parent(g, pe int32) int32 { return gs.get(g).parent[pe] }
+func (gs *Groups) Parent(g uint64, pe int32) int32 { return gs.get(g).parent[pe] }
 
 // Children are pe's children in group g's tree.
-func (gs *Groups) Children(g, pe int32) []int32 { return gs.get(g).children[pe] }
+func (gs *Groups) Children(g uint64, pe int32) []int32 { return gs.get(g).children[pe] }
 
 // Members are group g's members, root first.
-func (gs *Groups) Members(g int32) []int32 {
+func (gs *Groups) Members(g uint64) []int32 {
 	if t := gs.get(g); t != nil {
 		return t.members
 	}
@@ -94,11 +96,11 @@ func (gs *Groups) Members(g int32) []int32 {
 }
 
 // IDs lists the groups in increasing order.
-func (gs *Groups) IDs() []int32 {
+func (gs *Groups) IDs() []uint64 {
 	if gs == nil {
 		return nil
 	}
-	ids := make([]int32, 0, len(gs.trees))
+	ids := make([]uint64, 0, len(gs.trees))
 	for id := range gs.trees {
 		ids = append(ids, id)
 	}
@@ -158,17 +160,17 @@ type partial struct {
 type colls struct {
 	me      int32
 	c       Collectives
-	state   map[int32]*groupState
+	state   map[uint64]*groupState
 	scratch []int32
 }
 
 func newColls(me int32, c Collectives) colls {
-	return colls{me: me, c: c, state: map[int32]*groupState{}}
+	return colls{me: me, c: c, state: map[uint64]*groupState{}}
 }
 
 // group returns this PE's state in g, or an error naming what is wrong
 // with g for this PE.
-func (c *colls) group(g int32) (*groupState, error) {
+func (c *colls) group(g uint64) (*groupState, error) {
 	if st := c.state[g]; st != nil {
 		return st, nil
 	}
@@ -188,8 +190,8 @@ func (c *colls) group(g int32) (*groupState, error) {
 
 // sortedGroups lists the groups this PE has state in, in id order (so
 // that what a protocol sends does not depend on map order).
-func (c *colls) sortedGroups() []int32 {
-	ids := make([]int32, 0, len(c.state))
+func (c *colls) sortedGroups() []uint64 {
+	ids := make([]uint64, 0, len(c.state))
 	for id := range c.state {
 		ids = append(ids, id)
 	}
@@ -199,7 +201,7 @@ func (c *colls) sortedGroups() []int32 {
 
 // rootOf returns g's state for a multicast from this PE, which must be
 // g's root.
-func (c *colls) rootOf(g int32) (*groupState, error) {
+func (c *colls) rootOf(g uint64) (*groupState, error) {
 	st, err := c.group(g)
 	if err != nil {
 		return nil, err
@@ -211,15 +213,15 @@ func (c *colls) rootOf(g int32) (*groupState, error) {
 }
 
 // result is the delivery of reduction k's folded value at g's root.
-func (c *colls) result(g int32, k uint64, val []byte) Action {
-	return Action{Kind: ActDeliver, Msg: &Message{Kind: KindReduction, Group: g, Sender: c.me, Recver: c.me, Num: k, Payload: val}}
+func (c *colls) result(g uint64, k uint64, val []byte) Action {
+	return Action{Kind: ActDeliver, Msg: &Message{Kind: KindReduction, Payload: val, FTHeader: pe.FTHeader{Group: g, Sender: c.me, Recver: c.me, Num: k}}}
 }
 
-func (c *colls) isRoot(g int32) bool { return c.c.Groups.Root(g) == c.me }
+func (c *colls) isRoot(g uint64) bool { return c.c.Groups.Root(g) == c.me }
 
 // add folds a contribution (from a child, or from < 0 for this PE's own)
 // into reduction k. It reports false if that contribution is already in.
-func (c *colls) add(g int32, st *groupState, k uint64, from int32, val []byte) bool {
+func (c *colls) add(g uint64, st *groupState, k uint64, from int32, val []byte) bool {
 	p := st.parts[k]
 	if p == nil {
 		p = &partial{}
@@ -261,7 +263,7 @@ func (st *groupState) has(k uint64, from int32) bool {
 }
 
 // ready pops the next reduction whose contributions are all in.
-func (c *colls) ready(g int32, st *groupState) (uint64, []byte, bool) {
+func (c *colls) ready(g uint64, st *groupState) (uint64, []byte, bool) {
 	k := st.forwarded + 1
 	p := st.parts[k]
 	if p == nil || !p.own || len(p.from) < len(c.c.Groups.Children(g, c.me)) {
@@ -290,7 +292,7 @@ func (st *groupState) complete(k uint64) bool {
 
 // GroupCounters is one group's protocol state in a checkpoint.
 type GroupCounters struct {
-	ID                           int32
+	ID                           uint64
 	McastSent                    uint64
 	McastRecv                    uint64   // every multicast up to this received
 	McastMore                    []uint64 // and these beyond it
@@ -322,7 +324,7 @@ func (c *colls) snapshot() []GroupCounters {
 		slices.SortFunc(gc.Parts, func(a, b PartCounters) int { return int(a.Num) - int(b.Num) })
 		out = append(out, gc)
 	}
-	slices.SortFunc(out, func(a, b GroupCounters) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(out, func(a, b GroupCounters) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 

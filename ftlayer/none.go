@@ -2,6 +2,7 @@ package ftlayer
 
 import (
 	"fmt"
+	"github.com/charmgo/charmgo/pe"
 	"slices"
 )
 
@@ -38,15 +39,15 @@ type None struct {
 	out    []Action
 }
 
-func (p *None) msg(kind MsgKind, g, to int32, num uint64, payload []byte) Action {
+func (p *None) msg(kind MsgKind, g uint64, to int32, num uint64, payload []byte) Action {
 	p.ssn++
-	m := &Message{Kind: kind, Group: g, Sender: p.me, Recver: to, SSN: p.ssn, Num: num, Inc: p.inc, Payload: payload}
+	m := &Message{Kind: kind, Payload: payload, FTHeader: pe.FTHeader{Group: g, Sender: p.me, Recver: to, SSN: p.ssn, Num: num, Inc: p.inc}}
 	return Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: p.me, To: to, Msg: m}}
 }
 
 func (p *None) Send(to int32, payload []byte) Packet { return p.msg(KindP2P, 0, to, 0, payload).Packet }
 
-func (p *None) Multicast(g int32, payload []byte) ([]Action, error) {
+func (p *None) Multicast(g uint64, payload []byte) ([]Action, error) {
 	st, err := p.coll.rootOf(g)
 	if err != nil {
 		return nil, err
@@ -55,14 +56,14 @@ func (p *None) Multicast(g int32, payload []byte) ([]Action, error) {
 	return p.forward(g, st.mcastSent, payload, nil), nil
 }
 
-func (p *None) forward(g int32, num uint64, payload []byte, out []Action) []Action {
+func (p *None) forward(g uint64, num uint64, payload []byte, out []Action) []Action {
 	for _, c := range p.coll.c.Groups.Children(g, p.me) {
 		out = append(out, p.msg(KindMulticast, g, c, num, payload))
 	}
 	return out
 }
 
-func (p *None) Contribute(g int32, payload []byte) ([]Action, error) {
+func (p *None) Contribute(g uint64, payload []byte) ([]Action, error) {
 	st, err := p.coll.group(g)
 	if err != nil {
 		return nil, err
@@ -72,7 +73,7 @@ func (p *None) Contribute(g int32, payload []byte) ([]Action, error) {
 	return p.fold(g, st, nil), nil
 }
 
-func (p *None) fold(g int32, st *groupState, out []Action) []Action {
+func (p *None) fold(g uint64, st *groupState, out []Action) []Action {
 	for {
 		k, val, ok := p.coll.ready(g, st)
 		if !ok {

@@ -54,7 +54,6 @@ package ftlayer
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -72,28 +71,29 @@ const (
 	numKinds      = KindSystem + 1
 )
 
-// Det is a determinant: the reception of message (Sender, SSN) was the
-// RSN-th reception on Recver. A reduction contribution reaching a root
-// under CAMEL is named by its group and reduction number instead
-// (Group > 0, SSN = the reduction number).
-type Det struct {
-	Sender, Recver int32
-	Group          int32
-	SSN, RSN       uint64
+// Det is a determinant (see pe.Det: the runtime carries them on envelopes).
+type Det = pe.Det
+
+// Message is an application message as the protocol sees it: a header (the
+// one the runtime carries on its envelopes) and a payload it never looks
+// into.
+type Message struct {
+	pe.FTHeader
+	Kind    MsgKind
+	Payload []byte // the simulator's payload
+	// Env is the runtime's envelope, payload included (nil in the
+	// simulator): what a replay re-sends. Size is its payload's bytes for
+	// the statistics.
+	Env  *pe.Envelope
+	Size int
 }
 
-// Message is an application message as the protocol sees it: a header and
-// an opaque payload it never looks into.
-type Message struct {
-	Kind           MsgKind
-	Group          int32 // multicasts and reductions: the group (> 0)
-	Sender, Recver int32
-	SSN            uint64
-	CSN            uint64 // sequence number on the (Sender, Recver) channel
-	Num            uint64 // multicasts: number in the group; reductions: reduction number
-	Inc            uint32 // the sender's incarnation
-	Dets           []Det  // determinants piggybacked on it
-	Payload        []byte
+// bytes is the payload size the statistics count.
+func (m *Message) bytes() uint64 {
+	if m.Env != nil {
+		return uint64(m.Size)
+	}
+	return uint64(len(m.Payload))
 }
 
 // PacketKind says what a packet between two PEs' protocols carries.
@@ -120,7 +120,7 @@ type Packet struct {
 
 // Reduced says that a group's reductions up to Num are complete at its root.
 type Reduced struct {
-	Group int32
+	Group uint64
 	Num   uint64
 }
 
@@ -228,10 +228,10 @@ type Protocol interface {
 	Send(to int32, payload []byte) Packet
 	// Multicast sends payload to every other member of group g, whose
 	// root this PE must be.
-	Multicast(g int32, payload []byte) ([]Action, error)
+	Multicast(g uint64, payload []byte) ([]Action, error)
 	// Contribute is this PE's part of group g's next reduction; the root
 	// delivers the folded result once every member contributed.
-	Contribute(g int32, payload []byte) ([]Action, error)
+	Contribute(g uint64, payload []byte) ([]Action, error)
 	// Receive handles a packet from the network. It delivers at most one
 	// message: after executing its actions (running the application's
 	// handler, whose sends must come before anything the next delivery
@@ -282,7 +282,7 @@ type Collectives struct {
 	// Combine folds two contributions to group g's reduction. It must be
 	// commutative and associative: intermediate tree nodes fold in
 	// arrival order, which CAMEL does not record (paper §3.4).
-	Combine func(g int32, a, b []byte) []byte
+	Combine func(g uint64, a, b []byte) []byte
 }
 
 // SCMELFactory makes SCMEL protocols.
@@ -320,11 +320,4 @@ func (f CAMELFactory) Restart(me int32, n int, ck Counters, inc uint32) Protocol
 	s := RestartCAMEL(me, n, f.Coll, ck, inc)
 	s.verbat = f.Verbatim
 	return s
-}
-
-func (d Det) String() string {
-	if d.Group > 0 {
-		return fmt.Sprintf("<%d→%d group %d reduction %d rsn %d>", d.Sender, d.Recver, d.Group, d.SSN, d.RSN)
-	}
-	return fmt.Sprintf("<%d→%d ssn %d rsn %d>", d.Sender, d.Recver, d.SSN, d.RSN)
 }

@@ -52,6 +52,9 @@ type Envelope struct {
 	Seq     uint64
 	Aux     uint64 // must follow Seq: together they are the inline payload area
 	Payload any
+	// FT is the message-logging protocol's stamp (nil when no protocol
+	// logs this message).
+	FT *FTHeader
 }
 
 // InlineSize is how many bytes of payload a plain point-to-point message can
@@ -141,7 +144,10 @@ const (
 // payload encoded by its registered type.
 func EncodeEnvelope(dst []byte, env *Envelope) ([]byte, error) {
 	var payload []byte
-	flags := env.Flags &^ flagNilPaylod
+	flags := env.Flags &^ (flagNilPaylod | flagFT)
+	if env.FT != nil {
+		flags |= flagFT
+	}
 	if env.Payload == nil {
 		flags |= flagNilPaylod
 	} else {
@@ -171,6 +177,9 @@ func EncodeEnvelope(dst []byte, env *Envelope) ([]byte, error) {
 	binary.LittleEndian.PutUint64(h[o+8:], env.Aux)
 	binary.LittleEndian.PutUint32(h[o+16:], uint32(len(payload)))
 	dst = append(dst, h[:]...)
+	if env.FT != nil {
+		dst = appendFT(dst, env.FT)
+	}
 	return append(dst, payload...), nil
 }
 
@@ -190,7 +199,7 @@ func DecodeEnvelope(b []byte) (Envelope, int, error) {
 	}
 	env.Kind = Kind(b[1])
 	flags := b[2]
-	env.Flags = flags &^ flagNilPaylod
+	env.Flags = flags &^ (flagNilPaylod | flagFT)
 	if b[3] > MaxDims {
 		return env, 0, fmt.Errorf("decode envelope: byte 3: index has %d dimensions, at most %d", b[3], MaxDims)
 	}
@@ -209,14 +218,23 @@ func DecodeEnvelope(b []byte) (Envelope, int, error) {
 	env.Seq = binary.LittleEndian.Uint64(b[o:])
 	env.Aux = binary.LittleEndian.Uint64(b[o+8:])
 	n := binary.LittleEndian.Uint32(b[o+16:])
-	if uint64(n) > uint64(len(b)-headerSize) {
-		return env, 0, fmt.Errorf("decode envelope: byte %d: payload length %d, only %d bytes follow", o+16, n, len(b)-headerSize)
+	start := headerSize
+	if flags&flagFT != 0 {
+		h, used, err := decodeFT(b[headerSize:], headerSize)
+		if err != nil {
+			return env, 0, err
+		}
+		env.FT = h
+		start += used
+	}
+	if uint64(n) > uint64(len(b)-start) {
+		return env, 0, fmt.Errorf("decode envelope: byte %d: payload length %d, only %d bytes follow", o+16, n, len(b)-start)
 	}
 	ti, ok := LookupType(env.Type)
 	if !ok {
 		return env, 0, fmt.Errorf("decode envelope: byte 4: unknown message type %d", env.Type)
 	}
-	total := headerSize + int(n)
+	total := start + int(n)
 	if flags&flagNilPaylod != 0 {
 		if n != 0 {
 			return env, 0, fmt.Errorf("decode envelope: byte %d: nil payload with length %d", o+16, n)
@@ -226,9 +244,9 @@ func DecodeEnvelope(b []byte) (Envelope, int, error) {
 	if ti.Decode == nil {
 		return env, 0, fmt.Errorf("decode envelope: message type %s has no decoder", ti.Name)
 	}
-	v, err := ti.Decode(b[headerSize:total])
+	v, err := ti.Decode(b[start:total])
 	if err != nil {
-		return env, 0, fmt.Errorf("decode envelope: byte %d: %s payload: %w", headerSize, ti.Name, err)
+		return env, 0, fmt.Errorf("decode envelope: byte %d: %s payload: %w", start, ti.Name, err)
 	}
 	env.Payload = v
 	return env, total, nil

@@ -29,6 +29,9 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{Type: testType, Coll: 7, Kind: KindP2P, Src: 3, Index: Idx(1, 2, 3), Seq: 9, Aux: 1 << 50, Payload: testPayload{A: 5, B: "x"}},
 		{Type: testType, Kind: KindSystem, Index: Idx(-4, 0, 0, 0, 0, 1<<30)},
 		{Type: testType, Kind: KindReduction, Flags: 3}, // nil payload
+		{Type: testType, Kind: KindMulticast, Payload: testPayload{A: 1}, FT: &FTHeader{Group: 1 << 41, Sender: 2, Recver: -1, SSN: 10, Num: 4, Inc: 1,
+			Dets: []Det{{Sender: 1, Recver: 2, SSN: 3, RSN: 4}, {Sender: 0, Recver: 2, Group: 5, SSN: 6, RSN: 7}}}},
+		{Type: testType, Kind: KindP2P, FT: &FTHeader{Sender: 1, Recver: 0, SSN: 1, CSN: 1}}, // nil payload, no determinants
 	}
 	for _, env := range cases {
 		b, err := EncodeEnvelope([]byte("prefix"), &env)
@@ -38,6 +41,15 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		require.Equal(t, len(b)-6, n)
 		require.Equal(t, env, got)
 	}
+}
+
+func withFT(f func(b []byte) []byte) []byte {
+	env := Envelope{Type: testType, Kind: KindP2P, Payload: testPayload{A: 1}, FT: &FTHeader{Sender: 1, SSN: 2, Dets: []Det{{Sender: 1}}}}
+	b, err := EncodeEnvelope(nil, &env)
+	if err != nil {
+		panic(err)
+	}
+	return f(b)
 }
 
 func TestDecodeEnvelopeErrorsNameTheByte(t *testing.T) {
@@ -57,6 +69,8 @@ func TestDecodeEnvelopeErrorsNameTheByte(t *testing.T) {
 		{mut(func(b []byte) []byte { b[24] = 1; return b }), "coordinate 2 set beyond"},
 		{good[:len(good)-1], "payload length"},
 		{mut(func(b []byte) []byte { b[headerSize] = '!'; return b }), "pe.test payload"},
+		{mut(func(b []byte) []byte { b[2] |= flagFT; return b }), "FT header"},
+		{withFT(func(b []byte) []byte { b[headerSize+44] = 0xff; return b }), "claims 255 determinants"},
 	}
 	for _, c := range cases {
 		_, _, err := DecodeEnvelope(c.b)
@@ -69,6 +83,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	b, _ := EncodeEnvelope(nil, &env)
 	f.Add(b)
 	f.Add(b[:headerSize])
+	f.Add(withFT(func(b []byte) []byte { return b }))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env, n, err := DecodeEnvelope(b)
 		if err != nil {

@@ -188,7 +188,7 @@ func (c Cells) Groups(n int) *ftlayer.Groups {
 				}
 			}
 		}
-		if err := gs.Add(int32(p+1), members, c.K); err != nil {
+		if err := gs.Add(uint64(p+1), members, c.K); err != nil {
 			panic(err) // the program's own groups: a bug here, not input
 		}
 	}
@@ -196,7 +196,7 @@ func (c Cells) Groups(n int) *ftlayer.Groups {
 }
 
 // Combine adds contributions lane by lane (commutative and associative).
-func (c Cells) Combine(_ int32, a, b []byte) []byte {
+func (c Cells) Combine(_ uint64, a, b []byte) []byte {
 	out := make([]byte, len(a))
 	for i := 0; i+8 <= len(a) && i+8 <= len(b); i += 8 {
 		binary.LittleEndian.PutUint64(out[i:], u64(a[i:])+u64(b[i:]))
@@ -237,8 +237,8 @@ func (c Cells) emit(pe int32, st *State) []Send {
 	return []Send{
 		{To: l, Payload: put(uint64(st.Step), uint64(st.Vals[0]), 0)},
 		{To: r, Payload: put(uint64(st.Step), uint64(st.Vals[0]), 1)},
-		{Kind: ftlayer.KindMulticast, Group: pe + 1, Payload: put(atoms...)},
-		{Kind: ftlayer.KindReduction, Group: pe + 1, Payload: c.forces(uint64(st.Vals[0]), pe, uint64(st.Step))},
+		{Kind: ftlayer.KindMulticast, Group: uint64(pe + 1), Payload: put(atoms...)},
+		{Kind: ftlayer.KindReduction, Group: uint64(pe + 1), Payload: c.forces(uint64(st.Vals[0]), pe, uint64(st.Step))},
 	}
 }
 

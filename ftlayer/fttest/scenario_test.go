@@ -102,7 +102,7 @@ func parseScenario(path string) (scenario, error) {
 				c.Of = int32(num("of"))
 			}
 			if c.After != "" {
-				c.Group, c.Num = int32(num("group")), uint64(num("num"))
+				c.Group, c.Num = uint64(num("group")), uint64(num("num"))
 			}
 			switch l := kv["lose"]; l {
 			case "":
@@ -214,7 +214,7 @@ func checkCAMELMemory(t *testing.T, sc scenario, proto ftlayer.Factory, free Res
 		mc, red := st.Log[ftlayer.KindMulticast], st.Log[ftlayer.KindReduction]
 		if proto.Name() != "camel" {
 			// every hop is logged: more than one copy per multicast
-			if len(gs.Children(me+1, me)) > 1 {
+			if len(gs.Children(uint64(me+1), me)) > 1 {
 				require.Greater(t, mc.Msgs, since, "%s PE %d", proto.Name(), pe)
 			}
 			continue

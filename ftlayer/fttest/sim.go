@@ -22,7 +22,7 @@ import (
 type Send struct {
 	Kind    ftlayer.MsgKind
 	To      int32
-	Group   int32
+	Group   uint64
 	Payload []byte
 }
 
@@ -31,7 +31,7 @@ type Send struct {
 type Input struct {
 	Kind    ftlayer.MsgKind
 	From    int32
-	Group   int32
+	Group   uint64
 	Num     uint64
 	Payload []byte
 }
@@ -54,7 +54,7 @@ type Program interface {
 // groups and the reduction's fold.
 type Collective interface {
 	Groups(n int) *ftlayer.Groups
-	Combine(g int32, a, b []byte) []byte
+	Combine(g uint64, a, b []byte) []byte
 }
 
 // State is a PE's application state. H hashes every reception in order, so
@@ -87,7 +87,7 @@ type Crash struct {
 	PE    int32
 	When  string
 	After string
-	Group int32
+	Group uint64
 	Num   uint64
 	Of    int32
 	// Lose drops the crashed PE's packets still in the network: nil
@@ -134,7 +134,7 @@ func (r Result) Total() ftlayer.Stats {
 type Delivery struct {
 	Kind   ftlayer.MsgKind
 	Sender int32
-	Group  int32
+	Group  uint64
 	Num    uint64
 	Hash   uint64 // of the payload
 }
@@ -143,7 +143,7 @@ type Delivery struct {
 // ssn, a multicast by group and number.
 type sentKey struct {
 	kind  ftlayer.MsgKind
-	group int32
+	group uint64
 	num   uint64
 }
 
@@ -207,7 +207,7 @@ type runner struct {
 type observation struct {
 	what  string
 	pe    int32
-	group int32
+	group uint64
 	num   uint64
 }
 
@@ -698,7 +698,7 @@ func Check(free, failed Result) error {
 	type key struct {
 		kind  ftlayer.MsgKind
 		from  int32
-		group int32
+		group uint64
 		num   uint64
 	}
 	freeRed := map[key]uint64{}

@@ -1,0 +1,101 @@
+package pe
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Det is a determinant of message logging: the reception of message
+// (Sender, SSN) was the RSN-th reception on Recver. A reduction
+// contribution reaching a root under CAMEL is named by its group and
+// reduction number instead (Group > 0, SSN = the reduction number).
+type Det struct {
+	Sender, Recver int32
+	Group          uint64
+	SSN, RSN       uint64
+}
+
+// FTHeader is what a message-logging protocol stamps on an envelope. The
+// PE layer carries it (and encodes it between processes) but never reads
+// it: only the fault-tolerance hook does.
+type FTHeader struct {
+	Group          uint64 // multicasts and reductions: the group (> 0)
+	Sender, Recver int32  // Recver -1: a CAMEL multicast, logged once for its whole group
+	SSN            uint64
+	CSN            uint64 // sequence number on the (Sender, Recver) channel
+	Num            uint64 // multicasts: number in the group; reductions: reduction number
+	Inc            uint32 // the sender's incarnation
+	Dets           []Det  // determinants piggybacked on the message
+}
+
+const (
+	flagFT      = 0x40 // wire-only: an FT header follows the envelope header
+	ftFixedSize = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4
+	detSize     = 4 + 4 + 8 + 8 + 8
+	maxWireDets = 1 << 20
+)
+
+func appendFT(dst []byte, h *FTHeader) []byte {
+	var b [ftFixedSize]byte
+	binary.LittleEndian.PutUint64(b[0:], h.Group)
+	binary.LittleEndian.PutUint32(b[8:], uint32(h.Sender))
+	binary.LittleEndian.PutUint32(b[12:], uint32(h.Recver))
+	binary.LittleEndian.PutUint64(b[16:], h.SSN)
+	binary.LittleEndian.PutUint64(b[24:], h.CSN)
+	binary.LittleEndian.PutUint64(b[32:], h.Num)
+	binary.LittleEndian.PutUint32(b[40:], h.Inc)
+	binary.LittleEndian.PutUint32(b[44:], uint32(len(h.Dets)))
+	dst = append(dst, b[:]...)
+	for _, d := range h.Dets {
+		var x [detSize]byte
+		binary.LittleEndian.PutUint32(x[0:], uint32(d.Sender))
+		binary.LittleEndian.PutUint32(x[4:], uint32(d.Recver))
+		binary.LittleEndian.PutUint64(x[8:], d.Group)
+		binary.LittleEndian.PutUint64(x[16:], d.SSN)
+		binary.LittleEndian.PutUint64(x[24:], d.RSN)
+		dst = append(dst, x[:]...)
+	}
+	return dst
+}
+
+// decodeFT reads an FT header from b, which starts at byte off of the
+// envelope (for error messages).
+func decodeFT(b []byte, off int) (*FTHeader, int, error) {
+	if len(b) < ftFixedSize {
+		return nil, 0, fmt.Errorf("decode envelope: byte %d: FT header needs %d bytes, %d left", off, ftFixedSize, len(b))
+	}
+	h := &FTHeader{
+		Group:  binary.LittleEndian.Uint64(b[0:]),
+		Sender: int32(binary.LittleEndian.Uint32(b[8:])),
+		Recver: int32(binary.LittleEndian.Uint32(b[12:])),
+		SSN:    binary.LittleEndian.Uint64(b[16:]),
+		CSN:    binary.LittleEndian.Uint64(b[24:]),
+		Num:    binary.LittleEndian.Uint64(b[32:]),
+		Inc:    binary.LittleEndian.Uint32(b[40:]),
+	}
+	n := binary.LittleEndian.Uint32(b[44:])
+	if n > maxWireDets || uint64(n)*detSize > uint64(len(b)-ftFixedSize) {
+		return nil, 0, fmt.Errorf("decode envelope: byte %d: FT header claims %d determinants, %d bytes follow", off+44, n, len(b)-ftFixedSize)
+	}
+	if n > 0 {
+		h.Dets = make([]Det, n)
+		for i := range h.Dets {
+			x := b[ftFixedSize+i*detSize:]
+			h.Dets[i] = Det{
+				Sender: int32(binary.LittleEndian.Uint32(x[0:])),
+				Recver: int32(binary.LittleEndian.Uint32(x[4:])),
+				Group:  binary.LittleEndian.Uint64(x[8:]),
+				SSN:    binary.LittleEndian.Uint64(x[16:]),
+				RSN:    binary.LittleEndian.Uint64(x[24:]),
+			}
+		}
+	}
+	return h, ftFixedSize + int(n)*detSize, nil
+}
+
+func (d Det) String() string {
+	if d.Group > 0 {
+		return fmt.Sprintf("<%d→%d group %d reduction %d rsn %d>", d.Sender, d.Recver, d.Group, d.SSN, d.RSN)
+	}
+	return fmt.Sprintf("<%d→%d ssn %d rsn %d>", d.Sender, d.Recver, d.SSN, d.RSN)
+}

@@ -103,6 +103,9 @@ type FTStats struct {
 	PEsRolledBack int           // summed over failures
 	Recovery      time.Duration // summed: from a failure to the program resuming
 	Restored      []uint64      // the checkpoint epoch each failure rolled back to (0: the start)
+	// Log is the message-logging protocol's statistics, summed over PEs
+	// (and over the incarnations a rollback discarded).
+	Log ftlayer.Stats
 }
 
 // AtStep tells the runtime that the program begins step (on any one
@@ -124,7 +127,10 @@ type runState struct {
 
 func newRunState(cfg Config) *runState {
 	rs := &runState{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices}
-	rs.ft.Protocol = "none"
+	rs.ft.Protocol = cfg.FT
+	if rs.ft.Protocol == "" {
+		rs.ft.Protocol = "none"
+	}
 	if rs.notices == nil {
 		rs.notices = io.Discard
 	}
@@ -211,6 +217,12 @@ func (rs *runState) restored() {
 		rs.ft.Recovery += time.Since(rs.failed)
 		rs.failed = time.Time{}
 	}
+}
+
+func (rs *runState) logStats(s ftlayer.Stats) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.ft.Log.Add(s)
 }
 
 func (rs *runState) stats() FTStats {

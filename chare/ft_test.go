@@ -43,6 +43,12 @@ func TestKillFlagsAndFiles(t *testing.T) {
 	res := chare.Run(ckMain, chare.Config{PEs: 2, Kills: []chare.Kill{{PE: 2, Step: 1}}})
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, "flag --kill: PE 2, but the run has 2 PEs (0..1)")
+	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "camel", Kills: []chare.Kill{{PE: 1, Step: 1}}})
+	require.Equal(t, 2, res.Code)
+	require.ErrorContains(t, res.Err, "flag --kill: failures under --ft camel are not supported yet")
+	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "causal"})
+	require.Equal(t, 2, res.Code)
+	require.ErrorContains(t, res.Err, `flag --ft: unknown protocol "causal"`)
 }
 
 // FuzzParseKillFile: kill files come from users; any text gives kills or
@@ -62,4 +68,27 @@ func FuzzParseKillFile(f *testing.F) {
 			require.True(t, k.Step >= 0 || k.After >= 0)
 		}
 	})
+}
+
+func TestFTFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+		err  string
+	}{
+		{nil, "", ""},
+		{[]string{"--ft", "camel"}, "camel", ""},
+		{[]string{"--ft=SCMEL"}, "scmel", ""},
+		{[]string{"+ft", "none"}, "none", ""},
+		{[]string{"--ft", "team"}, "", `flag --ft: unknown protocol "team" (want none, scmel or camel)`},
+		{[]string{"--ft"}, "", "flag --ft needs a value"},
+	} {
+		cfg, err := chare.ParseFlags(c.args)
+		if c.err != "" {
+			require.EqualError(t, err, c.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, c.want, cfg.FT)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/stretchr/testify/require"
 )
 
@@ -170,4 +171,28 @@ func TestRecoveryRebuildsEveryKindOfState(t *testing.T) {
 	res, got := rvRun(t, chare.Config{PEs: 2, Restart: dir, Kills: []chare.Kill{{PE: 1, Step: 5}}})
 	require.Equal(t, want, got)
 	require.Equal(t, []uint64{1}, res.Stats.FT.Restored)
+}
+
+// Under message logging every kind of state the recovery test builds —
+// sparse arrays inserted across PEs, a section with a repeated member,
+// broadcasts, multicasts, array and section reductions, a migration, a
+// checkpoint, and a restart from its files — runs as without it, with
+// every hop stamped and logged and the headers crossing the wire codec.
+func TestMessageLoggingRunsEveryKindOfState(t *testing.T) {
+	_, want := rvRun(t, chare.Config{PEs: 3})
+	for _, ft := range []string{"scmel", "camel"} {
+		for _, k := range []int{2, 4} {
+			dir := t.TempDir()
+			res, got := rvRun(t, chare.Config{PEs: 5, Branching: k, FT: ft, WireCheck: true, CheckpointDir: dir})
+			require.Equal(t, want, got, "%s, %d-ary trees", ft, k)
+			log := res.Stats.FT.Log
+			require.Positive(t, log.Log[ftlayer.KindMulticast].TotalMsgs, ft)
+			require.Positive(t, log.Log[ftlayer.KindReduction].TotalMsgs, ft)
+			require.Positive(t, log.DetsAcked, ft)
+			// a restart (every PE from the files, here with 4-ary trees
+			// whatever the checkpoint had) starts the protocol afresh
+			_, got = rvRun(t, chare.Config{PEs: 5, FT: ft, Restart: dir})
+			require.Equal(t, want, got, "%s restarted", ft)
+		}
+	}
 }

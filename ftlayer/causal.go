@@ -127,9 +127,11 @@ type Causal struct {
 	pendingOwn   []ownPart  // CAMEL: own contributions made while collecting
 	deferred     []Reduced  // CAMEL: completions heard while recovering
 
-	failing int32 // a peer that is recovering, or -1
-	stats   Stats
-	mark    checkpointMark
+	failing  int32    // a peer that is recovering, or -1
+	lastRoot *Message // hop mode, CAMEL: the multicast this root is sending
+	detTop   []uint64 // per owner: the highest rsn in detLog
+	stats    Stats
+	mark     checkpointMark
 	// sealed: a snapshot was taken and its commit has not come. Messages
 	// are held meanwhile, because where the application resumes among its
 	// receptions is not recorded: a restart from the snapshot resumes
@@ -158,7 +160,7 @@ func NewSCMEL(me int32, n int, c Collectives) *Causal { return newCausal(me, n, 
 func NewCAMEL(me int32, n int, c Collectives) *Causal { return newCausal(me, n, c, true) }
 
 func newCausal(me int32, n int, c Collectives, camel bool) *Causal {
-	return &Causal{me: me, n: n, camel: camel, incMap: make([]uint32, n), sendCSN: make([]uint64, n),
+	return &Causal{me: me, n: n, camel: camel, incMap: make([]uint32, n), sendCSN: make([]uint64, n), detTop: make([]uint64, n),
 		recv: make([]window, n), coll: newColls(me, c), failing: -1}
 }
 
@@ -279,10 +281,12 @@ func (s *Causal) stamp(kind MsgKind, g uint64, to int32, num uint64, payload []b
 	m := &Message{Kind: kind, Payload: payload, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc}}
 	if to != s.me {
 		// A message to itself carries none: this PE's own determinants
-		// are only safe once another PE holds them.
+		// are only safe once another PE holds them. Nor is it logged: its
+		// only reader would be this PE's own recovery, which loses the
+		// log and re-sends it anyway.
 		m.Dets = s.piggyback()
+		s.log(m)
 	}
-	s.log(m)
 	return m
 }
 
@@ -300,7 +304,7 @@ func (s *Causal) Multicast(g uint64, payload []byte) ([]Action, error) {
 		return nil, err
 	}
 	st.mcastSent++
-	kids := s.coll.c.Groups.Children(g, s.me)
+	kids := s.coll.t.Children(g, s.me)
 	out := make([]Action, 0, len(kids))
 	if !s.camel {
 		for _, c := range kids {
@@ -357,20 +361,20 @@ func (s *Causal) fold(g uint64, st *groupState, out []Action) []Action {
 			out = append(out, s.coll.result(g, k, val))
 			if s.camel {
 				st.complete(k)
-				for _, c := range s.coll.c.Groups.Children(g, s.me) {
+				for _, c := range s.coll.t.Children(g, s.me) {
 					out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{{g, k}}}})
 				}
 			}
 			continue
 		}
-		parent := s.coll.c.Groups.Parent(g, s.me)
+		parent := s.coll.t.Parent(g, s.me)
 		var m *Message
 		if s.camel {
 			// No ssn: an intermediate node folds in arrival order, which
 			// is not recorded, so its sends must not shift the ssns of the
 			// messages its recorded receptions cause.
 			m = &Message{Kind: KindReduction, Payload: val, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: parent, Num: k, Inc: s.inc}}
-			if parent == s.coll.c.Groups.Root(g) || s.verbat {
+			if parent == s.coll.t.Root(g) || s.verbat {
 				m.Dets = s.piggyback()
 			}
 			s.log(m)
@@ -456,10 +460,10 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 		if !st.complete(r.Num) {
 			continue
 		}
-		if s.coll.c.Groups.Parent(r.Group, s.me) != s.coll.c.Groups.Root(r.Group) {
+		if s.coll.t.Parent(r.Group, s.me) != s.coll.t.Root(r.Group) {
 			s.dropLogged(func(m *Message) bool { return m.Kind == KindReduction && m.Group == r.Group && m.Num <= r.Num })
 		}
-		for _, c := range s.coll.c.Groups.Children(r.Group, s.me) {
+		for _, c := range s.coll.t.Children(r.Group, s.me) {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{r}}})
 		}
 	}
@@ -518,7 +522,7 @@ func (s *Causal) duplicate(m *Message) (bool, error) {
 	if m.Sender < 0 || int(m.Sender) >= s.n {
 		return false, fmt.Errorf("PE %d: message from PE %d, outside 0..%d", s.me, m.Sender, s.n-1)
 	}
-	if m.Kind != KindP2P {
+	if m.Kind == KindMulticast || m.Kind == KindReduction {
 		st, err := s.coll.group(m.Group) // validates it, and makes its state
 		if err != nil {
 			return false, err
@@ -528,6 +532,9 @@ func (s *Causal) duplicate(m *Message) (bool, error) {
 		}
 		if m.Kind == KindMulticast {
 			return st.mcastRecv.has(m.Num) || m.Inc < s.incMap[m.Sender] && !s.verbat, nil
+		}
+		if s.coll.ext {
+			return m.Inc < s.incMap[m.Sender] || st.redFrom(m.Sender).has(m.Num), nil
 		}
 		return m.Inc < s.incMap[m.Sender] || st.has(m.Num, m.Sender), nil
 	}
@@ -574,7 +581,7 @@ func (s *Causal) reforward(m *Message, out []Action) []Action {
 		st.reforwarded = map[uint64]uint32{}
 	}
 	st.reforwarded[m.Num] = m.Inc
-	kids := s.coll.c.Groups.Children(m.Group, s.me)
+	kids := s.coll.t.Children(m.Group, s.me)
 	if len(kids) == 0 {
 		return out
 	}
@@ -640,22 +647,27 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 		s.stats.DetsCreated++
 	}
 	if len(m.Dets) > 0 && m.Sender != s.me {
-		s.detLog = append(s.detLog, m.Dets...)
+		s.storeDets(m.Dets)
 		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: m.Sender, Dets: m.Dets}})
 	}
-	if !s.camel || m.Kind == KindP2P {
+	if !s.camel || m.Kind == KindP2P || m.Kind == KindSystem {
 		s.recv[m.Sender].add(m.CSN)
 	}
 	switch m.Kind {
-	case KindP2P:
+	case KindP2P, KindSystem:
 		return append(out, Action{Kind: ActDeliver, Msg: m})
 	case KindMulticast: // RECEIVEMULTICASTMSG
 		st := s.coll.state[m.Group]
 		out = append(out, Action{Kind: ActDeliver, Msg: m})
-		kids := s.coll.c.Groups.Children(m.Group, s.me)
 		if s.camel {
 			st.mcastRecv.add(m.Num)
 			st.noteInc(m.Num, m.Inc)
+		}
+		if s.coll.ext {
+			return out // the runtime forwards it down its tree (SendHop)
+		}
+		kids := s.coll.t.Children(m.Group, s.me)
+		if s.camel {
 			if len(kids) == 0 {
 				return out
 			}
@@ -678,8 +690,40 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 			s.countLog(m, true)
 			count(&s.copies, m, true)
 		}
+		if s.coll.ext {
+			// the runtime folds it and passes the partial up (SendHop)
+			st.redFrom(m.Sender).add(m.Num)
+			return append(out, Action{Kind: ActDeliver, Msg: m})
+		}
 		s.coll.add(m.Group, st, m.Num, m.Sender, m.Payload)
 		return s.fold(m.Group, st, out)
+	}
+}
+
+// storeDets keeps the determinants a message carried for their owners. A
+// sender piggybacks its own determinants not yet acknowledged, in
+// reception order, so most of them came already on its earlier messages:
+// only those past the last one stored for their owner are new.
+func (s *Causal) storeDets(dets []Det) {
+	for i := 0; i < len(dets); {
+		owner := dets[i].Recver
+		j := i + 1
+		for j < len(dets) && dets[j].Recver == owner {
+			j++
+		}
+		run := dets[i:j]
+		if owner >= 0 && int(owner) < s.n {
+			top := &s.detTop[owner]
+			k := len(run)
+			for k > 0 && run[k-1].RSN > *top {
+				k--
+			}
+			if k < len(run) {
+				s.detLog = append(s.detLog, run[k:]...)
+				*top = max(*top, run[len(run)-1].RSN)
+			}
+		}
+		i = j
 	}
 }
 
@@ -744,6 +788,14 @@ func (s *Causal) Checkpoint() {
 	s.msgLog = s.dropCovered(s.msgLog, m.logSeq, nil)
 	s.kept = s.dropCovered(s.kept, m.logSeq, &s.copies)
 	s.detLog = slices.Clone(s.detLog[min(m.detLog, len(s.detLog)):])
+	// Those dropped may come again (piggybacked until acknowledged): store
+	// them again then, as if new.
+	clear(s.detTop)
+	for _, d := range s.detLog {
+		if d.Recver >= 0 && int(d.Recver) < s.n {
+			s.detTop[d.Recver] = max(s.detTop[d.Recver], d.RSN)
+		}
+	}
 	var buf []Det // a new slice: messages in flight may share the old one
 	for _, d := range s.detBuf {
 		if d.RSN > m.rsn {
@@ -800,7 +852,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 	if s.camel {
 		for _, g := range s.coll.sortedGroups() {
 			st := s.coll.state[g]
-			if !s.coll.isRoot(g) || !s.coll.c.Groups.Has(g, y) {
+			if !s.coll.isRoot(g) || !s.coll.t.Has(g, y) {
 				continue
 			}
 			if st.done > 0 {
@@ -816,7 +868,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 	out := []Action{{Kind: ActSend, Packet: rec}}
 	for _, e := range s.msgLog {
 		m := e.m
-		if m.Recver == y || s.camel && m.Kind == KindMulticast && s.coll.c.Groups.Has(m.Group, y) {
+		if m.Recver == y || s.camel && m.Kind == KindMulticast && s.coll.t.Has(m.Group, y) {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
 			s.stats.Replayed++
 		}

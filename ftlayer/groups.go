@@ -122,6 +122,20 @@ type groupState struct {
 	// order, so incarnations only grow.
 	incFrom     []incPoint
 	reforwarded map[uint64]uint32 // multicasts forwarded again, and from which incarnation
+	// hop mode (CAMEL): the reductions whose partial came from each child
+	fromKid map[int32]*window
+}
+
+func (st *groupState) redFrom(pe int32) *window {
+	w := st.fromKid[pe]
+	if w == nil {
+		if st.fromKid == nil {
+			st.fromKid = map[int32]*window{}
+		}
+		w = &window{}
+		st.fromKid[pe] = w
+	}
+	return w
 }
 
 type incPoint struct {
@@ -156,22 +170,39 @@ type partial struct {
 	has  bool
 }
 
+// Trees answers where a PE stands in a group's spanning tree. Groups
+// implements it for the simulator; the runtime implements it over its
+// own trees, which it builds and rebuilds as sections come and go.
+type Trees interface {
+	Root(g uint64) int32
+	Parent(g uint64, pe int32) int32
+	Children(g uint64, pe int32) []int32
+	Has(g uint64, pe int32) bool
+}
+
 // colls is one PE's side of every group it belongs to.
 type colls struct {
 	me      int32
 	c       Collectives
+	t       Trees
+	ext     bool // the runtime runs the trees (hop mode): no validation, no folding here
 	state   map[uint64]*groupState
 	scratch []int32
 }
 
 func newColls(me int32, c Collectives) colls {
-	return colls{me: me, c: c, state: map[uint64]*groupState{}}
+	return colls{me: me, c: c, t: c.Groups, state: map[uint64]*groupState{}}
 }
 
 // group returns this PE's state in g, or an error naming what is wrong
 // with g for this PE.
 func (c *colls) group(g uint64) (*groupState, error) {
 	if st := c.state[g]; st != nil {
+		return st, nil
+	}
+	if c.ext {
+		st := &groupState{}
+		c.state[g] = st
 		return st, nil
 	}
 	if !c.c.Groups.Has(g, c.me) {
@@ -217,7 +248,7 @@ func (c *colls) result(g uint64, k uint64, val []byte) Action {
 	return Action{Kind: ActDeliver, Msg: &Message{Kind: KindReduction, Payload: val, FTHeader: pe.FTHeader{Group: g, Sender: c.me, Recver: c.me, Num: k}}}
 }
 
-func (c *colls) isRoot(g uint64) bool { return c.c.Groups.Root(g) == c.me }
+func (c *colls) isRoot(g uint64) bool { return c.t.Root(g) == c.me }
 
 // add folds a contribution (from a child, or from < 0 for this PE's own)
 // into reduction k. It reports false if that contribution is already in.

@@ -57,7 +57,7 @@ func (p *None) Multicast(g uint64, payload []byte) ([]Action, error) {
 }
 
 func (p *None) forward(g uint64, num uint64, payload []byte, out []Action) []Action {
-	for _, c := range p.coll.c.Groups.Children(g, p.me) {
+	for _, c := range p.coll.t.Children(g, p.me) {
 		out = append(out, p.msg(KindMulticast, g, c, num, payload))
 	}
 	return out
@@ -83,7 +83,7 @@ func (p *None) fold(g uint64, st *groupState, out []Action) []Action {
 			out = append(out, p.coll.result(g, k, val))
 			continue
 		}
-		out = append(out, p.msg(KindReduction, g, p.coll.c.Groups.Parent(g, p.me), k, val))
+		out = append(out, p.msg(KindReduction, g, p.coll.t.Parent(g, p.me), k, val))
 	}
 }
 

@@ -50,6 +50,16 @@
 // or is abandoned (messages are held in between), then drains Next again;
 // on a failure it calls PeerFailed on every survivor and restarts the
 // failed PE with Factory.Restart from its checkpoint.
+//
+// The running system uses the same state machines in hop mode (hops.go,
+// hook.go): the runtime's manager runs the spanning trees itself and calls
+// a Hook on every hop it sends, naming the hop's role (point to point, a
+// multicast leaving its root or forwarded by an inner node, a partial
+// result going up), and on every envelope that arrives. The header travels
+// on the envelope (pe.FTHeader); logged messages keep the envelope itself,
+// payload by reference. NopHook is checkpoint/restart alone. Hop mode does
+// not yet recover a failed PE by replay: the runtime refuses failures
+// under scmel and camel until it does.
 package ftlayer
 
 import (
@@ -166,29 +176,31 @@ type Stats struct {
 	CheckpointBytes uint64
 }
 
-// Logged is the number of messages in the log now, all kinds.
-func (s Stats) Logged() (n uint64) {
+// Total sums one field of the per-kind log statistics over every kind.
+func (s Stats) Total(field func(LogStats) uint64) (n uint64) {
 	for _, l := range s.Log {
-		n += l.Msgs
+		n += field(l)
 	}
 	return n
 }
+
+// Logged is the number of messages in the log now, all kinds.
+func (s Stats) Logged() uint64 { return s.Total(func(l LogStats) uint64 { return l.Msgs }) }
 
 // LoggedBytes is the payload bytes in the log now, all kinds.
-func (s Stats) LoggedBytes() (n uint64) {
-	for _, l := range s.Log {
-		n += l.Bytes
-	}
-	return n
-}
+func (s Stats) LoggedBytes() uint64 { return s.Total(func(l LogStats) uint64 { return l.Bytes }) }
 
 // LoggedTotal is the number of messages ever logged, all kinds.
-func (s Stats) LoggedTotal() (n uint64) {
-	for _, l := range s.Log {
-		n += l.TotalMsgs
-	}
-	return n
+func (s Stats) LoggedTotal() uint64 { return s.Total(func(l LogStats) uint64 { return l.TotalMsgs }) }
+
+// LoggedTotalBytes is the payload bytes ever logged, all kinds.
+func (s Stats) LoggedTotalBytes() uint64 {
+	return s.Total(func(l LogStats) uint64 { return l.TotalBytes })
 }
+
+// Peak is the sum of the kinds' peaks: at least the most the log held at
+// once.
+func (s Stats) Peak() uint64 { return s.Total(func(l LogStats) uint64 { return l.PeakBytes }) }
 
 // Add sums two PEs' (or incarnations') statistics; peaks add too, which
 // bounds the job's peak from above.

@@ -32,6 +32,7 @@ const SnapshotVersion = 2
 type PESnapshot struct {
 	Version     uint8
 	PE, NumPEs  int32
+	Branching   int32 // the spanning trees' arity the counts were made for
 	Epoch       uint64
 	NextColl    uint32
 	NextSec     uint64
@@ -40,6 +41,10 @@ type PESnapshot struct {
 	Sections    []SectionMsg // the sections this PE is part of, as they were set up
 	SecRounds   []uint32     // each section's next reduction round
 	SecRoots    []SecRoot    // sections whose root is not the one their id names
+	// FT is the message-logging protocol's counters (sequence numbers,
+	// incarnations, groups' numbering): what a PE recovering alone from
+	// this checkpoint resumes from.
+	FT *ftlayer.Counters `msgpack:",omitempty"`
 }
 
 // CollSnapshot is one collection's state on one PE: its definition (as
@@ -176,6 +181,11 @@ func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
 		m.Fail(fmt.Errorf("checkpoint %d: %w", msg.Epoch, err))
 		return
 	}
+	// From here until the commit the hook holds what arrives: where the
+	// program resumes among its receptions must be where a restart from
+	// this snapshot resumes.
+	ctr := m.ft.Prepare()
+	snap.FT = &ctr
 	b, err := msgpack.Marshal(snap)
 	if err != nil {
 		m.Fail(fmt.Errorf("checkpoint %d: PE %d: encoding its snapshot: %w", msg.Epoch, m.Me(), err))
@@ -229,6 +239,7 @@ func (m *Manager) ckptActions(acts []ftlayer.Action) {
 // committed: this PE's snapshot of the epoch is committed (held here and
 // by the buddy); write it to the checkpoint directory and tell PE 0.
 func (m *Manager) committed() {
+	m.ft.Checkpoint()
 	ck := m.checkpointer()
 	own := ck.Committed(int32(m.Me()))
 	done := &CkptDoneMsg{Epoch: ck.LastCommitted(), Bytes: uint64(len(own.App))}
@@ -283,7 +294,8 @@ func (m *Manager) onCkptDone(msg *CkptDoneMsg) {
 
 // Snapshot packs this PE's chares and their runtime records.
 func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
-	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Epoch: epoch, NextColl: m.nextColl, NextSec: m.nextSec}
+	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Branching: int32(m.opt.Branching),
+		Epoch: epoch, NextColl: m.nextColl, NextSec: m.nextSec}
 	if m.Me() == 0 && m.ckpt.epoch == epoch {
 		cb := m.ckpt.cb
 		s.Resume = &cb

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/pe"
 )
 
@@ -45,10 +46,7 @@ func (m *Manager) onBcastHop(c *Collection, env *pe.Envelope) {
 	} else {
 		c.history[env.Seq%bcastHistory] = rec
 	}
-	var kids [8]int
-	for _, ch := range c.tree.Children(m.Me(), kids[:0]) {
-		m.send(ch, env)
-	}
+	m.sendTree(c.tree, uint64(c.ID), env)
 	for _, e := range c.Locals() {
 		if e.Bcast < env.Seq {
 			m.send(m.Me(), &pe.Envelope{Type: env.Type, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: env.Seq, Payload: env.Payload})
@@ -331,10 +329,7 @@ func (m *Manager) onSecHop(env *pe.Envelope) {
 		return
 	}
 	c := m.coll(s.Coll)
-	var kids [8]int
-	for _, ch := range s.Tree.Children(m.Me(), kids[:0]) {
-		m.send(ch, env)
-	}
+	m.sendTree(s.Tree, s.ID, env)
 	for _, ix := range s.Members {
 		one := *env
 		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(s.mult[ix])<<32
@@ -457,16 +452,19 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 	if c != nil {
 		coll, name = c.ID, c.Name
 	}
+	g := uint64(coll)
 	if s != nil {
-		sec, coll = s.ID, s.Coll
+		sec, coll, g = s.ID, s.Coll, s.ID
 		name = fmt.Sprintf("section %d of %s", s.ID, name)
 	}
 	for _, a := range acts {
 		switch a.Op {
 		case RedSendParent:
-			m.send(a.To, &pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}})
+			m.sendHop(a.To, ftlayer.RolePartial, g, uint64(a.Partial.Red)+1, false,
+				&pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}})
 		case RedDeliver:
 			m.DeliverCallback(a.Partial.CB, a.Result)
+			m.ft.Reduced(g, uint64(a.Partial.Red)+1)
 		case RedFail:
 			m.failf("%s: %v", name, a.Err)
 		}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/pe"
 )
 
@@ -55,6 +56,8 @@ type Options struct {
 	CheckpointDir string
 	MapFns        []MapFunc   // user placement functions by MapFn id-1
 	OnError       func(error) // how a runtime error ends the run (default: node.Fail)
+	// FT makes each PE's message-logging hook (nil: none).
+	FT HookFactory
 }
 
 // MapFunc places index ix of an array with bounds among n PEs.
@@ -156,6 +159,8 @@ type Manager struct {
 	stranded strandedState
 	ckpt     ckptState
 	secRoots map[uint64]int // sections rooted elsewhere than their id says (after a restart)
+	ft       ftlayer.Hook
+	released pe.Envelope // a held envelope the hook handed back
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64
@@ -201,35 +206,11 @@ func (s *Stats) Add(o Stats) {
 }
 
 // Sizer is implemented by payloads that know their size on the wire.
-type Sizer interface{ WireSize() int }
+type Sizer = pe.Sizer
 
 // PayloadSize is the wire size of a payload when it can be known cheaply, or
 // -1.
-func PayloadSize(v any) int {
-	switch x := v.(type) {
-	case nil:
-		return 0
-	case Sizer:
-		return x.WireSize()
-	case []float64:
-		return 8 * len(x)
-	case []int64:
-		return 8 * len(x)
-	case []byte:
-		return len(x)
-	case string:
-		return len(x)
-	case float64, int64, int, uint64:
-		return 8
-	case int32, uint32, float32:
-		return 4
-	case bool:
-		return 1
-	case struct{}:
-		return 0
-	}
-	return -1
-}
+func PayloadSize(v any) int { return pe.PayloadSize(v) }
 
 func (s *Stats) bytes(n *uint64, v any) {
 	if sz := PayloadSize(v); sz >= 0 {
@@ -244,13 +225,15 @@ func New(p *pe.PE, host Host, opt Options) *Manager {
 	if opt.Branching < 2 {
 		opt.Branching = DefaultBranching
 	}
-	return &Manager{
+	m := &Manager{
 		PE: p, host: host, opt: opt,
 		colls:       map[uint32]*Collection{},
 		secs:        map[uint64]*Section{},
 		pendingColl: map[uint32][]pe.Envelope{},
 		pendingSec:  map[uint64][]pe.Envelope{},
 	}
+	m.newHook()
+	return m
 }
 
 // Of returns the manager of PE p.
@@ -279,8 +262,15 @@ func (m *Manager) Fail(err error) {
 
 func (m *Manager) failf(format string, args ...any) { m.Fail(fmt.Errorf(format, args...)) }
 
-// send counts an application-level message and queues it.
+// send counts an application-level message, has the FT hook stamp it and
+// queues it.
 func (m *Manager) send(dst int, env *pe.Envelope) {
+	if env.Kind != pe.KindSystem || !unlogged(env.Type) {
+		if err := m.ft.Send(dst, ftlayer.RoleP2P, 0, 0, false, env); err != nil {
+			m.Fail(err)
+			return
+		}
+	}
 	m.Sent++
 	m.PE.Send(dst, env)
 }
@@ -299,6 +289,26 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		m.onQDReply(env.Payload.(*QDReplyMsg))
 		return
 	}
+	if env.FT != nil {
+		switch a, err := m.ft.Arrive(env); {
+		case err != nil:
+			m.Fail(err)
+			return
+		case a == ftlayer.Held:
+			return // counted as processed when the hook hands it back
+		case a == ftlayer.Dropped:
+			m.Processed++
+			return
+		}
+	}
+	m.handle(env)
+	for m.ft.Next(&m.released) {
+		m.handle(&m.released)
+	}
+	m.released = pe.Envelope{}
+}
+
+func (m *Manager) handle(env *pe.Envelope) {
 	m.Processed++
 	switch env.Kind {
 	case pe.KindSystem:
@@ -369,6 +379,8 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		m.onRestore(env.Payload.(*RestoreMsg))
 	case tRestored:
 		m.onRestored(env.Payload.(*RestoredMsg))
+	case tFTPacket:
+		m.onFTPacket(env)
 	default:
 		m.failf("PE %d: unknown system message %s", m.Me(), pe.TypeName(env.Type))
 	}

@@ -428,3 +428,31 @@ func decodePartial(b []byte) (any, error) {
 // CreateType is the message type that creates a collection (for launchers
 // that inject the main chare's creation).
 func CreateType() uint32 { return tCreate }
+
+// headerBytes approximates a contribution's or partial's fixed fields on
+// the wire (ids, round, reducer, callback, index).
+const headerBytes = 64
+
+// WireSize approximates the message's size on the wire (for statistics,
+// such as a message log's bytes) without encoding it.
+func (c *ContribMsg) WireSize() int {
+	if c.Value != nil {
+		return headerBytes + len(c.Value)
+	}
+	return headerBytes + max(PayloadSize(c.v), 0)
+}
+
+// WireSize approximates the message's size on the wire without encoding it.
+func (p *PartialMsg) WireSize() int {
+	n := headerBytes + len(p.Acc)
+	for _, v := range p.Vals {
+		n += len(v) + 4*pe.MaxDims
+	}
+	if q := p.p; q != nil {
+		n += max(PayloadSize(q.Acc), 0)
+		for _, it := range q.Items {
+			n += 4*pe.MaxDims + max(PayloadSize(it.Value), 0)
+		}
+	}
+	return n
+}

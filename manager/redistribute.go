@@ -16,13 +16,14 @@ import (
 // trees (branching k); sections keep their ids and members, get new homes
 // and trees, and a root on the new PEs (recorded where the id's own root
 // no longer exists). Groups, one member per PE, cannot change PE count.
+// On the same PE count it serves a restart with another tree arity.
 func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, error) {
 	if n < 1 || len(old) == 0 {
 		return nil, fmt.Errorf("redistribute %d snapshots over %d PEs", len(old), n)
 	}
 	out := make([]*PESnapshot, n)
 	for p := range out {
-		out[p] = &PESnapshot{Version: SnapshotVersion, PE: int32(p), NumPEs: int32(n), Epoch: old[0].Epoch}
+		out[p] = &PESnapshot{Version: SnapshotVersion, PE: int32(p), NumPEs: int32(n), Branching: int32(k), Epoch: old[0].Epoch}
 	}
 	for _, s := range old {
 		for _, o := range out {

@@ -99,3 +99,34 @@ func (d Det) String() string {
 	}
 	return fmt.Sprintf("<%d→%d ssn %d rsn %d>", d.Sender, d.Recver, d.SSN, d.RSN)
 }
+
+// Sizer is implemented by payloads that know their size on the wire.
+type Sizer interface{ WireSize() int }
+
+// PayloadSize is the wire size of a payload when it can be known cheaply, or
+// -1.
+func PayloadSize(v any) int {
+	switch x := v.(type) {
+	case nil:
+		return 0
+	case Sizer:
+		return x.WireSize()
+	case []float64:
+		return 8 * len(x)
+	case []int64:
+		return 8 * len(x)
+	case []byte:
+		return len(x)
+	case string:
+		return len(x)
+	case float64, int64, int, uint64:
+		return 8
+	case int32, uint32, float32:
+		return 4
+	case bool:
+		return 1
+	case struct{}:
+		return 0
+	}
+	return -1
+}

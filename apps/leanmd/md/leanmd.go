@@ -787,6 +787,13 @@ func (r Report) Summary(w io.Writer) {
 		fmt.Fprintf(w, "  fault tolerance: %s, %d failures, %d PEs rolled back, recovery %.1f ms, back to checkpoints %v\n",
 			ft.Protocol, ft.Failures, ft.PEsRolledBack, float64(ft.Recovery.Microseconds())/1e3, ft.Restored)
 	}
+	if ft := r.Ops.FT; ft.Log.LoggedTotal() > 0 {
+		l := ft.Log
+		fmt.Fprintf(w, "  message log (%s): peak per PE %d bytes (p2p %d, multicast %d, reduction %d, system %d; sums of the PEs' peaks / %d)\n",
+			ft.Protocol, l.Peak()/uint64(r.PEs), l.Log[0].PeakBytes/uint64(r.PEs), l.Log[1].PeakBytes/uint64(r.PEs), l.Log[2].PeakBytes/uint64(r.PEs), l.Log[3].PeakBytes/uint64(r.PEs), r.PEs)
+		fmt.Fprintf(w, "  logged in all:  %d messages, %d bytes; determinants %d created, %d piggybacked; %d messages replayed\n",
+			l.LoggedTotal(), l.LoggedTotalBytes(), l.DetsCreated, l.DetsPiggybacked, l.Replayed)
+	}
 	if o.Checkpoints > 0 {
 		fmt.Fprintf(w, "  checkpoints:    %d, %d bytes each (every PE's snapshot, held twice), %.1f ms each\n",
 			o.Checkpoints, o.CheckpointBytes/o.Checkpoints, float64(o.CheckpointNanos)/1e6/float64(o.Checkpoints))

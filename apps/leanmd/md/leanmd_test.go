@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
@@ -245,6 +246,50 @@ func TestFailuresRollBackToTheFailureFreeResult(t *testing.T) {
 					require.Equal(t, []uint64{1}, ft.Restored, "the interrupted checkpoint is not used")
 				}
 			})
+		}
+	}
+}
+
+// Message logging (scmel, camel) stamps, logs and acknowledges every
+// message and holds deliveries around checkpoints, yet a failure-free run
+// ends bitwise where the run without it does, with and without
+// --wire-check (which carries the headers and determinants through the
+// wire codec). CAMEL logs each multicast once, at its root: on binary
+// trees of 5 PEs, less than SCMEL, which logs every hop.
+func TestMessageLoggingLeavesTheResultUnchanged(t *testing.T) {
+	p := params(3, 3, 3, 13)
+	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	for _, pes := range []int{2, 5} {
+		base := run(t, p, chare.Config{PEs: pes, Branching: 2})
+		logs := map[string]ftlayer.Stats{}
+		for _, c := range []chare.Config{{FT: "scmel"}, {FT: "camel"}, {FT: "camel", WireCheck: true}} {
+			c.PEs, c.Branching = pes, 2
+			if c.WireCheck && pes == 2 {
+				continue // once is enough, and it is the slow one
+			}
+			t.Run(fmt.Sprintf("%d PEs %s wire %v", pes, c.FT, c.WireCheck), func(t *testing.T) {
+				r := run(t, p, c)
+				for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+					require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies")
+				}
+				require.Equal(t, base.StateHash, r.StateHash, "final atoms")
+				ft := r.Ops.FT
+				require.Equal(t, c.FT, ft.Protocol)
+				require.Positive(t, ft.Log.LoggedTotal())
+				require.Positive(t, ft.Log.DetsCreated)
+				require.Positive(t, ft.Log.DetsAcked)
+				require.Zero(t, ft.Failures)
+				require.Equal(t, base.Ops.Ops.Checkpoints, r.Ops.Ops.Checkpoints)
+				if !c.WireCheck {
+					logs[c.FT] = ft.Log
+				}
+			})
+		}
+		sc, ca := logs["scmel"].Log[ftlayer.KindMulticast], logs["camel"].Log[ftlayer.KindMulticast]
+		if pes > 3 {
+			require.Less(t, ca.TotalBytes, sc.TotalBytes, "%d PEs: CAMEL logs multicasts once, at the root", pes)
+		} else {
+			require.Equal(t, ca.TotalBytes, sc.TotalBytes, "%d PEs: every multicast tree is a root and one child", pes)
 		}
 	}
 }

@@ -1,0 +1,159 @@
+package ftlayer
+
+import (
+	"fmt"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Arrival is what a Hook says of an envelope that reached its PE.
+type Arrival uint8
+
+const (
+	Handle  Arrival = iota // handle it now
+	Held                   // kept until its turn (Hook.Next hands it back)
+	Dropped                // a duplicate or an old incarnation's: never handled
+)
+
+// Hook is the fault-tolerance layer as the runtime sees it: one per PE,
+// called by the PE's manager on its goroutine for every message it sends
+// and every one that reaches it. The runtime never asks which protocol is
+// on; NopHook is the default.
+type Hook interface {
+	// Name is the protocol's name (none, scmel, camel).
+	Name() string
+	// Send stamps env, one hop to PE dst playing role in group g, before
+	// it is queued (see SendHop for first and num).
+	Send(dst int, role Role, g, num uint64, first bool, env *pe.Envelope) error
+	// Arrive: env reached this PE.
+	Arrive(env *pe.Envelope) (Arrival, error)
+	// Next hands back a held envelope whose turn has come; the runtime
+	// calls it after each envelope it handled, until it reports false.
+	Next(env *pe.Envelope) bool
+	// Packet handles a packet from another PE's hook.
+	Packet(p *Packet) error
+	// Reduced: this PE, the root of group g, delivered reduction num.
+	Reduced(g, num uint64)
+	// Prepare, Checkpoint and Abort bracket a coordinated checkpoint (see
+	// Protocol).
+	Prepare() Counters
+	Checkpoint()
+	Abort()
+	Stats() Stats
+}
+
+// NopHook is checkpoint/restart alone: nothing is stamped or logged.
+type NopHook struct{}
+
+func (NopHook) Name() string                                             { return "none" }
+func (NopHook) Send(int, Role, uint64, uint64, bool, *pe.Envelope) error { return nil }
+func (NopHook) Arrive(*pe.Envelope) (Arrival, error)                     { return Handle, nil }
+func (NopHook) Next(*pe.Envelope) bool                                   { return false }
+func (NopHook) Packet(*Packet) error                                     { return nil }
+func (NopHook) Reduced(uint64, uint64)                                   {}
+func (NopHook) Prepare() Counters                                        { return Counters{} }
+func (NopHook) Checkpoint()                                              {}
+func (NopHook) Abort()                                                   {}
+func (NopHook) Stats() Stats                                             { return Stats{} }
+
+// CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
+// runtime. Net carries its packets (acknowledgements) to other PEs.
+type CausalHook struct {
+	s   *Causal
+	net func(dst int, p *Packet)
+}
+
+// NewCausalHook makes PE me's hook for protocol "scmel" or "camel".
+func NewCausalHook(protocol string, me, n int, t Trees, net func(dst int, p *Packet)) (*CausalHook, error) {
+	var camel bool
+	switch protocol {
+	case "scmel":
+	case "camel":
+		camel = true
+	default:
+		return nil, fmt.Errorf("unknown message-logging protocol %q (want none, scmel or camel)", protocol)
+	}
+	return &CausalHook{s: NewHopCausal(int32(me), n, t, camel), net: net}, nil
+}
+
+// Protocol is the state machine the hook runs.
+func (h *CausalHook) Protocol() *Causal { return h.s }
+
+func (h *CausalHook) Name() string {
+	if h.s.camel {
+		return "camel"
+	}
+	return "scmel"
+}
+
+func (h *CausalHook) Send(dst int, role Role, g, num uint64, first bool, env *pe.Envelope) error {
+	hdr, err := h.s.SendHop(int32(dst), role, g, num, first, env.FT, env)
+	if err != nil {
+		return err
+	}
+	env.FT = hdr
+	return nil
+}
+
+func (h *CausalHook) Arrive(env *pe.Envelope) (Arrival, error) {
+	if env.FT == nil {
+		return Handle, nil // not logged: runtime control (checkpoints, this layer's own packets)
+	}
+	held := h.s.stats.Held
+	acts, err := h.s.ReceiveHop(env)
+	if err != nil {
+		return Dropped, err
+	}
+	switch {
+	case h.run(acts, env):
+		return Handle, nil
+	case h.s.stats.Held > held:
+		return Held, nil
+	}
+	return Dropped, nil
+}
+
+func (h *CausalHook) Next(env *pe.Envelope) bool { return h.run(h.s.Next(), env) }
+
+// run sends the actions' packets and reports whether they deliver a
+// message (at most one), which it puts in *env.
+func (h *CausalHook) run(acts []Action, env *pe.Envelope) bool {
+	got := false
+	for _, a := range acts {
+		switch a.Kind {
+		case ActSend:
+			p := a.Packet
+			h.net(int(p.To), &p)
+		case ActDeliver:
+			*env = *a.Msg.Env
+			got = true
+		}
+	}
+	return got
+}
+
+func (h *CausalHook) Packet(p *Packet) error {
+	acts, err := h.s.Receive(p)
+	if err != nil {
+		return err
+	}
+	for _, a := range acts {
+		if a.Kind == ActSend {
+			q := a.Packet
+			h.net(int(q.To), &q)
+		}
+	}
+	return nil
+}
+
+func (h *CausalHook) Reduced(g, num uint64) {
+	for _, a := range h.s.Reduced(g, num) {
+		p := a.Packet
+		h.net(int(p.To), &p)
+	}
+}
+
+func (h *CausalHook) Prepare() Counters { return h.s.Prepare() }
+func (h *CausalHook) Checkpoint()       { h.s.Checkpoint() }
+func (h *CausalHook) Abort()            { h.s.Abort() }
+func (h *CausalHook) Stats() Stats      { return h.s.Stats() }

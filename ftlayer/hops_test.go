@@ -1,0 +1,198 @@
+package ftlayer
+
+import (
+	"testing"
+
+	"github.com/charmgo/charmgo/pe"
+	"github.com/stretchr/testify/require"
+)
+
+// hopNet runs hop-mode protocols of n PEs over one group (1: PEs 0..n-1,
+// k-ary, rooted at 0) the way the runtime's manager drives them.
+type hopNet struct {
+	gs    *Groups
+	hooks []*CausalHook
+	acks  []Packet
+}
+
+func newHopNet(t *testing.T, n, k int, proto string) *hopNet {
+	gs := NewGroups()
+	members := make([]int32, n)
+	for i := range members {
+		members[i] = int32(i)
+	}
+	require.NoError(t, gs.Add(1, members, k))
+	h := &hopNet{gs: gs}
+	for i := 0; i < n; i++ {
+		hk, err := NewCausalHook(proto, i, n, gs, func(dst int, p *Packet) { h.acks = append(h.acks, *p) })
+		require.NoError(t, err)
+		h.hooks = append(h.hooks, hk)
+	}
+	return h
+}
+
+func payload(n int) *pe.Envelope {
+	return &pe.Envelope{Type: 1, Kind: pe.KindMulticast, Payload: make([]byte, n)}
+}
+
+// multicast sends one multicast from the root down the whole tree, each PE
+// forwarding what it received, and returns the envelopes each PE handled.
+func (h *hopNet) multicast(t *testing.T, size int) map[int]pe.Envelope {
+	got := map[int]pe.Envelope{}
+	var visit func(p int, env pe.Envelope)
+	visit = func(p int, env pe.Envelope) {
+		role := RoleMcastFwd
+		if p == 0 {
+			role = RoleMcastRoot
+		}
+		for i, c := range h.gs.Children(1, int32(p)) {
+			out := env
+			require.NoError(t, h.hooks[p].Send(int(c), role, 1, 0, i == 0, &out))
+			a, err := h.hooks[c].Arrive(&out)
+			require.NoError(t, err)
+			require.Equal(t, Handle, a)
+			got[int(c)] = out
+			visit(int(c), out)
+		}
+	}
+	visit(0, *payload(size))
+	return got
+}
+
+func (h *hopNet) deliverAcks(t *testing.T) {
+	for len(h.acks) > 0 {
+		p := h.acks[0]
+		h.acks = h.acks[1:]
+		require.NoError(t, h.hooks[p.To].Packet(&p))
+	}
+}
+
+// Under CAMEL a multicast is logged once, at its root, whatever the tree's
+// size; SCMEL logs a copy on every edge of the tree.
+func TestHopMulticastIsLoggedOnceAtTheRoot(t *testing.T) {
+	const n, size = 21, 100
+	for _, c := range []struct {
+		proto       string
+		rootMsgs    uint64
+		innerLogged uint64
+	}{{"camel", 1, 0}, {"scmel", 4, 4}} {
+		h := newHopNet(t, n, 4, c.proto)
+		got := h.multicast(t, size)
+		require.Len(t, got, n-1, c.proto)
+		for p, env := range got {
+			require.Equal(t, uint64(1), env.FT.Num, "%s: PE %d got multicast 1", c.proto, p)
+		}
+		root := h.hooks[0].Stats().Log[KindMulticast]
+		require.Equal(t, c.rootMsgs, root.Msgs, c.proto)
+		require.Equal(t, c.rootMsgs*size, root.Bytes, c.proto)
+		require.Equal(t, c.innerLogged, h.hooks[1].Stats().Log[KindMulticast].Msgs, "%s: an inner node with 4 children", c.proto)
+		var dets uint64
+		for _, hk := range h.hooks {
+			dets += hk.Stats().DetsCreated
+		}
+		require.Equal(t, uint64(n-1), dets, "%s: one determinant per reception", c.proto)
+	}
+}
+
+// A CAMEL multicast ahead of its group's order waits for the one before it.
+func TestHopMulticastsAreDeliveredInOrder(t *testing.T) {
+	h := newHopNet(t, 2, 4, "camel")
+	first, second := *payload(1), *payload(2)
+	require.NoError(t, h.hooks[0].Send(1, RoleMcastRoot, 1, 0, true, &first))
+	require.NoError(t, h.hooks[0].Send(1, RoleMcastRoot, 1, 0, true, &second))
+	a, err := h.hooks[1].Arrive(&second)
+	require.NoError(t, err)
+	require.Equal(t, Held, a)
+	a, err = h.hooks[1].Arrive(&first)
+	require.NoError(t, err)
+	require.Equal(t, Handle, a)
+	var next pe.Envelope
+	require.True(t, h.hooks[1].Next(&next))
+	require.Equal(t, uint64(2), next.FT.Num)
+	require.False(t, h.hooks[1].Next(&next))
+	// the same multicast again (a re-sent copy) is dropped
+	a, err = h.hooks[1].Arrive(&first)
+	require.NoError(t, err)
+	require.Equal(t, Dropped, a)
+}
+
+// Under CAMEL a partial result sent to an inner node is dropped from its
+// sender's log once the root acknowledges the reduction; one sent to the
+// root stays until the checkpoint. SCMEL keeps both until the checkpoint.
+func TestHopPartialsAreDroppedAtTheRootsAck(t *testing.T) {
+	for _, c := range []struct {
+		proto                     string
+		leafAfterAck, kidAfterAck uint64
+	}{{"camel", 0, 1}, {"scmel", 1, 1}} {
+		h := newHopNet(t, 6, 4, c.proto) // 0 → 1,2,3,4; 1 → 5
+		leaf := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 8)}
+		require.NoError(t, h.hooks[5].Send(1, RolePartial, 1, 1, false, leaf))
+		a, err := h.hooks[1].Arrive(leaf)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+		up := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 16)}
+		require.NoError(t, h.hooks[1].Send(0, RolePartial, 1, 1, false, up))
+		a, err = h.hooks[0].Arrive(up)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+		require.Equal(t, uint64(1), h.hooks[5].Stats().Log[KindReduction].Msgs)
+		h.hooks[0].Reduced(1, 1)
+		h.deliverAcks(t)
+		require.Equal(t, c.leafAfterAck, h.hooks[5].Stats().Log[KindReduction].Msgs, c.proto)
+		require.Equal(t, c.kidAfterAck, h.hooks[1].Stats().Log[KindReduction].Msgs, c.proto)
+		// a checkpoint drops what it covers
+		for _, hk := range h.hooks {
+			hk.Prepare()
+			hk.Checkpoint()
+			require.Zero(t, hk.Stats().Logged(), c.proto)
+		}
+	}
+}
+
+// Point-to-point hops are logged with their envelope (a replay re-sends
+// it whole), but not those to the PE itself; a duplicate is dropped; what
+// arrives between a snapshot and its commit is held until the commit.
+func TestHopPointToPoint(t *testing.T) {
+	h := newHopNet(t, 2, 4, "scmel")
+	env := &pe.Envelope{Type: 3, Coll: 9, Kind: pe.KindP2P, Index: pe.Idx(4, 5), Payload: []float64{1, 2}}
+	require.NoError(t, h.hooks[0].Send(1, RoleP2P, 0, 0, false, env))
+	self := &pe.Envelope{Type: 3, Kind: pe.KindP2P, Payload: []float64{3}}
+	require.NoError(t, h.hooks[0].Send(0, RoleP2P, 0, 0, false, self))
+	st := h.hooks[0].Stats().Log[KindP2P]
+	require.Equal(t, uint64(1), st.Msgs)
+	require.Equal(t, uint64(16), st.Bytes)
+	logged := h.hooks[0].Protocol().msgLog[0].m.Env
+	require.Equal(t, env.Index, logged.Index)
+	require.Equal(t, env.Payload, logged.Payload)
+
+	recv := *env
+	a, err := h.hooks[1].Arrive(&recv)
+	require.NoError(t, err)
+	require.Equal(t, Handle, a)
+	require.Equal(t, env.Payload, recv.Payload)
+	dup := *env
+	a, err = h.hooks[1].Arrive(&dup)
+	require.NoError(t, err)
+	require.Equal(t, Dropped, a)
+
+	h.hooks[1].Prepare()
+	next := &pe.Envelope{Type: 3, Kind: pe.KindSystem, Payload: []byte{1}}
+	require.NoError(t, h.hooks[0].Send(1, RoleP2P, 0, 0, false, next))
+	a, err = h.hooks[1].Arrive(next)
+	require.NoError(t, err)
+	require.Equal(t, Held, a)
+	h.hooks[1].Checkpoint()
+	var out pe.Envelope
+	require.True(t, h.hooks[1].Next(&out))
+	require.Equal(t, pe.KindSystem, out.Kind)
+	require.Equal(t, uint64(1), h.hooks[0].Stats().Log[KindSystem].Msgs)
+}
+
+func TestHopErrors(t *testing.T) {
+	h := newHopNet(t, 2, 4, "camel")
+	env := payload(1)
+	require.ErrorContains(t, h.hooks[0].Send(5, RoleP2P, 0, 0, false, env), "PE 5, outside 0..1")
+	require.ErrorContains(t, h.hooks[1].Send(0, RoleMcastFwd, 1, 0, false, env), "carries no header")
+	_, err := NewCausalHook("pessimistic", 0, 2, h.gs, nil)
+	require.ErrorContains(t, err, `unknown message-logging protocol "pessimistic"`)
+}

@@ -1,0 +1,136 @@
+package manager
+
+import (
+	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/pe"
+)
+
+// The fault-tolerance hook (ftlayer.Hook) sits on the manager's send and
+// receive paths. The manager tells it what part each hop plays in its
+// trees — a multicast leaving its root or forwarded, a partial result going
+// up — so a collective-aware protocol can log accordingly, and never asks
+// which protocol is on.
+//
+// Group ids, as the hook sees them: a collection's (its PE tree, rooted at
+// PE 0) is its collection id; a section's is its section id (>= 1<<40).
+
+// HookFactory makes PE me's hook; t answers for the PE's trees and net
+// carries the hook's packets.
+type HookFactory func(me, n int, t ftlayer.Trees, net func(dst int, p *ftlayer.Packet)) ftlayer.Hook
+
+// FTPacketMsg carries a packet between two PEs' hooks (acknowledgements).
+type FTPacketMsg struct {
+	Kind ftlayer.PacketKind
+	Dets []pe.Det
+	Done []ftlayer.Reduced
+}
+
+var tFTPacket uint32
+
+func init() { tFTPacket = RegisterMsgpackType[*FTPacketMsg]("mgr.ftPacket") }
+
+// unlogged reports system messages no protocol logs: checkpoint and
+// restart control, which is coordinated, not replayed, and the hooks'
+// own packets. (Quiescence probes bypass the send path altogether.)
+func unlogged(typ uint32) bool {
+	switch typ {
+	case tCkptTake, tCkptPacket, tCkptDone, tRestore, tRestored, tFTPacket:
+		return true
+	}
+	return false
+}
+
+func (m *Manager) newHook() {
+	m.ft = ftlayer.NopHook{}
+	if m.opt.FT != nil {
+		m.ft = m.opt.FT(m.Me(), m.NumPEs(), treesOf{m}, m.ftNet)
+	}
+}
+
+func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
+	m.sendSys(dst, tFTPacket, &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done})
+}
+
+func (m *Manager) onFTPacket(env *pe.Envelope) {
+	msg := env.Payload.(*FTPacketMsg)
+	if err := m.ft.Packet(&ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done}); err != nil {
+		m.Fail(err)
+	}
+}
+
+// FT is this PE's fault-tolerance hook.
+func (m *Manager) FT() ftlayer.Hook { return m.ft }
+
+// sendHop sends one hop of a collective, telling the hook its role.
+func (m *Manager) sendHop(dst int, role ftlayer.Role, g, num uint64, first bool, env *pe.Envelope) {
+	if err := m.ft.Send(dst, role, g, num, first, env); err != nil {
+		m.Fail(err)
+		return
+	}
+	m.Sent++
+	m.PE.Send(dst, env)
+}
+
+// sendTree sends env down tree t to this PE's children: from the root it
+// leaves as a new multicast, from an inner node it is forwarded.
+func (m *Manager) sendTree(t *Tree, g uint64, env *pe.Envelope) {
+	var kids [8]int
+	role := ftlayer.RoleMcastFwd
+	if t.Root() == m.Me() {
+		role = ftlayer.RoleMcastRoot
+	}
+	for i, ch := range t.Children(m.Me(), kids[:0]) {
+		m.sendHop(ch, role, g, 0, i == 0, env)
+	}
+}
+
+// treesOf answers the hook's questions about the manager's trees.
+type treesOf struct{ m *Manager }
+
+func (t treesOf) tree(g uint64) *Tree {
+	if g < 1<<32 {
+		if c := t.m.colls[uint32(g)]; c != nil {
+			return c.tree
+		}
+		return nil
+	}
+	if s := t.m.secs[g]; s != nil {
+		return s.Tree
+	}
+	return nil
+}
+
+func (t treesOf) Root(g uint64) int32 {
+	if g >= 1<<32 {
+		return int32(t.m.sectionRoot(g)) // known before the section is set up here
+	}
+	if tr := t.tree(g); tr != nil {
+		return int32(tr.Root())
+	}
+	return -1
+}
+
+func (t treesOf) Parent(g uint64, p int32) int32 {
+	if tr := t.tree(g); tr != nil {
+		return int32(tr.Parent(int(p)))
+	}
+	return -1
+}
+
+func (t treesOf) Children(g uint64, p int32) []int32 {
+	tr := t.tree(g)
+	if tr == nil {
+		return nil
+	}
+	var kids [8]int
+	var out []int32
+	for _, c := range tr.Children(int(p), kids[:0]) {
+		out = append(out, int32(c))
+	}
+	return out
+}
+
+func (t treesOf) Has(g uint64, p int32) bool {
+	tr := t.tree(g)
+	return tr != nil && tr.Contains(int(p))
+}

@@ -293,7 +293,7 @@ func (m *Manager) onSection(sm *SectionMsg) {
 	if buf := m.pendingSec[s.ID]; buf != nil {
 		delete(m.pendingSec, s.ID)
 		for i := range buf {
-			m.Handle(m.PE, &buf[i])
+			m.handle(&buf[i]) // accepted already: not past the FT hook again
 			m.Processed--
 		}
 	}

@@ -675,8 +675,8 @@ func (m *Manager) onCreate(cm *CreateMsg) {
 	if buf := m.pendingColl[c.ID]; buf != nil {
 		delete(m.pendingColl, c.ID)
 		for i := range buf {
-			m.Handle(m.PE, &buf[i])
-			m.Processed-- // counted when it first arrived
+			m.handle(&buf[i]) // accepted already: not past the FT hook again
+			m.Processed--     // counted when it first arrived
 		}
 	}
 }

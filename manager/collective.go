@@ -40,12 +40,7 @@ func (m *Manager) onBcastHop(c *Collection, env *pe.Envelope) {
 		return
 	}
 	c.bcastDelivered = env.Seq
-	rec := bcastRec{seq: env.Seq, typ: env.Type, payload: env.Payload}
-	if len(c.history) < bcastHistory {
-		c.history = append(c.history, rec)
-	} else {
-		c.history[env.Seq%bcastHistory] = rec
-	}
+	c.remember(bcastRec{seq: env.Seq, typ: env.Type, payload: env.Payload})
 	m.sendTree(c.tree, uint64(c.ID), env)
 	for _, e := range c.Locals() {
 		if e.Bcast < env.Seq {
@@ -54,16 +49,26 @@ func (m *Manager) onBcastHop(c *Collection, env *pe.Envelope) {
 	}
 }
 
+// remember keeps a delivered broadcast for elements that arrive without
+// it, in a ring indexed by number: after a restart the numbering goes on
+// from the checkpoint's, with nothing kept from before it.
+func (c *Collection) remember(r bcastRec) {
+	i := int(r.seq % bcastHistory)
+	for len(c.history) <= i {
+		c.history = append(c.history, bcastRec{})
+	}
+	c.history[i] = r
+}
+
 func (c *Collection) historyAt(seq uint64) (bcastRec, bool) {
 	if seq == 0 || seq > c.bcastDelivered {
 		return bcastRec{}, false
 	}
-	var r bcastRec
-	if len(c.history) < bcastHistory {
-		r = c.history[seq-1]
-	} else {
-		r = c.history[seq%bcastHistory]
+	i := int(seq % bcastHistory)
+	if i >= len(c.history) {
+		return bcastRec{}, false
 	}
+	r := c.history[i]
 	return r, r.seq == seq
 }
 

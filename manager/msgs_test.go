@@ -52,3 +52,30 @@ func FuzzDecodeSystemMessages(f *testing.F) {
 		}
 	})
 }
+
+// The broadcast history answers only for broadcasts it kept: after a
+// restart (delivered count restored, nothing kept) and after the ring
+// wrapped.
+func TestBroadcastHistory(t *testing.T) {
+	c := &Collection{bcastDelivered: 5} // restored from a checkpoint
+	for s := uint64(6); s <= 8; s++ {
+		c.bcastDelivered = s
+		c.remember(bcastRec{seq: s, typ: uint32(s)})
+	}
+	for s := uint64(0); s <= 9; s++ {
+		r, ok := c.historyAt(s)
+		require.Equal(t, s >= 6 && s <= 8, ok, "broadcast %d", s)
+		if ok {
+			require.Equal(t, uint32(s), r.typ)
+		}
+	}
+	for s := uint64(9); s <= bcastHistory+10; s++ {
+		c.bcastDelivered = s
+		c.remember(bcastRec{seq: s, typ: uint32(s)})
+	}
+	_, ok := c.historyAt(10)
+	require.False(t, ok, "overwritten")
+	r, ok := c.historyAt(bcastHistory + 10)
+	require.True(t, ok)
+	require.Equal(t, uint32(bcastHistory+10), r.typ)
+}

@@ -274,18 +274,26 @@ func (s *Causal) piggyback() []Det {
 }
 
 // stamp makes a message carried hop by hop (point to point, or a
-// collective's hop under SCMEL): ssn, channel number, determinants.
+// collective's hop under SCMEL) and logs it.
 func (s *Causal) stamp(kind MsgKind, g uint64, to int32, num uint64, payload []byte) *Message {
+	m := s.header(kind, g, to, num, payload)
+	if to != s.me {
+		s.log(m)
+	}
+	return m
+}
+
+// header numbers a hop-by-hop message: ssn, channel number, determinants.
+// A message to itself carries none: this PE's own determinants are only
+// safe once another PE holds them. Nor is it logged: its only reader
+// would be this PE's own recovery, which loses the log and re-sends it
+// anyway.
+func (s *Causal) header(kind MsgKind, g uint64, to int32, num uint64, payload []byte) *Message {
 	s.ssn++
 	s.sendCSN[to]++
 	m := &Message{Kind: kind, Payload: payload, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc}}
 	if to != s.me {
-		// A message to itself carries none: this PE's own determinants
-		// are only safe once another PE holds them. Nor is it logged: its
-		// only reader would be this PE's own recovery, which loses the
-		// log and re-sends it anyway.
 		m.Dets = s.piggyback()
-		s.log(m)
 	}
 	return m
 }

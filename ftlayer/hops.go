@@ -52,28 +52,28 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		if env.Kind == KindSystem {
 			kind = KindSystem
 		}
-		m = s.stamp(kind, 0, to, 0, nil)
+		m = s.header(kind, 0, to, 0, nil)
 	case RoleMcastRoot:
 		st, _ := s.coll.group(g)
-		if !first && s.camel && (s.lastRoot == nil || s.lastRoot.Group != g) {
-			return nil, fmt.Errorf("PE %d: a multicast of group %d continued before it began", s.me, g)
-		}
-		if first {
+		switch {
+		case first && s.camel:
+			// logged once for the whole group (Algorithm 2)
 			st.mcastSent++
-			if s.camel {
-				// logged once for the whole group (Algorithm 2)
-				s.ssn++
-				m = &Message{Kind: KindMulticast, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: -1, SSN: s.ssn, Num: st.mcastSent, Inc: s.inc}}
-				m.Dets = s.piggyback()
-				s.lastRoot = m
-				s.attach(m, env)
-				s.log(m)
-				return &m.FTHeader, nil
+			s.ssn++
+			m = &Message{Kind: KindMulticast, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: -1, SSN: s.ssn, Num: st.mcastSent, Inc: s.inc}}
+			m.Dets = s.piggyback()
+			s.lastRoot = m
+		case s.camel:
+			if s.lastRoot == nil || s.lastRoot.Group != g {
+				return nil, fmt.Errorf("PE %d: a multicast of group %d continued before it began", s.me, g)
 			}
-		} else if s.camel {
 			return &s.lastRoot.FTHeader, nil
+		default:
+			if first {
+				st.mcastSent++
+			}
+			m = s.header(KindMulticast, g, to, st.mcastSent, nil)
 		}
-		m = s.stamp(KindMulticast, g, to, st.mcastSent, nil)
 	case RoleMcastFwd:
 		if rx == nil || rx.Group != g {
 			return nil, fmt.Errorf("PE %d: forwarding a multicast of group %d that carries no header of that group", s.me, g)
@@ -84,51 +84,36 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 			fwd.Dets, fwd.Recver = nil, -1
 			return &fwd, nil
 		}
-		m = s.stamp(KindMulticast, g, to, rx.Num, nil)
+		m = s.header(KindMulticast, g, to, rx.Num, nil)
 	case RolePartial:
-		if s.camel {
-			st, _ := s.coll.group(g)
-			st.forwarded = max(st.forwarded, num)
-			// No ssn: an inner node folds in arrival order, which is not
-			// recorded, so its sends must not shift the ssns of the
-			// messages its recorded receptions cause.
-			m = &Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, Num: num, Inc: s.inc}}
-			if to == s.coll.t.Root(g) {
-				m.Dets = s.piggyback()
-			}
-			s.attach(m, env)
-			s.log(m)
-			return &m.FTHeader, nil
+		if !s.camel {
+			m = s.header(KindReduction, g, to, num, nil)
+			break
 		}
-		m = s.stamp(KindReduction, g, to, num, nil)
+		st, _ := s.coll.group(g)
+		st.forwarded = max(st.forwarded, num)
+		// No ssn: an inner node folds in arrival order, which is not
+		// recorded, so its sends must not shift the ssns of the messages
+		// its recorded receptions cause.
+		m = &Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, Num: num, Inc: s.inc}}
+		if to == s.coll.t.Root(g) {
+			m.Dets = s.piggyback()
+		}
 	default:
 		return nil, fmt.Errorf("PE %d: hop of unknown role %d", s.me, role)
 	}
-	s.attach(m, env)
-	return &m.FTHeader, nil
-}
-
-// attach makes m carry env (a copy of the envelope as sent, whose payload
-// the sender handed over) and counts its size in the log it is already in.
-func (s *Causal) attach(m *Message, env *pe.Envelope) {
+	// m carries a copy of the envelope as sent, whose payload the sender
+	// handed over; it is logged unless it goes to this PE itself
 	e := *env
 	e.FT = &m.FTHeader
 	m.Env = &e
-	if m.Recver == s.me {
-		return // not logged: its size is never counted
+	if to != s.me {
+		if m.Size = pe.PayloadSize(env.Payload); m.Size < 0 {
+			m.Size = encodedSize(env)
+		}
+		s.log(m)
 	}
-	size := pe.PayloadSize(env.Payload)
-	if size < 0 {
-		size = encodedSize(env)
-	}
-	m.Size = size
-	if len(s.msgLog) > 0 && s.msgLog[len(s.msgLog)-1].m == m {
-		// stamp logged it with no size yet
-		l := &s.logged[m.Kind]
-		l.Bytes += uint64(size)
-		l.TotalBytes += uint64(size)
-		l.PeakBytes = max(l.PeakBytes, l.Bytes)
-	}
+	return &m.FTHeader, nil
 }
 
 // encodedSize measures a payload whose type does not know its size by

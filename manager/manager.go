@@ -302,10 +302,12 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		}
 	}
 	m.handle(env)
-	for m.ft.Next(&m.released) {
-		m.handle(&m.released)
+	if m.ft.Next(&m.released) {
+		for ok := true; ok; ok = m.ft.Next(&m.released) {
+			m.handle(&m.released)
+		}
+		m.released = pe.Envelope{} // drop its payload
 	}
-	m.released = pe.Envelope{}
 }
 
 func (m *Manager) handle(env *pe.Envelope) {

@@ -101,6 +101,7 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 		p.outApp = make([][]Envelope, cfg.NumPEs)
 		p.outSys = make([][]Envelope, cfg.NumPEs)
 		p.dirty = make([]bool, cfg.NumPEs)
+		p.exited = make(chan struct{})
 		n.pes[i] = p
 	}
 	n.transport = inProcess{n}
@@ -126,6 +127,73 @@ func (n *Node) Start() {
 		n.wg.Add(1)
 		go p.run()
 	}
+}
+
+// FailPE fails PE i, fail-stop: its goroutine stops once the message it
+// is handling returns, and nothing it buffered for sending leaves. Safe
+// from any goroutine, PE i's own included. It reports false if PE i is
+// failing already or the run is stopping.
+func (n *Node) FailPE(i int) bool {
+	p := n.pes[i]
+	// The slot keeps its one count in the node's WaitGroup: the dying
+	// goroutine leaves it to its successor (Replace).
+	if n.stopped.Load() || !p.life.CompareAndSwap(peRunning, peDying) {
+		return false
+	}
+	in := &p.in
+	in.pending.Store(true)
+	if in.parked.Load() && in.parked.CompareAndSwap(true, false) {
+		in.parkedCount.Add(-1)
+		in.signal()
+	}
+	return true
+}
+
+// Replace starts a new incarnation of PE i, which FailPE failed: once the
+// old goroutine stopped (Replace waits for it: call it from another
+// goroutine), whatever it had queued, buffered or not yet taken from its
+// inbox is discarded, and a new goroutine runs mk's handler on an empty
+// PE. Messages sent to it from then on reach the new incarnation. It
+// returns the old handler (for its statistics: a recovery must not read
+// it), or nil if PE i was not failed.
+func (n *Node) Replace(i int, mk func(p *PE) Handler) Handler {
+	p := n.pes[i]
+	p.replaceMu.Lock()
+	defer p.replaceMu.Unlock()
+	if p.life.Load() != peDying {
+		return nil
+	}
+	in := &p.in
+	<-p.exited
+	old := p.handler
+	in.mu.Lock()
+	clear(in.sys)
+	clear(in.app)
+	in.sys, in.app = in.sys[:0], in.app[:0]
+	in.pending.Store(false)
+	in.mu.Unlock()
+	p.sysq, p.appq = queue{}, queue{}
+	for d := range p.outApp {
+		clear(p.outApp[d])
+		clear(p.outSys[d])
+		p.outApp[d], p.outSys[d] = p.outApp[d][:0], p.outSys[d][:0]
+		p.dirty[d] = false
+	}
+	p.dirtyList = p.dirtyList[:0]
+	p.cur, p.sinceFlush = Envelope{}, 0
+	p.handler = mk(p)
+	p.idle, _ = p.handler.(IdleHandler)
+	p.exited = make(chan struct{})
+	p.life.Store(peRunning)
+	go p.run()
+	return old
+}
+
+// InjectControl hands env to PE dst like Inject, but uncounted: the
+// runtime's own control (failure notices), which quiescence detection
+// must not wait for.
+func (n *Node) InjectControl(dst int, env Envelope) {
+	n.pes[dst].in.push(env.Kind == KindSystem, []Envelope{env})
 }
 
 // Stop ends the run with an exit code; every PE stops after its current
@@ -342,6 +410,12 @@ type PE struct {
 	spin       int
 	wire       bool
 	Stats      Stats
+	// life: peDying once Replace failed this incarnation; its goroutine
+	// stops at the next message boundary, sending nothing more, and
+	// closes exited.
+	life      atomic.Int32
+	exited    chan struct{}
+	replaceMu sync.Mutex
 }
 
 // ID is the PE's number in the job.
@@ -454,9 +528,25 @@ func (p *PE) grab() {
 	in.mu.Unlock()
 }
 
+const (
+	peRunning int32 = iota
+	peDying
+	peExited
+)
+
+func (p *PE) dead() bool { return p.life.Load() == peDying }
+
 func (p *PE) run() {
-	defer p.node.wg.Done()
+	defer func() {
+		if p.life.CompareAndSwap(peRunning, peExited) {
+			p.node.wg.Done() // else its successor carries the count
+		}
+		close(p.exited)
+	}()
 	for !p.node.stopped.Load() {
+		if p.dead() {
+			return // fail-stop: what it buffered is never sent
+		}
 		if p.in.pending.Load() {
 			p.grab()
 		}
@@ -485,11 +575,13 @@ func (p *PE) run() {
 		p.dispatch(&p.cur)
 		p.cur = Envelope{}
 		p.Stats.Processed++
-		if p.sinceFlush++; p.sinceFlush >= p.flushEvery {
+		if p.sinceFlush++; p.sinceFlush >= p.flushEvery && !p.dead() {
 			p.Flush()
 		}
 	}
-	p.Flush()
+	if !p.dead() {
+		p.Flush()
+	}
 }
 
 func (p *PE) dispatch(env *Envelope) {
@@ -507,7 +599,7 @@ func (p *PE) park() {
 	// busy core, so it is off by default. Every 64 polls it yields, so a
 	// spinning PE never starves a goroutine sharing its core.
 	for i := 0; i < p.spin; i++ {
-		if p.in.pending.Load() || p.node.stopped.Load() {
+		if p.in.pending.Load() || p.node.stopped.Load() || p.dead() {
 			return
 		}
 		if i&63 == 63 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +109,15 @@ type FTStats struct {
 	Log ftlayer.Stats
 }
 
+// CheckpointPeriod is the checkpoint cadence the run was asked for
+// (--ckpt-period): every steps steps, or at the first step boundary after
+// every since the last checkpoint; both zero when not asked for. A program
+// that checkpoints follows it instead of its own.
+func CheckpointPeriod(ctx *Ctx) (steps int, every time.Duration) {
+	rs := hostOf(ctx.m).run
+	return rs.ckptSteps, rs.ckptEvery
+}
+
 // AtStep tells the runtime that the program begins step (on any one
 // chare, once per step): failures injected at that step happen now.
 func AtStep(ctx *Ctx, step int) { hostOf(ctx.m).run.atStep(step) }
@@ -123,26 +133,43 @@ type runState struct {
 	failed  time.Time
 	ft      FTStats
 	notices io.Writer
+	// the checkpoint cadence asked for (CheckpointPeriod)
+	ckptSteps int
+	ckptEvery time.Duration
+
+	// Local recovery (scmel, camel): a failed PE comes back alone.
+	local      bool
+	mk         func(p *pe.PE) *manager.Manager
+	initial    [][]pe.Envelope // what each PE started this attempt with
+	inc        []uint32        // each PE's incarnation
+	window     bool            // a checkpoint is being taken
+	recovering int             // the PE recovering alone, or -1
+	waiting    []int           // failures put off until it caught up
+	recovered  []int32         // PEs that recovered alone
 }
 
 func newRunState(cfg Config) *runState {
-	rs := &runState{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices}
+	rs := &runState{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, recovering: -1,
+		ckptSteps: cfg.CkptSteps, ckptEvery: cfg.CkptEvery}
 	rs.ft.Protocol = cfg.FT
 	if rs.ft.Protocol == "" {
 		rs.ft.Protocol = "none"
 	}
+	rs.local = rs.ft.Protocol != "none" && cfg.PEs > 1
 	if rs.notices == nil {
 		rs.notices = io.Discard
 	}
 	return rs
 }
 
-// begin starts an attempt on node: time-based failures are scheduled
-// against the run's start.
-func (rs *runState) begin(node *pe.Node) {
+// begin starts an attempt on node, whose PEs start with initial:
+// time-based failures are scheduled against the run's start.
+func (rs *runState) begin(node *pe.Node, initial [][]pe.Envelope) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	rs.node = node
+	rs.node, rs.initial = node, initial
+	rs.inc = make([]uint32, node.NumPEs()) // the protocol starts afresh
+	rs.window, rs.recovering, rs.waiting, rs.recovered = false, -1, nil, nil
 	for i, k := range rs.kills {
 		if k.Step >= 0 || k.Checkpoint > 0 || rs.fired[i] {
 			continue
@@ -178,17 +205,113 @@ func (rs *runState) fireWhere(due func(Kill) bool) {
 	}
 }
 
+// fire makes kill i happen. Under scmel and camel the PE fails alone and
+// recovers by replay while the others go on — unless a checkpoint is being
+// taken (then, as under none, every PE rolls back to the last committed
+// checkpoint: the protocols recover one PE from a complete checkpoint).
+// One PE recovers at a time: a failure due while one does is put off until
+// it caught up.
 func (rs *runState) fire(node *pe.Node, i int) {
 	rs.mu.Lock()
 	if rs.fired[i] || rs.node != node {
 		rs.mu.Unlock()
 		return
 	}
+	k := rs.kills[i]
+	if rs.local && k.Checkpoint == 0 && !rs.window {
+		if rs.recovering >= 0 {
+			if !slices.Contains(rs.waiting, i) {
+				rs.waiting = append(rs.waiting, i)
+			}
+			rs.mu.Unlock()
+			return
+		}
+		if !node.FailPE(k.PE) {
+			rs.mu.Unlock()
+			return // the run is ending
+		}
+		rs.fired[i] = true
+		rs.failed = time.Now()
+		rs.recovering = k.PE
+		rs.inc[k.PE]++
+		inc, initial, recovered := rs.inc[k.PE], rs.initial[k.PE], slices.Clone(rs.recovered)
+		rs.ft.Failures++
+		rs.ft.PEsRolledBack++
+		fmt.Fprintf(rs.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", &PEFailure{PE: k.PE, Kill: k}, rs.ft.Protocol)
+		rs.mu.Unlock()
+		go rs.replace(node, k.PE, inc, initial, recovered)
+		return
+	}
 	rs.fired[i] = true
 	rs.failed = time.Now()
-	k := rs.kills[i]
 	rs.mu.Unlock()
 	node.Fail(&PEFailure{PE: k.PE, Kill: k})
+}
+
+// replace starts PE y's new incarnation and tells the others.
+func (rs *runState) replace(node *pe.Node, y int, inc uint32, initial []pe.Envelope, recovered []int32) {
+	old := node.Replace(y, func(p *pe.PE) pe.Handler {
+		m := rs.mk(p)
+		m.Revive(inc, initial)
+		return m
+	})
+	if old == nil {
+		return
+	}
+	// the summary counts what the lost incarnation logged (nothing of it
+	// is read for the recovery)
+	rs.logStats(old.(*manager.Manager).FT().Stats())
+	for p := 0; p < node.NumPEs(); p++ {
+		if p != y {
+			node.InjectControl(p, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
+				Payload: &manager.PEFailedMsg{PE: int32(y), Inc: inc, Recovered: recovered}})
+		}
+	}
+}
+
+func (h *host) CheckpointStarting(m *manager.Manager, epoch uint64) bool {
+	rs := h.run
+	rs.mu.Lock()
+	if rs.recovering >= 0 {
+		rs.mu.Unlock()
+		return false
+	}
+	rs.window = true
+	rs.mu.Unlock()
+	rs.fireWhere(func(k Kill) bool { return k.Checkpoint == epoch })
+	return true
+}
+
+func (h *host) CheckpointCommitted(m *manager.Manager, epoch uint64) {
+	h.run.mu.Lock()
+	h.run.window = false
+	h.run.mu.Unlock()
+}
+
+func (h *host) LocalRestored(m *manager.Manager, epoch uint64) {
+	rs := h.run
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.ft.Restored = append(rs.ft.Restored, epoch)
+	fmt.Fprintf(rs.notices, "charmgo: PE %d restored checkpoint %d and replays\n", m.Me(), epoch)
+}
+
+func (h *host) LocalRecovered(m *manager.Manager) {
+	rs := h.run
+	rs.mu.Lock()
+	rs.ft.Recovery += time.Since(rs.failed)
+	rs.failed = time.Time{}
+	rs.recovering = -1
+	if !slices.Contains(rs.recovered, int32(m.Me())) {
+		rs.recovered = append(rs.recovered, int32(m.Me()))
+	}
+	waiting, node := rs.waiting, rs.node
+	rs.waiting = nil
+	fmt.Fprintf(rs.notices, "charmgo: PE %d caught up\n", m.Me())
+	rs.mu.Unlock()
+	for _, i := range waiting {
+		rs.fire(node, i)
+	}
 }
 
 func (rs *runState) rolledBack(f *PEFailure, snaps [][]byte) {
@@ -232,10 +355,6 @@ func (rs *runState) stats() FTStats {
 }
 
 func (h *host) Restored(m *manager.Manager) { h.run.restored() }
-
-func (h *host) CheckpointStarted(m *manager.Manager, epoch uint64) {
-	h.run.fireWhere(func(k Kill) bool { return k.Checkpoint == epoch })
-}
 
 // rollback gathers, after PE dead failed, every PE's snapshot of the last
 // checkpoint from the memory of the PEs still alive — the dead PE's from

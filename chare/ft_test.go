@@ -43,9 +43,9 @@ func TestKillFlagsAndFiles(t *testing.T) {
 	res := chare.Run(ckMain, chare.Config{PEs: 2, Kills: []chare.Kill{{PE: 2, Step: 1}}})
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, "flag --kill: PE 2, but the run has 2 PEs (0..1)")
-	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "camel", Kills: []chare.Kill{{PE: 1, Step: 1}}})
+	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "camel", CkptEvery: time.Second})
 	require.Equal(t, 2, res.Code)
-	require.ErrorContains(t, res.Err, "flag --kill: failures under --ft camel are not supported yet")
+	require.ErrorContains(t, res.Err, "flag --ckpt-period 1s: a checkpoint cadence in time needs --ft none")
 	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "causal"})
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, `flag --ft: unknown protocol "causal"`)
@@ -90,5 +90,30 @@ func TestFTFlag(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.Equal(t, c.want, cfg.FT)
+	}
+}
+
+func TestCheckpointPeriodFlag(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		steps int
+		every time.Duration
+		err   string
+	}{
+		{[]string{"--ckpt-period", "25"}, 25, 0, ""},
+		{[]string{"--ckpt-period=30s"}, 0, 30 * time.Second, ""},
+		{[]string{"+ckptPeriod", "1m30s"}, 0, 90 * time.Second, ""},
+		{[]string{"--ckpt-period", "0"}, 0, 0, "flag --ckpt-period: 0 steps: want at least 1"},
+		{[]string{"--ckpt-period", "-2s"}, 0, 0, "flag --ckpt-period: -2s: want a positive duration"},
+		{[]string{"--ckpt-period", "often"}, 0, 0, `flag --ckpt-period: "often" is neither a number of steps nor a duration (30s, 2m)`},
+	} {
+		cfg, err := chare.ParseFlags(c.args)
+		if c.err != "" {
+			require.EqualError(t, err, c.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, c.steps, cfg.CkptSteps)
+		require.Equal(t, c.every, cfg.CkptEvery)
 	}
 }

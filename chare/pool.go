@@ -3,6 +3,7 @@ package chare
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // Float64s returns a zeroed []float64 of length n. A slice contributed to a
@@ -29,6 +30,11 @@ const (
 )
 
 var float64Pools [maxClass + 1]sync.Pool
+
+// loggingRuns counts the runs of this process under message logging: their
+// logs keep contributions by reference, to send them again in a recovery,
+// so folded contributions are not reused while any such run is on.
+var loggingRuns atomic.Int32
 
 func sizeClass(n int) int {
 	if n <= 0 {

@@ -215,3 +215,42 @@ func TestMessageLoggingEarlyMulticasts(t *testing.T) {
 		require.Equal(t, want, got)
 	}
 }
+
+// Under scmel and camel a failed PE recovers alone: it restores its
+// snapshot of the last checkpoint (or starts again from the start) and the
+// others replay its messages while they go on. The run ends with the
+// failure-free results, and only the failed PE rolled back.
+func TestLocalRecoveryByMessageLogging(t *testing.T) {
+	_, want := rvRun(t, chare.Config{PEs: 3})
+	for _, ft := range []string{"scmel", "camel"} {
+		for _, c := range []struct {
+			name  string
+			kills []chare.Kill
+			back  []uint64
+		}{
+			{"before the checkpoint", []chare.Kill{{PE: 2, Step: 2}}, []uint64{0}},
+			{"after the migration", []chare.Kill{{PE: 1, Step: 5}}, []uint64{1}},
+			{"the coordinator", []chare.Kill{{PE: 0, Step: 5}}, []uint64{1}},
+			{"one after another", []chare.Kill{{PE: 0, Step: 5}, {PE: 2, Step: 6}}, []uint64{1, 1}},
+		} {
+			for _, wire := range []bool{false, true} {
+				res, got := rvRun(t, chare.Config{PEs: 3, FT: ft, Kills: c.kills, WireCheck: wire})
+				require.Equal(t, want, got, "%s, %s", ft, c.name)
+				require.Equal(t, c.back, res.Stats.FT.Restored, "%s, %s", ft, c.name)
+				require.Equal(t, len(c.kills), res.Stats.FT.PEsRolledBack, "%s, %s: only the failed PE rolls back", ft, c.name)
+				require.Positive(t, res.Stats.FT.Log.Replayed, "%s, %s", ft, c.name)
+			}
+		}
+		// restarted from the files on another PE count, then a failure:
+		// the PE recovers from the start of this run (its checkpoint)
+		dir := t.TempDir()
+		_, got := rvRun(t, chare.Config{PEs: 3, FT: ft, CheckpointDir: dir})
+		require.Equal(t, want, got)
+		for _, k := range []chare.Kill{{PE: 1, Step: 5}, {PE: 0, Step: 5}} {
+			res, got := rvRun(t, chare.Config{PEs: 2, FT: ft, Restart: dir, Kills: []chare.Kill{k}, WireCheck: true})
+			require.Equal(t, want, got, "%s restarted, %v", ft, k)
+			require.Equal(t, []uint64{1}, res.Stats.FT.Restored)
+			require.Equal(t, 1, res.Stats.FT.PEsRolledBack)
+		}
+	}
+}

@@ -98,8 +98,9 @@ func foldSum[T number](items []manager.Item) ([]T, error) {
 			acc[i] += x[i]
 		}
 	}
-	// The contributions were handed over and are folded: reuse them.
-	if _, ok := any(acc).([]float64); ok {
+	// The contributions were handed over and are folded: reuse them —
+	// unless a message log may still send them again.
+	if _, ok := any(acc).([]float64); ok && loggingRuns.Load() == 0 {
 		for _, it := range items {
 			recycleFloat64s(any(it.Value).([]float64))
 		}

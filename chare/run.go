@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/manager"
@@ -31,9 +32,15 @@ type Config struct {
 	// in this directory instead of constructing the main chare; on another
 	// PE count than the checkpoint's, its elements are redistributed.
 	Restart string
-	// Kills are failures to inject (--kill, --kill-file): each PE fails
-	// once, fail-stop, and the run recovers (every PE rolls back to the
-	// last checkpoint).
+	// CkptSteps and CkptEvery are the checkpoint cadence the program is
+	// asked for (--ckpt-period: every so many steps, or at the first step
+	// boundary after so much time); programs read it with
+	// CheckpointPeriod. Zero: the program's own.
+	CkptSteps int
+	CkptEvery time.Duration
+	// Kills are failures to inject (--kill, --kill-file): each happens
+	// once, fail-stop. Under FT none every PE rolls back to the last
+	// checkpoint; under scmel and camel the failed PE alone does.
 	Kills []Kill
 	// FT is the message-logging protocol: "none" (the default:
 	// checkpoint/restart alone), "scmel" or "camel".
@@ -58,6 +65,9 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   +balancer NAME, --lb NAME
                          load balancer at AtSync: none (default), rotate (RotateLB)
   --spin N               idle PEs poll N times before parking (default 0)
+  --ckpt-period N|T      checkpoint every N steps, or at the first step after
+                         time T since the last (30s, 1m30s; --ft none only)
+                         in programs that checkpoint (LeanMD)
   --ckpt-dir DIR         also write every committed checkpoint to DIR
   --restart DIR          resume from the last complete checkpoint in DIR, on
                          any PE count (the program's arguments are ignored)
@@ -65,7 +75,9 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          PE back), scmel (simple causal) or camel (collective-aware)
   --kill PE@STEP         inject a failure: PE fails when the program begins STEP
   --kill-file F          failures from F: lines "PE SECONDS" (Charm++'s +killFile)
-                         or "PE @STEP"; every PE rolls back to the last checkpoint
+                         or "PE @STEP". Under --ft none every PE rolls back to
+                         the last checkpoint; under scmel and camel the failed
+                         PE alone does, and the others replay its messages
   --help                 this text
 `
 
@@ -139,6 +151,10 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 		case "--spin":
 			if v, err = value(); err == nil {
 				cfg.SpinPolls, err = num(name, v, 0, 1<<20)
+			}
+		case "--ckpt-period", "+ckptPeriod":
+			if v, err = value(); err == nil {
+				cfg.CkptSteps, cfg.CkptEvery, err = ckptPeriod(v)
 			}
 		case "--ckpt-dir":
 			if v, err = value(); err == nil && v == "" {
@@ -219,6 +235,24 @@ func WriteFlagUsage(w io.Writer, fs []Flag) {
 			fmt.Fprintf(w, "  %s\n  %-22s %s\n", head, "", f.Usage)
 		}
 	}
+}
+
+// ckptPeriod reads --ckpt-period: a whole number of steps, or a duration.
+func ckptPeriod(v string) (int, time.Duration, error) {
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 1 {
+			return 0, 0, fmt.Errorf("flag --ckpt-period: %d steps: want at least 1", n)
+		}
+		return n, 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, 0, fmt.Errorf("flag --ckpt-period: %q is neither a number of steps nor a duration (30s, 2m)", v)
+	}
+	if d <= 0 {
+		return 0, 0, fmt.Errorf("flag --ckpt-period: %v: want a positive duration", d)
+	}
+	return 0, d, nil
 }
 
 func protocolName(v string) (string, error) {
@@ -311,15 +345,20 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 		return Result{Code: 2, Err: InputError{err}}
 	}
 	cfg.FT = proto
+	if cfg.CkptEvery > 0 && proto != "none" {
+		// A PE recovering alone replays its own decisions; one taken from
+		// the clock would come out otherwise.
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period %v: a checkpoint cadence in time needs --ft none (under %s a recovering PE would decide otherwise from its clock); give a number of steps", cfg.CkptEvery, proto)}}
+	}
+	if cfg.CkptSteps < 0 || cfg.CkptEvery < 0 {
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period: negative period")}}
+	}
 	if proto != "none" {
+		loggingRuns.Add(1)
+		defer loggingRuns.Add(-1)
 		opt.FT = func(me, n int, t ftlayer.Trees, net func(int, *ftlayer.Packet)) ftlayer.Hook {
 			h, _ := ftlayer.NewCausalHook(proto, me, n, t, net) // the name was checked above
 			return h
-		}
-		if len(cfg.Kills) > 0 {
-			// Not yet: a PE recovering alone needs the per-PE restart and
-			// the replay wired into the running system (issue 5).
-			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --kill: failures under --ft %s are not supported yet (the local recovery is not wired into the runtime); use --ft none, which rolls every PE back", proto)}}
 		}
 	}
 	for _, k := range cfg.Kills {
@@ -332,6 +371,7 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 		args = []string{}
 	}
 	rs := newRunState(cfg)
+	rs.mk = func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
 	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
 	if cfg.Restart != "" {
 		var err error
@@ -342,24 +382,24 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 	var res Result
 	for {
 		node, err := pe.NewNode(pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls},
-			func(p *pe.PE) pe.Handler {
-				return manager.New(p, &host{run: rs}, opt)
-			})
+			func(p *pe.PE) pe.Handler { return rs.mk(p) })
 		if err != nil {
 			return Result{Code: 2, Err: InputError{err}}
 		}
-		for p := 0; p < node.NumPEs(); p++ {
-			if start != nil {
-				prev := start[(p+len(start)-1)%len(start)]
-				node.Inject(p, pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev}})
-				continue
-			}
-			node.Inject(p, pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
+		initial := make([][]pe.Envelope, node.NumPEs())
+		for p := range initial {
+			env := pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
 				Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
 				Arg: manager.Lazy{V: args},
-			}})
+			}}
+			if start != nil {
+				prev := start[(p+len(start)-1)%len(start)]
+				env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev}}
+			}
+			initial[p] = []pe.Envelope{env}
+			node.Inject(p, env)
 		}
-		rs.begin(node)
+		rs.begin(node, initial)
 		node.Start()
 		code, err := node.Wait()
 		res.Code, res.Err = code, err

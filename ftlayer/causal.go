@@ -127,9 +127,10 @@ type Causal struct {
 	pendingOwn   []ownPart  // CAMEL: own contributions made while collecting
 	deferred     []Reduced  // CAMEL: completions heard while recovering
 
-	failing  int32    // a peer that is recovering, or -1
-	lastRoot *Message // hop mode, CAMEL: the multicast this root is sending
-	detTop   []uint64 // per owner: the highest rsn in detLog
+	failing  int32        // a peer that is recovering, or -1
+	lastRoot *Message     // hop mode, CAMEL: the multicast this root is sending
+	detTop   []uint64     // per owner: the highest rsn in detLog
+	detSeen  map[Det]bool // while recovering: what detLog holds
 	stats    Stats
 	mark     checkpointMark
 	// sealed: a snapshot was taken and its commit has not come. Messages
@@ -641,7 +642,19 @@ func (s *Causal) canDeliver(m *Message) bool {
 	if r, ok := s.recorded[s.key(m)]; ok {
 		return r == s.rsn+1
 	}
-	return s.rsn >= s.lastRecorded
+	return s.rsn >= s.lastRecorded && s.inOrder(m)
+}
+
+// inOrder: in hop mode a message no recorded reception orders still goes
+// after every earlier one on its channel. The runtime's channels are FIFO
+// and its manager counts on it (broadcasts are numbered); a recovering PE
+// gets a survivor's messages sent before it heard of the failure ahead of
+// the copies it replays of those lost in flight.
+func (s *Causal) inOrder(m *Message) bool {
+	if !s.coll.ext || m.CSN == 0 || s.camel && m.Kind != KindP2P && m.Kind != KindSystem {
+		return true
+	}
+	return m.CSN == s.recv[m.Sender].contig+1
 }
 
 func (s *Causal) deliver(m *Message, out []Action) []Action {
@@ -713,6 +726,10 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 // reception order, so most of them came already on its earlier messages:
 // only those past the last one stored for their owner are new.
 func (s *Causal) storeDets(dets []Det) {
+	if s.recovering {
+		s.storeDetsOutOfOrder(dets)
+		return
+	}
 	for i := 0; i < len(dets); {
 		owner := dets[i].Recver
 		j := i + 1
@@ -732,6 +749,27 @@ func (s *Causal) storeDets(dets []Det) {
 			}
 		}
 		i = j
+	}
+}
+
+// storeDetsOutOfOrder is storeDets for a recovering PE, which delivers
+// messages out of their senders' order (recorded receptions first, then
+// the rest), so a sender's determinants come out of order too: each is
+// looked up.
+func (s *Causal) storeDetsOutOfOrder(dets []Det) {
+	if s.detSeen == nil {
+		s.detSeen = map[Det]bool{}
+		for _, d := range s.detLog {
+			s.detSeen[d] = true
+		}
+	}
+	for _, d := range dets {
+		if d.Recver < 0 || int(d.Recver) >= s.n || s.detSeen[d] {
+			continue
+		}
+		s.detSeen[d] = true
+		s.detLog = append(s.detLog, d)
+		s.detTop[d.Recver] = max(s.detTop[d.Recver], d.RSN)
 	}
 }
 
@@ -770,7 +808,7 @@ func (s *Causal) Next() []Action {
 func (s *Causal) endRecovery(out []Action) []Action {
 	if s.recovering && !s.collecting() && s.replayedIn >= s.n-1 && len(s.held) == 0 && s.rsn >= s.lastRecorded {
 		s.recovering = false
-		s.recorded = nil
+		s.recorded, s.detSeen = nil, nil
 		out, _ = s.reduced(s.deferred, out) // their groups were checked when they came
 		s.deferred = nil
 	}

@@ -40,6 +40,22 @@ type Hook interface {
 	Checkpoint()
 	Abort()
 	Stats() Stats
+
+	// Restart makes this hook a PE's new incarnation inc, recovering from
+	// ck, its protocol state at the checkpoint the PE was restored from
+	// (nil: the start of the run). While it recovers, complete learns
+	// which reductions of the PE's groups are complete at their roots:
+	// those up to num of group g need no part from this PE again.
+	Restart(ck *Counters, inc uint32, complete func(g, num uint64))
+	// Recovering reports whether this PE is still recovering.
+	Recovering() bool
+	// PeerFailed: PE y failed and runs again as incarnation inc. The
+	// hook sends it what its recovery needs through its net (packets,
+	// and logged messages again: Packets of kind PktApp whose Msg.Env is
+	// the envelope to send).
+	PeerFailed(y int, inc uint32) error
+	// PeerRecovered: PE y finished recovering.
+	PeerRecovered(y int)
 }
 
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
@@ -55,12 +71,18 @@ func (NopHook) Prepare() Counters                                        { retur
 func (NopHook) Checkpoint()                                              {}
 func (NopHook) Abort()                                                   {}
 func (NopHook) Stats() Stats                                             { return Stats{} }
+func (NopHook) Restart(*Counters, uint32, func(uint64, uint64))          {}
+func (NopHook) Recovering() bool                                         { return false }
+func (NopHook) PeerFailed(int, uint32) error                             { return nil }
+func (NopHook) PeerRecovered(int)                                        {}
 
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
 type CausalHook struct {
-	s   *Causal
-	net func(dst int, p *Packet)
+	s        *Causal
+	t        Trees
+	net      func(dst int, p *Packet)
+	complete func(g, num uint64)
 }
 
 // NewCausalHook makes PE me's hook for protocol "scmel" or "camel".
@@ -73,7 +95,7 @@ func NewCausalHook(protocol string, me, n int, t Trees, net func(dst int, p *Pac
 	default:
 		return nil, fmt.Errorf("unknown message-logging protocol %q (want none, scmel or camel)", protocol)
 	}
-	return &CausalHook{s: NewHopCausal(int32(me), n, t, camel), net: net}, nil
+	return &CausalHook{s: NewHopCausal(int32(me), n, t, camel), t: t, net: net}, nil
 }
 
 // Protocol is the state machine the hook runs.
@@ -137,6 +159,11 @@ func (h *CausalHook) Packet(p *Packet) error {
 	if err != nil {
 		return err
 	}
+	if p.Kind == PktRecovery && h.complete != nil {
+		for _, r := range p.Done {
+			h.complete(r.Group, r.Num)
+		}
+	}
 	for _, a := range acts {
 		if a.Kind == ActSend {
 			q := a.Packet
@@ -152,6 +179,33 @@ func (h *CausalHook) Reduced(g, num uint64) {
 		h.net(int(p.To), &p)
 	}
 }
+
+// Restart: see Hook. The statistics of the incarnation it replaces stay
+// with that one.
+func (h *CausalHook) Restart(ck *Counters, inc uint32, complete func(g, num uint64)) {
+	s := NewHopCausal(h.s.me, h.s.n, h.t, h.s.camel)
+	var zero Counters
+	if ck == nil {
+		ck = &zero
+	}
+	h.s, h.complete = restartCausal(s, *ck, inc), complete
+}
+
+func (h *CausalHook) Recovering() bool { return h.s.Recovering() }
+
+func (h *CausalHook) PeerFailed(y int, inc uint32) error {
+	acts, err := h.s.PeerFailed(int32(y), inc)
+	if err != nil {
+		return err
+	}
+	for _, a := range acts {
+		p := a.Packet
+		h.net(int(p.To), &p)
+	}
+	return nil
+}
+
+func (h *CausalHook) PeerRecovered(y int) { h.s.Recovered(int32(y)) }
 
 func (h *CausalHook) Prepare() Counters { return h.s.Prepare() }
 func (h *CausalHook) Checkpoint()       { h.s.Checkpoint() }

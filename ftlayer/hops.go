@@ -161,13 +161,27 @@ func (s *Causal) ReceiveHop(env *pe.Envelope) ([]Action, error) {
 	case env.Kind == KindSystem:
 		kind = KindSystem
 	}
+	return s.Receive(&Packet{Kind: PktApp, From: h.Sender, To: s.me, Msg: hopMessage(env, kind)})
+}
+
+func hopMessage(env *pe.Envelope, kind MsgKind) *Message {
 	hm := &hopMsg{env: *env}
-	hm.Message = Message{FTHeader: *h, Kind: kind, Env: &hm.env}
+	hm.Message = Message{FTHeader: *env.FT, Kind: kind, Env: &hm.env}
 	hm.env.FT = &hm.FTHeader
 	if size := pe.PayloadSize(env.Payload); size > 0 {
 		hm.Size = size
 	}
-	return s.Receive(&Packet{Kind: PktApp, From: h.Sender, To: s.me, Msg: &hm.Message})
+	return &hm.Message
+}
+
+// LoggedMessage rebuilds a logged message from its envelope (which
+// carries its header): the contributions a root hands back to a
+// recovering child (Packet.Relog) travel between PEs as envelopes.
+func LoggedMessage(env *pe.Envelope) (*Message, error) {
+	if env.FT == nil {
+		return nil, fmt.Errorf("a logged message without its header (%s)", pe.TypeName(env.Type))
+	}
+	return hopMessage(env, KindReduction), nil
 }
 
 // hopMsg keeps a received message and its envelope in one allocation.

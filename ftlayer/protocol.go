@@ -57,9 +57,12 @@
 // multicast leaving its root or forwarded by an inner node, a partial
 // result going up), and on every envelope that arrives. The header travels
 // on the envelope (pe.FTHeader); logged messages keep the envelope itself,
-// payload by reference. NopHook is checkpoint/restart alone. Hop mode does
-// not yet recover a failed PE by replay: the runtime refuses failures
-// under scmel and camel until it does.
+// payload by reference. NopHook is checkpoint/restart alone. A failed PE
+// recovers alone: the runtime restores its snapshot, calls Hook.Restart on
+// its new incarnation and Hook.PeerFailed on every survivor, whose logged
+// messages go to it again through the hook's net; while it recovers, the
+// reductions its roots report complete are passed over (Restart's
+// complete), as its children dropped what they sent for them.
 package ftlayer
 
 import (

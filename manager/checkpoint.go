@@ -45,6 +45,11 @@ type PESnapshot struct {
 	// incarnations, groups' numbering): what a PE recovering alone from
 	// this checkpoint resumes from.
 	FT *ftlayer.Counters `msgpack:",omitempty"`
+	// Sent and Processed are the PE's counts for quiescence detection,
+	// and QDAsked the detections it waits for: a PE recovering alone goes
+	// on from them.
+	Sent, Processed uint64
+	QDAsked         []uint64 `msgpack:",omitempty"`
 }
 
 // CollSnapshot is one collection's state on one PE: its definition (as
@@ -169,10 +174,13 @@ func (m *Manager) ckptQuiescent(epoch uint64) {
 	if epoch != m.ckpt.epoch {
 		return
 	}
+	if !m.host.CheckpointStarting(m, epoch) {
+		m.StartQD(ckptQDTag | epoch)
+		return
+	}
 	for p := 0; p < m.NumPEs(); p++ {
 		m.sendSys(p, tCkptTake, &CkptTakeMsg{Epoch: epoch})
 	}
-	m.host.CheckpointStarted(m, epoch)
 }
 
 func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
@@ -282,8 +290,9 @@ func (m *Manager) onCkptDone(msg *CkptDoneMsg) {
 	m.Stats.Checkpoints++
 	m.Stats.CheckpointBytes += c.bytes
 	m.Stats.CheckpointNanos += uint64(time.Since(c.start))
-	cb := c.cb
+	cb, epoch := c.cb, c.epoch
 	c.epoch = 0
+	m.host.CheckpointCommitted(m, epoch)
 	m.DeliverCallback(cb, struct{}{})
 	if len(c.queued) > 0 {
 		next := c.queued[0]
@@ -295,7 +304,10 @@ func (m *Manager) onCkptDone(msg *CkptDoneMsg) {
 // Snapshot packs this PE's chares and their runtime records.
 func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Branching: int32(m.opt.Branching),
-		Epoch: epoch, NextColl: m.nextColl, NextSec: m.nextSec}
+		Epoch: epoch, NextColl: m.nextColl, NextSec: m.nextSec, Sent: m.Sent, Processed: m.Processed}
+	for _, tag := range m.qdAsked {
+		s.QDAsked = append(s.QDAsked, tag)
+	}
 	if m.Me() == 0 && m.ckpt.epoch == epoch {
 		cb := m.ckpt.cb
 		s.Resume = &cb
@@ -364,6 +376,15 @@ func index(c []int32) pe.Index {
 // run resumes once every PE restored (RestoredMsg to PE 0, which delivers
 // the checkpoint's callback).
 func (m *Manager) Restore(s *PESnapshot) error {
+	if err := m.restore(s); err != nil {
+		return err
+	}
+	m.sendSys(0, tRestored, &RestoredMsg{Resume: s.Resume})
+	return nil
+}
+
+// restore rebuilds this PE from its snapshot, sending nothing.
+func (m *Manager) restore(s *PESnapshot) error {
 	if int(s.PE) != m.Me() || int(s.NumPEs) != m.NumPEs() {
 		return fmt.Errorf("PE %d of %d: given the snapshot of PE %d of %d", m.Me(), m.NumPEs(), s.PE, s.NumPEs)
 	}
@@ -421,7 +442,6 @@ func (m *Manager) Restore(s *PESnapshot) error {
 			}
 		}
 	}
-	m.sendSys(0, tRestored, &RestoredMsg{Resume: s.Resume})
 	return nil
 }
 
@@ -468,6 +488,7 @@ func (m *Manager) onRestore(msg *RestoreMsg) {
 	}
 	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, n, own, held)
 	m.ckpt.last = s.Epoch
+	m.rec.base = s.Epoch
 }
 
 // Checkpointer is this PE's side of the coordinated checkpoints: the

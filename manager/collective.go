@@ -295,6 +295,9 @@ func (m *Manager) onSection(sm *SectionMsg) {
 	m.acts = s.red.Enable(m.acts)
 	m.secs[s.ID] = s
 	m.runActs(m.coll(s.Coll), s)
+	if m.rec.complete != nil {
+		m.applyComplete(s.ID)
+	}
 	if buf := m.pendingSec[s.ID]; buf != nil {
 		delete(m.pendingSec, s.ID)
 		for i := range buf {
@@ -470,6 +473,8 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 		case RedDeliver:
 			m.DeliverCallback(a.Partial.CB, a.Result)
 			m.ft.Reduced(g, uint64(a.Partial.Red)+1)
+		case RedSkipped:
+			m.Sent++ // its parent counted it processed: so must quiescence
 		case RedFail:
 			m.failf("%s: %v", name, a.Err)
 		}

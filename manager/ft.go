@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"fmt"
+
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/pe"
 )
@@ -18,11 +20,14 @@ import (
 // carries the hook's packets.
 type HookFactory func(me, n int, t ftlayer.Trees, net func(dst int, p *ftlayer.Packet)) ftlayer.Hook
 
-// FTPacketMsg carries a packet between two PEs' hooks (acknowledgements).
+// FTPacketMsg carries a packet between two PEs' hooks: acknowledgements,
+// and what a recovering PE is sent (determinants, completed reductions,
+// and its own contributions handed back, as encoded envelopes).
 type FTPacketMsg struct {
-	Kind ftlayer.PacketKind
-	Dets []pe.Det
-	Done []ftlayer.Reduced
+	Kind  ftlayer.PacketKind
+	Dets  []pe.Det
+	Done  []ftlayer.Reduced
+	Relog [][]byte `msgpack:",omitempty"`
 }
 
 var tFTPacket uint32
@@ -48,12 +53,43 @@ func (m *Manager) newHook() {
 }
 
 func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
-	m.sendSys(dst, tFTPacket, &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done})
+	if p.Kind == ftlayer.PktApp {
+		// a logged message sent again: a copy, not counted as sent
+		env := *p.Msg.Env
+		m.PE.Send(dst, &env)
+		return
+	}
+	msg := &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done}
+	for _, r := range p.Relog {
+		b, err := pe.EncodeEnvelope(nil, r.Env)
+		if err != nil {
+			m.Fail(fmt.Errorf("PE %d: handing back a logged contribution to PE %d: %w", m.Me(), dst, err))
+			return
+		}
+		msg.Relog = append(msg.Relog, b)
+	}
+	m.sendSys(dst, tFTPacket, msg)
 }
 
 func (m *Manager) onFTPacket(env *pe.Envelope) {
 	msg := env.Payload.(*FTPacketMsg)
-	if err := m.ft.Packet(&ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done}); err != nil {
+	p := &ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done}
+	for i, b := range msg.Relog {
+		e, n, err := pe.DecodeEnvelope(b)
+		if err == nil && n != len(b) {
+			err = fmt.Errorf("%d bytes after the envelope", len(b)-n)
+		}
+		var lm *ftlayer.Message
+		if err == nil {
+			lm, err = ftlayer.LoggedMessage(&e)
+		}
+		if err != nil {
+			m.Fail(fmt.Errorf("PE %d: logged contribution %d from PE %d: %w", m.Me(), i, env.Src, err))
+			return
+		}
+		p.Relog = append(p.Relog, lm)
+	}
+	if err := m.ft.Packet(p); err != nil {
 		m.Fail(err)
 	}
 }

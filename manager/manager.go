@@ -34,9 +34,17 @@ type Host interface {
 	// Restored runs on PE 0 when every PE restored a checkpoint, just
 	// before the program resumes.
 	Restored(m *Manager)
-	// CheckpointStarted runs on PE 0 when it starts checkpoint epoch
-	// (after asking every PE for its snapshot).
-	CheckpointStarted(m *Manager, epoch uint64)
+	// CheckpointStarting runs on PE 0 when the run is quiet for checkpoint
+	// epoch, before it asks every PE for its snapshot; false puts the
+	// checkpoint off to the next quiet moment (a PE is recovering).
+	CheckpointStarting(m *Manager, epoch uint64) bool
+	// CheckpointCommitted runs on PE 0 once every PE committed epoch.
+	CheckpointCommitted(m *Manager, epoch uint64)
+	// LocalRestored runs on a failed PE's new incarnation when it restored
+	// checkpoint epoch (0: the start of the run) to recover alone.
+	LocalRestored(m *Manager, epoch uint64)
+	// LocalRecovered runs on it once it caught up with the others.
+	LocalRecovered(m *Manager)
 	// Unpack rebuilds e.Obj on its new PE and runs its arrival hook.
 	Unpack(m *Manager, e *Element, state []byte) error
 	// ResumeFromSync ends an AtSync epoch for e.
@@ -161,6 +169,8 @@ type Manager struct {
 	secRoots map[uint64]int // sections rooted elsewhere than their id says (after a restart)
 	ft       ftlayer.Hook
 	released pe.Envelope // a held envelope the hook handed back
+	rec      recoverState
+	qdAsked  []uint64 // quiescence detections this PE waits for (not checkpoints')
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64
@@ -271,7 +281,9 @@ func (m *Manager) send(dst int, env *pe.Envelope) {
 			return
 		}
 	}
-	m.Sent++
+	if env.Kind != pe.KindSystem || !control(env.Type) {
+		m.Sent++
+	}
 	m.PE.Send(dst, env)
 }
 
@@ -289,6 +301,14 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		m.onQDReply(env.Payload.(*QDReplyMsg))
 		return
 	}
+	if m.rec.reviving {
+		if env.Type == tRecover {
+			m.onRecover(env.Payload.(*RecoverMsg))
+		} else {
+			m.rec.stash = append(m.rec.stash, *env) // until the snapshot is in
+		}
+		return
+	}
 	if env.FT != nil {
 		switch a, err := m.ft.Arrive(env); {
 		case err != nil:
@@ -297,7 +317,8 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		case a == ftlayer.Held:
 			return // counted as processed when the hook hands it back
 		case a == ftlayer.Dropped:
-			m.Processed++
+			// a copy (a replay, or a message made again by a recovering
+			// PE): counted neither as sent nor as processed
 			return
 		}
 	}
@@ -308,10 +329,15 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		}
 		m.released = pe.Envelope{} // drop its payload
 	}
+	if m.rec.recovering {
+		m.checkRecovered()
+	}
 }
 
 func (m *Manager) handle(env *pe.Envelope) {
-	m.Processed++
+	if env.Kind != pe.KindSystem || !control(env.Type) {
+		m.Processed++
+	}
 	switch env.Kind {
 	case pe.KindSystem:
 		m.handleSys(env)
@@ -383,6 +409,14 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		m.onRestored(env.Payload.(*RestoredMsg))
 	case tFTPacket:
 		m.onFTPacket(env)
+	case tPEFailed:
+		m.onPEFailed(env.Payload.(*PEFailedMsg))
+	case tHeldCopy:
+		m.onHeldCopy(env.Payload.(*HeldCopyMsg))
+	case tPeerRecovered:
+		m.onPeerRecovered(env.Payload.(*PeerRecoveredMsg))
+	case tRecover:
+		m.failf("PE %d: a recovery snapshot reached a PE that is not recovering", m.Me())
 	default:
 		m.failf("PE %d: unknown system message %s", m.Me(), pe.TypeName(env.Type))
 	}
@@ -696,6 +730,9 @@ func (m *Manager) defineCollection(cm *CreateMsg) *Collection {
 	}
 	c.tree = PETree(m.NumPEs(), 0, m.opt.Branching)
 	c.red = NewReduction(c.tree.Parent(m.Me()), c.tree.Children(m.Me(), nil))
+	if num, ok := m.rec.complete[uint64(c.ID)]; ok {
+		c.red.doneBelow = uint32(num) // a recovering PE: see completeBefore
+	}
 	m.colls[c.ID] = c
 	if len(c.Bounds) > 0 {
 		if total := boundsTotal(c.Bounds); total <= denseLimit && len(c.Bounds) <= pe.MaxDims {

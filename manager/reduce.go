@@ -125,6 +125,10 @@ const (
 	RedSendParent RedOp = iota + 1 // send Partial to PE To (the tree parent)
 	RedDeliver                     // root: deliver Result to Partial.CB
 	RedFail                        // a contributor broke the rules: Err says how
+	// RedSkipped: a round complete at the root was passed over (see
+	// CompleteBefore); its partial reached the parent from this PE's
+	// failed incarnation.
+	RedSkipped
 )
 
 // RedAction is one output of the reduction state machine.
@@ -191,8 +195,13 @@ type Reduction struct {
 	childCount []counts
 	enabled    bool
 	nextReport uint32
-	rounds     map[uint32]*round
-	last       *round // the round of the previous contribution
+	// doneBelow: rounds before it are complete at the root (a PE
+	// recovering by replay learned it, and its children may have dropped
+	// what they sent for them): such a round waits only for this PE's own
+	// contributions, sends nothing up, and drops the children's partials.
+	doneBelow uint32
+	rounds    map[uint32]*round
+	last      *round // the round of the previous contribution
 }
 
 // NewReduction makes the state machine for one PE of a tree.
@@ -272,6 +281,14 @@ func (s *Reduction) Restart(next uint32, local int64, children []int64, out []Re
 	return s.Enable(out)
 }
 
+// CompleteBefore says that every round before r is complete at the root.
+func (s *Reduction) CompleteBefore(r uint32, out []RedAction) []RedAction {
+	if r > s.doneBelow {
+		s.doneBelow = r
+	}
+	return s.advance(out)
+}
+
 // Enabled reports whether Enable was called.
 func (s *Reduction) Enabled() bool { return s.enabled }
 
@@ -314,6 +331,9 @@ func (s *Reduction) Child(from int, p *Partial, out []RedAction) []RedAction {
 	i := slices.Index(s.Children, from)
 	if i < 0 {
 		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: partial from PE %d, which is not a tree child", p.Red, from)})
+	}
+	if p.Red < s.doneBelow {
+		return out // the root has this round already
 	}
 	if p.Red < s.nextReport {
 		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: partial from PE %d after the round was reported", p.Red, from)})
@@ -464,6 +484,18 @@ func (s *Reduction) advance(out []RedAction) []RedAction {
 			return out
 		}
 		rd := s.rounds[r]
+		if r < s.doneBelow {
+			if n := s.local.at(r); n > 0 && (rd == nil || rd.got != n) {
+				return out
+			}
+			delete(s.rounds, r)
+			if s.last == rd {
+				s.last = nil
+			}
+			s.nextReport++
+			out = append(out, RedAction{Op: RedSkipped, To: s.Parent})
+			continue
+		}
 		if rd == nil || !s.ready(r, rd) {
 			return out
 		}

@@ -192,6 +192,9 @@ type qdWaiter struct {
 // StartQD asks PE 0 to detect quiescence and then call Host.Quiescent(tag)
 // on this PE.
 func (m *Manager) StartQD(tag uint64) {
+	if tag&ckptQDTag == 0 && !slices.Contains(m.qdAsked, tag) {
+		m.qdAsked = append(m.qdAsked, tag)
+	}
 	m.PE.Send(0, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Tag: tag, From: int32(m.Me())}})
 }
 
@@ -202,6 +205,11 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 				m.ckptQuiescent(p.Tag &^ ckptQDTag)
 				return
 			}
+			i := slices.Index(m.qdAsked, p.Tag)
+			if i < 0 {
+				return // answered already (asked again after PE 0 failed)
+			}
+			m.qdAsked = slices.Delete(m.qdAsked, i, i+1)
 			m.host.Quiescent(m, p.Tag)
 			return
 		}
@@ -240,8 +248,8 @@ func (m *Manager) qdWave() {
 }
 
 func (m *Manager) qdIdle() {
-	if !m.qd.probeFrom {
-		return
+	if !m.qd.probeFrom || m.Recovering() {
+		return // a recovering PE answers once it caught up
 	}
 	m.qd.probeFrom = false
 	m.PE.Send(0, &pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: m.qd.probe, Sent: m.Sent, Processed: m.Processed}})

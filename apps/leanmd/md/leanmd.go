@@ -30,6 +30,10 @@ type Params struct {
 	FirstLB    int
 	LBPeriod   int
 	CkptPeriod int
+	// CkptEvery, if set, checkpoints at the first step boundary after
+	// this long since the last checkpoint (--ckpt-period 30s): every
+	// step then ends at a barrier, where cell (0,0,0) decides.
+	CkptEvery time.Duration
 	// Given records which positional arguments were on the command line:
 	// the original prints a parameter's line only when it was given.
 	Given int
@@ -165,6 +169,7 @@ type Cell struct {
 	Synced   int            // of ResumeFromSync and ComputesMoved at an LB step: both needed
 	StepMs   []float64      // cell (0,0,0) only
 	last     time.Time
+	lastCkpt time.Time // cell (0,0,0), under CkptEvery
 	sumMs    float64
 	sumSteps int
 }
@@ -256,6 +261,11 @@ func (m *Main) Init(ctx *chare.Ctx, args []string) {
 	} else if err := ParseArgs(args, &m.P); err != nil {
 		ctx.Fail(err)
 		return
+	}
+	if steps, every := chare.CheckpointPeriod(ctx); steps > 0 {
+		m.P.CkptPeriod = steps
+	} else if every > 0 {
+		m.P.CkptPeriod, m.P.CkptEvery = 1, every
 	}
 	p := m.P
 	printf("\nLENNARD JONES MOLECULAR DYNAMICS START UP ...\n")
@@ -591,9 +601,6 @@ func (c *Cell) synced(ctx *chare.Ctx) {
 
 func (c *Cell) afterLB(ctx *chare.Ctx) {
 	if c.Step%c.P.CkptPeriod == 0 {
-		if c.origin(ctx) {
-			printf("[%d] CHECKPOINT at step %d\n", ctx.PE(), c.Step)
-		}
 		chare.Contribute(ctx, chare.Barrier, struct{}{}, cellCkptStart.CallbackTo(chare.ThisArray[Cell](ctx).At(0, 0, 0)))
 		return
 	}
@@ -604,6 +611,17 @@ func (c *Cell) afterLB(ctx *chare.Ctx) {
 // checkpoint: nothing of the step is in flight, so it takes a coordinated
 // checkpoint of every chare, and every cell resumes once it is committed.
 func (c *Cell) StartCheckpoint(ctx *chare.Ctx, _ struct{}) {
+	if every := c.P.CkptEvery; every > 0 {
+		if c.lastCkpt.IsZero() { // the run's (or the restart's) first step
+			c.lastCkpt = c.last
+		}
+		if time.Since(c.lastCkpt) < every {
+			cellCkptDone.Broadcast(ctx, chare.ThisArray[Cell](ctx), struct{}{}) // not due yet: go on
+			return
+		}
+		c.lastCkpt = time.Now()
+	}
+	printf("[%d] CHECKPOINT at step %d\n", ctx.PE(), c.Step)
 	chare.Checkpoint(ctx, cellCkptDone.CallbackBroadcast(chare.ThisArray[Cell](ctx)))
 }
 

@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/ftlayer"
@@ -187,14 +189,18 @@ func TestCheckpointsAreTakenAndComplete(t *testing.T) {
 	}
 }
 
-// Failures under checkpoint/restart (--ft none): a PE killed before the
-// first checkpoint, mid-iteration after load balancing moved computes
-// since the checkpoint (scenario 11), while a checkpoint is being taken,
-// and again right after a recovery (the coordinator, PE 0, first) — every
-// PE rolls back, and the run ends in the failure-free state, bitwise, on 2
-// and 4 PEs, with --wire-check too. Checkpoints at steps 4, 8, 12; load
-// balancing at 6 and 12. FT_LONG=N adds N random schedules.
-func TestFailuresRollBackToTheFailureFreeResult(t *testing.T) {
+// Failures: a PE killed before the first checkpoint, mid-iteration after
+// load balancing moved computes since the checkpoint (scenario 11), while
+// a checkpoint is being taken, and again right after a recovery (the
+// coordinator, PE 0, first). Under checkpoint/restart (--ft none) every PE
+// rolls back; under scmel and camel the failed PE alone does and the
+// others replay its messages (a failure during a checkpoint rolls every PE
+// back: the protocols recover a PE from a complete checkpoint). Every run
+// ends in the failure-free state, bitwise, on 2 and 4 PEs, with
+// --wire-check too. Checkpoints at steps 4, 8, 12; load balancing at 6 and
+// 12. FT_LONG=N adds N random schedules per protocol (up to three PEs
+// failing, at any step, some at once).
+func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 	p := params(3, 3, 3, 13)
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
 	schedules := []struct {
@@ -212,7 +218,7 @@ func TestFailuresRollBackToTheFailureFreeResult(t *testing.T) {
 		for i := 0; i < n; i++ {
 			var ks []chare.Kill
 			for k := 0; k < 1+rng.IntN(3); k++ {
-				ks = append(ks, chare.Kill{PE: rng.IntN(2), Step: 1 + rng.IntN(13)})
+				ks = append(ks, chare.Kill{PE: rng.IntN(4), Step: 1 + rng.IntN(13)})
 			}
 			schedules = append(schedules, struct {
 				name  string
@@ -222,31 +228,56 @@ func TestFailuresRollBackToTheFailureFreeResult(t *testing.T) {
 	}
 	for _, pes := range []int{2, 4} {
 		base := run(t, p, chare.Config{PEs: pes})
-		for i, sc := range schedules {
-			if pes == 4 && i%2 == 0 {
-				continue // half the schedules on 4 PEs, to keep CI short
+		for _, proto := range []string{"none", "scmel", "camel"} {
+			for i, sc := range schedules {
+				if pes == 4 && i%2 == 0 && i < 4 {
+					continue // half the schedules on 4 PEs, to keep CI short
+				}
+				var kills []chare.Kill
+				for _, k := range sc.kills {
+					if k.PE < pes {
+						kills = append(kills, k)
+					}
+				}
+				if len(kills) == 0 {
+					continue
+				}
+				wire := i == 1 || proto != "none" && pes == 2 && i == 3
+				t.Run(fmt.Sprintf("%d PEs %s %s", pes, proto, sc.name), func(t *testing.T) {
+					failures(t, p, base, pes, proto, sc.name, kills, wire)
+				})
 			}
-			t.Run(fmt.Sprintf("%d PEs %s", pes, sc.name), func(t *testing.T) {
-				r := run(t, p, chare.Config{PEs: pes, Kills: sc.kills, WireCheck: pes == 4 && i == 1})
-				ft := r.Ops.FT
-				require.Equal(t, len(sc.kills), ft.Failures)
-				require.Equal(t, pes*len(sc.kills), ft.PEsRolledBack, "checkpoint/restart rolls every PE back")
-				require.Positive(t, ft.Recovery)
-				for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
-					require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies")
-				}
-				require.Equal(t, base.StateHash, r.StateHash, "final atoms")
-				switch sc.name {
-				case "before the first checkpoint":
-					require.Equal(t, []uint64{0}, ft.Restored, "back to the start")
-				case "mid-iteration":
-					require.Equal(t, []uint64{1}, ft.Restored, "back to step 4, before the load balancing")
-					require.Less(t, base.Ops.Ops.Multicasts, r.Ops.Ops.Multicasts, "steps 5..7 ran twice")
-				case "during a checkpoint":
-					require.Equal(t, []uint64{1}, ft.Restored, "the interrupted checkpoint is not used")
-				}
-			})
 		}
+	}
+}
+
+// failures runs one failure schedule and checks its run against base.
+func failures(t *testing.T, p Params, base Report, pes int, proto, name string, kills []chare.Kill, wire bool) {
+	r := run(t, p, chare.Config{PEs: pes, FT: proto, Kills: kills, WireCheck: wire})
+	ft := r.Ops.FT
+	require.Equal(t, len(kills), ft.Failures)
+	switch {
+	case proto == "none" || name == "during a checkpoint":
+		require.Equal(t, pes*len(kills), ft.PEsRolledBack, "every PE rolls back")
+	case !strings.HasPrefix(name, "random"):
+		require.Equal(t, len(kills), ft.PEsRolledBack, "only the failed PE rolls back")
+		require.Positive(t, ft.Log.Replayed)
+	}
+	require.Positive(t, ft.Recovery)
+	for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+		require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies")
+	}
+	require.Equal(t, base.StateHash, r.StateHash, "final atoms")
+	switch name {
+	case "before the first checkpoint":
+		require.Equal(t, []uint64{0}, ft.Restored, "back to the start")
+	case "mid-iteration":
+		require.Equal(t, []uint64{1}, ft.Restored, "back to step 4, before the load balancing")
+		if proto == "none" {
+			require.Less(t, base.Ops.Ops.Multicasts, r.Ops.Ops.Multicasts, "steps 5..7 ran twice")
+		}
+	case "during a checkpoint":
+		require.Equal(t, []uint64{1}, ft.Restored, "the interrupted checkpoint is not used")
 	}
 }
 
@@ -291,5 +322,27 @@ func TestMessageLoggingLeavesTheResultUnchanged(t *testing.T) {
 		} else {
 			require.Equal(t, ca.TotalBytes, sc.TotalBytes, "%d PEs: every multicast tree is a root and one child", pes)
 		}
+	}
+}
+
+// --ckpt-period overrides LeanMD's own cadence: every N steps, or at the
+// first step boundary past a time since the last checkpoint (each step
+// then ends at a barrier where cell (0,0,0) decides; here, a tiny period:
+// every step). The result stays the failure-free one, a failure included.
+func TestCheckpointPeriodFlag(t *testing.T) {
+	p := params(2, 2, 2, 9)
+	base := run(t, p, chare.Config{PEs: 2})
+	for _, c := range []struct {
+		cfg  chare.Config
+		want uint64
+	}{
+		{chare.Config{PEs: 2, CkptSteps: 3, FT: "camel", Kills: []chare.Kill{{PE: 1, Step: 5}}}, 3},
+		{chare.Config{PEs: 2, CkptEvery: time.Nanosecond, Kills: []chare.Kill{{PE: 0, Step: 5}}}, 9},
+	} {
+		r := run(t, p, c.cfg)
+		require.Equal(t, base.StateHash, r.StateHash)
+		require.Equal(t, math.Float64bits(base.KE1), math.Float64bits(r.KE1))
+		require.Equal(t, 1, r.Ops.FT.Failures)
+		require.GreaterOrEqual(t, r.Ops.Ops.Checkpoints, c.want-1, "%+v", c.cfg) // one may be rolled back
 	}
 }

@@ -1,0 +1,286 @@
+package manager
+
+import (
+	"fmt"
+
+	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Local recovery (message logging): a failed PE comes back alone while the
+// others go on. The launcher fails the PE (pe.Node.FailPE), starts its new
+// incarnation with a manager that Revive made, and tells every other PE
+// (PEFailedMsg). Then:
+//
+//   - the PE holding the failed PE's copy of the last checkpoint sends it
+//     (RecoverMsg); the one whose copy the failed PE held sends that again
+//     (HeldCopyMsg), so the checkpoint is double again;
+//   - every survivor's hook sends the failed PE what its recovery needs:
+//     determinants, then its logged messages again;
+//   - the new incarnation keeps everything that reaches it until its
+//     snapshot is in, restores it (without the global restart's
+//     handshake), makes its hook a restarted one and handles what it
+//     kept. Its hook replays the receptions in their recorded order; the
+//     PE's own sends, made again, are dropped as duplicates where they
+//     arrived before.
+//   - Once the hook is done, the PE tells the others (PeerRecoveredMsg)
+//     and the launcher (Host.LocalRecovered).
+//
+// Quiescence detection survives this because the counts it sums are
+// restored with the snapshot and re-sent copies are counted on neither
+// side: a replayed message is not counted as sent, a dropped duplicate not
+// as processed, and the runtime's control messages (checkpoints, the
+// hooks' packets, these) are not counted at all.
+
+// PEFailedMsg tells a PE that PE PE failed and runs again as incarnation
+// Inc (the launcher injects it). Recovered lists the PEs that recovered
+// before: their own notice may still be on its way.
+type PEFailedMsg struct {
+	PE        int32
+	Inc       uint32
+	Recovered []int32 `msgpack:",omitempty"`
+}
+
+// RecoverMsg hands a failed PE its snapshot of checkpoint Epoch. Own is nil
+// when it restarts from the start of the run (no checkpoint yet, or the
+// one the run was restarted from, whose protocol state is not this run's).
+type RecoverMsg struct {
+	Epoch uint64
+	Own   []byte
+}
+
+// HeldCopyMsg gives a restarted PE back the copy of its neighbour's
+// snapshot it held.
+type HeldCopyMsg struct {
+	Epoch uint64
+	Owner int32
+	Snap  []byte
+}
+
+// PeerRecoveredMsg: PE PE finished recovering.
+type PeerRecoveredMsg struct{ PE int32 }
+
+var tPEFailed, tRecover, tHeldCopy, tPeerRecovered uint32
+
+func init() {
+	tPEFailed = RegisterMsgpackType[*PEFailedMsg]("mgr.peFailed")
+	tRecover = RegisterMsgpackType[*RecoverMsg]("mgr.recover")
+	tHeldCopy = RegisterMsgpackType[*HeldCopyMsg]("mgr.heldCopy")
+	tPeerRecovered = RegisterMsgpackType[*PeerRecoveredMsg]("mgr.peerRecovered")
+}
+
+// PEFailedType is the message type of PEFailedMsg.
+func PEFailedType() uint32 { return tPEFailed }
+
+// recoverState is a PE's side of local recoveries.
+type recoverState struct {
+	reviving   bool // a new incarnation waiting for its snapshot
+	recovering bool // restored; the hook is replaying
+	inc        uint32
+	initial    []pe.Envelope // what the run started this PE with
+	stash      []pe.Envelope // what arrived before the snapshot
+	complete   map[uint64]uint64
+	// base is the checkpoint this run was restarted from (0: none):
+	// snapshots of it carry another run's protocol state.
+	base uint64
+}
+
+// control reports the runtime's control messages, which quiescence
+// detection does not count: they are not replayed, so a failed PE's count
+// of them could not be made again.
+func control(typ uint32) bool {
+	switch typ {
+	case tCkptTake, tCkptPacket, tCkptDone, tRestored, tFTPacket, tPEFailed, tRecover, tHeldCopy, tPeerRecovered:
+		return true
+	}
+	return false
+}
+
+// sendCtl sends a control message: not stamped, logged or counted.
+func (m *Manager) sendCtl(dst int, typ uint32, payload any) {
+	m.PE.Send(dst, &pe.Envelope{Type: typ, Kind: pe.KindSystem, Payload: payload})
+}
+
+// Revive makes this manager the new incarnation inc of a failed PE: it
+// keeps what arrives until its snapshot does. initial is what the run
+// started the PE with (handled again when it recovers from the start).
+// Call it before the PE's goroutine starts.
+func (m *Manager) Revive(inc uint32, initial []pe.Envelope) {
+	m.rec.reviving, m.rec.inc, m.rec.initial = true, inc, initial
+}
+
+// Recovering reports whether this PE is a new incarnation still catching
+// up.
+func (m *Manager) Recovering() bool { return m.rec.reviving || m.rec.recovering }
+
+// onPEFailed runs on every survivor of a failure.
+func (m *Manager) onPEFailed(msg *PEFailedMsg) {
+	y, n := int(msg.PE), m.NumPEs()
+	if y < 0 || y >= n || y == m.Me() {
+		m.failf("PE %d told that PE %d failed (PEs are 0..%d)", m.Me(), y, n-1)
+		return
+	}
+	ck := m.checkpointer()
+	if int(ftlayer.Buddy(int32(y), n)) == m.Me() {
+		rm := &RecoverMsg{}
+		if s := ck.Committed(int32(y)); s != nil && s.App != nil && s.Epoch != m.rec.base {
+			rm.Epoch, rm.Own = s.Epoch, s.App
+		} else if s != nil {
+			rm.Epoch = s.Epoch
+		}
+		m.sendCtl(y, tRecover, rm)
+	}
+	if int(ftlayer.Buddy(int32(m.Me()), n)) == y {
+		if s := ck.Committed(int32(m.Me())); s != nil && s.App != nil {
+			m.sendCtl(y, tHeldCopy, &HeldCopyMsg{Epoch: s.Epoch, Owner: int32(m.Me()), Snap: s.App})
+		}
+	}
+	for _, r := range msg.Recovered {
+		m.ft.PeerRecovered(int(r))
+	}
+	if err := m.ft.PeerFailed(y, msg.Inc); err != nil {
+		m.Fail(err)
+		return
+	}
+	if m.Me() == 0 && m.qd.inWave {
+		// the failed PE's probe or reply is lost: wave again, once
+		// everything is quiet (the new incarnation answers only once it
+		// caught up)
+		m.qd.inWave, m.qd.prevOK = false, false
+		m.qd.wave++
+		m.armQD()
+	}
+	if y == 0 {
+		// quiescence requests PE 0 held died with it
+		for _, tag := range m.qdAsked {
+			m.StartQD(tag)
+		}
+	}
+}
+
+// onRecover restores a new incarnation from its snapshot and handles what
+// it kept meanwhile.
+func (m *Manager) onRecover(msg *RecoverMsg) {
+	m.rec.reviving, m.rec.recovering = false, true
+	var s *PESnapshot
+	var ck *ftlayer.Counters
+	if msg.Own != nil {
+		var err error
+		if s, err = DecodeSnapshot(msg.Own); err != nil {
+			m.Fail(fmt.Errorf("recovery of PE %d: %w", m.Me(), err))
+			return
+		}
+		ck = s.FT
+	}
+	// the hook first: what restoring sends must be stamped as it was
+	m.ft.Restart(ck, m.rec.inc, m.completeBefore)
+	var resume *Callback
+	if s != nil {
+		if err := m.restoreLocal(s, msg.Own); err != nil {
+			m.Fail(fmt.Errorf("recovery of PE %d: %w", m.Me(), err))
+			return
+		}
+		resume = s.Resume
+		m.Sent, m.Processed = s.Sent, s.Processed
+	}
+	m.host.LocalRestored(m, msg.Epoch)
+	if msg.Own == nil {
+		for i := range m.rec.initial {
+			env := m.rec.initial[i]
+			if env.Type == tRestore { // this run began from a checkpoint
+				m.Processed++
+				rm := env.Payload.(*RestoreMsg)
+				s, err := DecodeSnapshot(rm.Own)
+				if err == nil {
+					err = m.restoreLocal(s, rm.Own)
+				}
+				if err != nil {
+					m.Fail(fmt.Errorf("recovery of PE %d: %w", m.Me(), err))
+					return
+				}
+				m.rec.base, resume = s.Epoch, s.Resume
+				continue
+			}
+			m.Handle(m.PE, &env)
+		}
+		m.rec.initial = nil
+	}
+	if resume != nil && m.Me() == 0 {
+		// PE 0 resumed the program when the checkpoint was complete; the
+		// others did so long ago
+		m.DeliverCallback(*resume, struct{}{})
+	}
+	stash := m.rec.stash
+	m.rec.stash = nil
+	for i := range stash {
+		m.Handle(m.PE, &stash[i])
+	}
+	m.checkRecovered()
+}
+
+// restoreLocal is Restore for one PE coming back alone: no handshake with
+// PE 0, and the checkpoint's copy is held again.
+func (m *Manager) restoreLocal(s *PESnapshot, raw []byte) error {
+	if err := m.restore(s); err != nil {
+		return err
+	}
+	for _, tag := range s.QDAsked {
+		m.StartQD(tag)
+	}
+	me, n := int32(m.Me()), int32(m.NumPEs())
+	held := m.checkpointer().Committed((me + n - 1) % n) // a copy HeldCopyMsg brought first
+	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, m.NumPEs(), &ftlayer.Snapshot{Owner: me, Epoch: s.Epoch, App: raw}, held)
+	m.ckpt.last = s.Epoch
+	return nil
+}
+
+func (m *Manager) onHeldCopy(msg *HeldCopyMsg) {
+	m.checkpointer().Hold(&ftlayer.Snapshot{Owner: msg.Owner, Epoch: msg.Epoch, App: msg.Snap})
+}
+
+// completeBefore: reductions up to num of group g are complete at their
+// root (the hook learned it while recovering).
+func (m *Manager) completeBefore(g, num uint64) {
+	if m.rec.complete == nil {
+		m.rec.complete = map[uint64]uint64{}
+	}
+	m.rec.complete[g] = max(m.rec.complete[g], num)
+	m.applyComplete(g)
+}
+
+// applyComplete tells group g's reduction state what its root completed
+// (also when the group is set up after the news came).
+func (m *Manager) applyComplete(g uint64) {
+	num, ok := m.rec.complete[g]
+	if !ok {
+		return
+	}
+	if g < 1<<32 {
+		if c := m.colls[uint32(g)]; c != nil && c.red != nil {
+			m.acts = c.red.CompleteBefore(uint32(num), m.acts[:0])
+			m.runActs(c, nil)
+		}
+		return
+	}
+	if s := m.secs[g]; s != nil && s.red != nil {
+		m.acts = s.red.CompleteBefore(uint32(num), m.acts[:0])
+		m.runActs(m.coll(s.Coll), s)
+	}
+}
+
+// checkRecovered ends this PE's recovery once its hook is done.
+func (m *Manager) checkRecovered() {
+	if !m.rec.recovering || m.ft.Recovering() {
+		return
+	}
+	m.rec.recovering = false
+	m.rec.complete = nil
+	for p := 0; p < m.NumPEs(); p++ {
+		if p != m.Me() {
+			m.sendCtl(p, tPeerRecovered, &PeerRecoveredMsg{PE: int32(m.Me())})
+		}
+	}
+	m.host.LocalRecovered(m)
+}
+
+func (m *Manager) onPeerRecovered(msg *PeerRecoveredMsg) { m.ft.PeerRecovered(int(msg.PE)) }

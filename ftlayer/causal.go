@@ -123,9 +123,10 @@ type Causal struct {
 	detsIn       int
 	replayedIn   int // peers whose replay is complete
 	lastRecorded uint64
-	held         []*Message // messages waiting for their turn
-	pendingOwn   []ownPart  // CAMEL: own contributions made while collecting
-	deferred     []Reduced  // CAMEL: completions heard while recovering
+	held         []*Message          // messages waiting for their turn
+	heldRec      map[uint64]*Message // of them, those with a recorded reception, by its rsn
+	pendingOwn   []ownPart           // CAMEL: own contributions made while collecting
+	deferred     []Reduced           // CAMEL: completions heard while recovering
 
 	failing  int32        // a peer that is recovering, or -1
 	lastRoot *Message     // hop mode, CAMEL: the multicast this root is sending
@@ -435,6 +436,7 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 		s.detsFrom[p.From] = true
 		s.detsIn++
 		if !s.collecting() {
+			s.sortHeld()
 			// made before any replayed reception, as in the first run
 			for _, o := range s.pendingOwn {
 				out = s.addOwn(o.g, s.coll.state[o.g], o.k, o.val, out)
@@ -566,7 +568,7 @@ func (s *Causal) receiveMsg(m *Message, out []Action) ([]Action, error) {
 	}
 	if s.mustWait(m) {
 		s.stats.Held++
-		s.held = append(s.held, m)
+		s.hold(m)
 		return out, nil
 	}
 	out = s.deliver(m, out)
@@ -626,7 +628,7 @@ func (s *Causal) mustWait(m *Message) bool {
 	if s.camel && m.Kind == KindMulticast && m.Num != s.coll.state[m.Group].mcastRecv.contig+1 {
 		return true
 	}
-	return (s.recovering || len(s.held) > 0) && !s.canDeliver(m)
+	return (s.recovering || len(s.held)+len(s.heldRec) > 0) && !s.canDeliver(m)
 }
 
 // canDeliver is the ordering rule: while recovering, only once every peer's
@@ -773,14 +775,55 @@ func (s *Causal) storeDetsOutOfOrder(dets []Det) {
 	}
 }
 
+// hold keeps m until its turn: by its recorded reception's rsn when that
+// is known.
+func (s *Causal) hold(m *Message) {
+	if s.recovering && !s.collecting() {
+		if r, ok := s.recorded[s.key(m)]; ok && r > s.rsn && s.heldRec[r] == nil {
+			if s.heldRec == nil {
+				s.heldRec = map[uint64]*Message{}
+			}
+			s.heldRec[r] = m
+			return
+		}
+	}
+	s.held = append(s.held, m)
+}
+
+// sortHeld files the messages held while the determinants were being
+// collected under their recorded receptions, now known.
+func (s *Causal) sortHeld() {
+	held := s.held
+	s.held = nil
+	for _, m := range held {
+		s.hold(m)
+	}
+}
+
 // Next delivers one held message whose turn has come. One at a time: the
 // application's sends for it must be stamped before anything the next
 // delivery causes, as they were in the first run.
 func (s *Causal) Next() []Action {
-	if len(s.held) == 0 || s.sealed {
+	if len(s.held)+len(s.heldRec) == 0 || s.sealed {
 		return nil
 	}
 	out := s.out[:0]
+	// the recorded reception whose turn it is, found at once (a PE
+	// recovering from far back holds thousands)
+	for m := s.heldRec[s.rsn+1]; m != nil && !s.collecting(); m = s.heldRec[s.rsn+1] {
+		delete(s.heldRec, s.rsn+1)
+		if dup, _ := s.duplicate(m); dup {
+			s.stats.Dropped++
+			continue
+		}
+		if s.mustWait(m) {
+			s.held = append(s.held, m) // not its turn after all: scanned below
+			break
+		}
+		out = s.endRecovery(s.deliver(m, out))
+		s.out = out[:0]
+		return out
+	}
 	for i := 0; i < len(s.held); i++ {
 		m := s.held[i]
 		if dup, _ := s.duplicate(m); dup {
@@ -806,7 +849,7 @@ func (s *Causal) Next() []Action {
 // messages): were it declared recovered earlier, a peer failing next
 // could lose determinants only this PE's lost copy held.
 func (s *Causal) endRecovery(out []Action) []Action {
-	if s.recovering && !s.collecting() && s.replayedIn >= s.n-1 && len(s.held) == 0 && s.rsn >= s.lastRecorded {
+	if s.recovering && !s.collecting() && s.replayedIn >= s.n-1 && len(s.held)+len(s.heldRec) == 0 && s.rsn >= s.lastRecorded {
 		s.recovering = false
 		s.recorded, s.detSeen = nil, nil
 		out, _ = s.reduced(s.deferred, out) // their groups were checked when they came

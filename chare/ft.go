@@ -103,6 +103,10 @@ type FTStats struct {
 	Failures      int
 	PEsRolledBack int           // summed over failures
 	Recovery      time.Duration // summed: from a failure to the program resuming
+	// CaughtUp is summed over failures: from a failure until the run is
+	// back where it was — the failed PE caught up (scmel, camel), or every
+	// PE back at the step that failed (none; failures at a step only).
+	CaughtUp time.Duration
 	Restored      []uint64      // the checkpoint epoch each failure rolled back to (0: the start)
 	// Log is the message-logging protocol's statistics, summed over PEs
 	// (and over the incarnations a rollback discarded).
@@ -146,10 +150,14 @@ type runState struct {
 	recovering int             // the PE recovering alone, or -1
 	waiting    []int           // failures put off until it caught up
 	recovered  []int32         // PEs that recovered alone
+	// a global rollback has caught up when the step that failed begins
+	// again
+	awaitStep int
+	failedAt  time.Time
 }
 
 func newRunState(cfg Config) *runState {
-	rs := &runState{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, recovering: -1,
+	rs := &runState{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, recovering: -1, awaitStep: -1,
 		ckptSteps: cfg.CkptSteps, ckptEvery: cfg.CkptEvery}
 	rs.ft.Protocol = cfg.FT
 	if rs.ft.Protocol == "" {
@@ -187,6 +195,12 @@ func (rs *runState) begin(node *pe.Node, initial [][]pe.Envelope) {
 }
 
 func (rs *runState) atStep(step int) {
+	rs.mu.Lock()
+	if rs.awaitStep == step && !rs.failedAt.IsZero() {
+		rs.ft.CaughtUp += time.Since(rs.failedAt)
+		rs.awaitStep, rs.failedAt = -1, time.Time{}
+	}
+	rs.mu.Unlock()
 	rs.fireWhere(func(k Kill) bool { return k.Checkpoint == 0 && k.Step == step })
 }
 
@@ -244,6 +258,9 @@ func (rs *runState) fire(node *pe.Node, i int) {
 	}
 	rs.fired[i] = true
 	rs.failed = time.Now()
+	if k.Step >= 0 && k.Checkpoint == 0 {
+		rs.awaitStep, rs.failedAt = k.Step, rs.failed
+	}
 	rs.mu.Unlock()
 	node.Fail(&PEFailure{PE: k.PE, Kill: k})
 }
@@ -300,6 +317,7 @@ func (h *host) LocalRecovered(m *manager.Manager) {
 	rs := h.run
 	rs.mu.Lock()
 	rs.ft.Recovery += time.Since(rs.failed)
+	rs.ft.CaughtUp += time.Since(rs.failed)
 	rs.failed = time.Time{}
 	rs.recovering = -1
 	if !slices.Contains(rs.recovered, int32(m.Me())) {

@@ -802,8 +802,8 @@ func (r Report) Summary(w io.Writer) {
 		fmt.Fprintf(w, "  broadcast:      %d broadcasts, %d bytes\n", o.Broadcasts, o.BroadcastBytes)
 	}
 	if ft := r.Ops.FT; ft.Failures > 0 {
-		fmt.Fprintf(w, "  fault tolerance: %s, %d failures, %d PEs rolled back, recovery %.1f ms, back to checkpoints %v\n",
-			ft.Protocol, ft.Failures, ft.PEsRolledBack, float64(ft.Recovery.Microseconds())/1e3, ft.Restored)
+		fmt.Fprintf(w, "  fault tolerance: %s, %d failures, %d PEs rolled back, recovery %.1f ms, caught up after %.1f ms, back to checkpoints %v\n",
+			ft.Protocol, ft.Failures, ft.PEsRolledBack, float64(ft.Recovery.Microseconds())/1e3, float64(ft.CaughtUp.Microseconds())/1e3, ft.Restored)
 	}
 	if ft := r.Ops.FT; ft.Log.LoggedTotal() > 0 {
 		l := ft.Log

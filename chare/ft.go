@@ -107,7 +107,7 @@ type FTStats struct {
 	// back where it was — the failed PE caught up (scmel, camel), or every
 	// PE back at the step that failed (none; failures at a step only).
 	CaughtUp time.Duration
-	Restored      []uint64      // the checkpoint epoch each failure rolled back to (0: the start)
+	Restored []uint64 // the checkpoint epoch each failure rolled back to (0: the start)
 	// Log is the message-logging protocol's statistics, summed over PEs
 	// (and over the incarnations a rollback discarded).
 	Log ftlayer.Stats

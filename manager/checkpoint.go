@@ -305,9 +305,7 @@ func (m *Manager) onCkptDone(msg *CkptDoneMsg) {
 func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Branching: int32(m.opt.Branching),
 		Epoch: epoch, NextColl: m.nextColl, NextSec: m.nextSec, Sent: m.Sent, Processed: m.Processed}
-	for _, tag := range m.qdAsked {
-		s.QDAsked = append(s.QDAsked, tag)
-	}
+	s.QDAsked = slices.Clone(m.qdAsked)
 	if m.Me() == 0 && m.ckpt.epoch == epoch {
 		cb := m.ckpt.cb
 		s.Resume = &cb

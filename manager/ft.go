@@ -34,16 +34,11 @@ var tFTPacket uint32
 
 func init() { tFTPacket = RegisterMsgpackType[*FTPacketMsg]("mgr.ftPacket") }
 
-// unlogged reports system messages no protocol logs: checkpoint and
-// restart control, which is coordinated, not replayed, and the hooks'
-// own packets. (Quiescence probes bypass the send path altogether.)
-func unlogged(typ uint32) bool {
-	switch typ {
-	case tCkptTake, tCkptPacket, tCkptDone, tRestore, tRestored, tFTPacket:
-		return true
-	}
-	return false
-}
+// unlogged reports system messages no protocol logs: the runtime's
+// control (see control), which is coordinated, not replayed, and the
+// global restart's order to restore. (Quiescence probes bypass the send
+// path altogether.)
+func unlogged(typ uint32) bool { return typ == tRestore || control(typ) }
 
 func (m *Manager) newHook() {
 	m.ft = ftlayer.NopHook{}

@@ -181,6 +181,9 @@ func LoggedMessage(env *pe.Envelope) (*Message, error) {
 	if env.FT == nil {
 		return nil, fmt.Errorf("a logged message without its header (%s)", pe.TypeName(env.Type))
 	}
+	if env.Kind != pe.KindReduction {
+		return nil, fmt.Errorf("a logged %s is not a contribution (kind %d)", pe.TypeName(env.Type), env.Kind)
+	}
 	return hopMessage(env, KindReduction), nil
 }
 

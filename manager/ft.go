@@ -5,6 +5,7 @@ import (
 
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/pe"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // The fault-tolerance hook (ftlayer.Hook) sits on the manager's send and
@@ -22,12 +23,63 @@ type HookFactory func(me, n int, t ftlayer.Trees, net func(dst int, p *ftlayer.P
 
 // FTPacketMsg carries a packet between two PEs' hooks: acknowledgements,
 // and what a recovering PE is sent (determinants, completed reductions,
-// and its own contributions handed back, as encoded envelopes).
+// and its own contributions handed back, with their headers).
 type FTPacketMsg struct {
 	Kind  ftlayer.PacketKind
 	Dets  []pe.Det
 	Done  []ftlayer.Reduced
-	Relog [][]byte `msgpack:",omitempty"`
+	Relog Envelopes `msgpack:",omitempty"`
+}
+
+// Envelopes travel inside a message as they are within a process, and in
+// their wire form (pe.EncodeEnvelope) between processes. A root hands a
+// recovering child back megabytes of contributions: encoding them only to
+// decode them on the same process cost CAMEL's recovery more time than
+// its replay.
+type Envelopes []pe.Envelope
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (es Envelopes) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if err := enc.EncodeArrayLen(len(es)); err != nil {
+		return err
+	}
+	var b []byte
+	for i := range es {
+		var err error
+		if b, err = pe.EncodeEnvelope(b[:0], &es[i]); err != nil {
+			return fmt.Errorf("envelope %d: %w", i, err)
+		}
+		if err := enc.EncodeBytes(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (es *Envelopes) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil || n <= 0 {
+		*es = nil
+		return err
+	}
+	out := make(Envelopes, 0, min(n, 1024)) // n is not trusted
+	for i := 0; i < n; i++ {
+		b, err := dec.DecodeBytes()
+		if err != nil {
+			return fmt.Errorf("envelope %d: %w", i, err)
+		}
+		env, used, err := pe.DecodeEnvelope(b)
+		if err == nil && used != len(b) {
+			err = fmt.Errorf("%d bytes after the envelope", len(b)-used)
+		}
+		if err != nil {
+			return fmt.Errorf("envelope %d: %w", i, err)
+		}
+		out = append(out, env)
+	}
+	*es = out
+	return nil
 }
 
 var tFTPacket uint32
@@ -55,13 +107,11 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 		return
 	}
 	msg := &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done}
-	for _, r := range p.Relog {
-		b, err := pe.EncodeEnvelope(nil, r.Env)
-		if err != nil {
-			m.Fail(fmt.Errorf("PE %d: handing back a logged contribution to PE %d: %w", m.Me(), dst, err))
-			return
+	if len(p.Relog) > 0 {
+		msg.Relog = make(Envelopes, len(p.Relog))
+		for i, r := range p.Relog {
+			msg.Relog[i] = *r.Env
 		}
-		msg.Relog = append(msg.Relog, b)
 	}
 	m.sendSys(dst, tFTPacket, msg)
 }
@@ -69,15 +119,8 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 func (m *Manager) onFTPacket(env *pe.Envelope) {
 	msg := env.Payload.(*FTPacketMsg)
 	p := &ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done}
-	for i, b := range msg.Relog {
-		e, n, err := pe.DecodeEnvelope(b)
-		if err == nil && n != len(b) {
-			err = fmt.Errorf("%d bytes after the envelope", len(b)-n)
-		}
-		var lm *ftlayer.Message
-		if err == nil {
-			lm, err = ftlayer.LoggedMessage(&e)
-		}
+	for i := range msg.Relog {
+		lm, err := ftlayer.LoggedMessage(&msg.Relog[i])
 		if err != nil {
 			m.Fail(fmt.Errorf("PE %d: logged contribution %d from PE %d: %w", m.Me(), i, env.Src, err))
 			return

@@ -3,6 +3,7 @@ package manager
 import (
 	"testing"
 
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/stretchr/testify/require"
 )
@@ -16,6 +17,9 @@ func sysSeeds(t testing.TB) [][]byte {
 		{Type: tSection, Kind: pe.KindSystem, Payload: &SectionMsg{Sec: 9, Tree: []int{0, 1}, K: 4, Members: []pe.Index{pe.Idx(1)}, Homes: []int32{1}}},
 		{Type: tCreate, Kind: pe.KindSystem, Payload: &CreateMsg{Coll: 2, Name: "x", Bounds: []int{2, 2}, Arg: Lazy{V: "arg"}}},
 		{Type: tFuture, Kind: pe.KindSystem, Payload: &FutureMsg{ID: 4, Value: Lazy{V: []float64{1, 2}}}},
+		{Type: tFTPacket, Kind: pe.KindSystem, Payload: &FTPacketMsg{Kind: 3, Dets: []pe.Det{{Sender: 1, Recver: 2, SSN: 3, RSN: 4}},
+			Relog: Envelopes{{Type: tPartial, Kind: pe.KindReduction, FT: &pe.FTHeader{Group: 1 << 40, Sender: 2, Recver: 0, Num: 7, Inc: 1},
+				Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 7, Reducer: testIntSum, Count: 4, Acc: int64(9)}}}}}},
 	}
 	var out [][]byte
 	for i := range envs {
@@ -49,6 +53,13 @@ func FuzzDecodeSystemMessages(f *testing.F) {
 		}
 		if pm, ok := env.Payload.(*PartialMsg); ok && pm.p == nil {
 			t.Fatal("partial decoded without its partial")
+		}
+		if fm, ok := env.Payload.(*FTPacketMsg); ok {
+			for i := range fm.Relog { // what onFTPacket does with them
+				if lm, err := ftlayer.LoggedMessage(&fm.Relog[i]); err == nil && lm.Env.FT == nil {
+					t.Fatal("a logged message without its header")
+				}
+			}
 		}
 	})
 }

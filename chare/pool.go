@@ -33,7 +33,8 @@ var float64Pools [maxClass + 1]sync.Pool
 
 // loggingRuns counts the runs of this process under message logging: their
 // logs keep contributions by reference, to send them again in a recovery,
-// so folded contributions are not reused while any such run is on.
+// so while any such run is on, only contributions that never left their
+// PE (manager.Item.Reusable) are reused.
 var loggingRuns atomic.Int32
 
 func sizeClass(n int) int {

@@ -99,10 +99,14 @@ func foldSum[T number](items []manager.Item) ([]T, error) {
 		}
 	}
 	// The contributions were handed over and are folded: reuse them —
-	// unless a message log may still send them again.
-	if _, ok := any(acc).([]float64); ok && loggingRuns.Load() == 0 {
+	// unless a message log may still send them again (under message
+	// logging, those that came in a message).
+	if _, ok := any(acc).([]float64); ok {
+		all := loggingRuns.Load() == 0
 		for _, it := range items {
-			recycleFloat64s(any(it.Value).([]float64))
+			if all || it.Reusable() {
+				recycleFloat64s(any(it.Value).([]float64))
+			}
 		}
 	}
 	return acc, nil

@@ -384,13 +384,20 @@ func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback
 }
 
 func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index, reducer uint32, cb Callback, v any, env *pe.Envelope) {
+	// env is nil for a value a chare on this PE handed over: the
+	// reduction may recycle it. One that came in a message may be in its
+	// sender's log.
+	contribute := (*Reduction).Contribute
+	if env == nil {
+		contribute = (*Reduction).ContributeOwned
+	}
 	if sec == 0 {
 		c := m.coll(coll)
 		if c == nil {
 			m.pendingColl[coll] = append(m.pendingColl[coll], *env)
 			return
 		}
-		m.acts = c.red.Contribute(r, key, reducer, cb, v, m.acts[:0])
+		m.acts = contribute(c.red, r, key, reducer, cb, v, m.acts[:0])
 		m.runActs(c, nil)
 		return
 	}
@@ -412,7 +419,7 @@ func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index
 		m.send(int(h), &pe.Envelope{Type: tContrib, Coll: coll, Kind: pe.KindReduction, Payload: cm})
 		return
 	}
-	m.acts = s.red.Contribute(r, key, reducer, cb, v, m.acts[:0])
+	m.acts = contribute(s.red, r, key, reducer, cb, v, m.acts[:0])
 	m.runActs(m.coll(coll), s)
 }
 

@@ -417,7 +417,7 @@ func decodePartial(b []byte) (any, error) {
 				if err != nil {
 					return nil, fmt.Errorf("reducer %s item %d: %w", r.Name, i, err)
 				}
-				p.Items[i] = Item{m.Keys[i], v}
+				p.Items[i] = Item{Key: m.Keys[i], Value: v}
 			}
 		}
 	}

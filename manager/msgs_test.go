@@ -10,7 +10,7 @@ import (
 
 func sysSeeds(t testing.TB) [][]byte {
 	envs := []pe.Envelope{
-		{Type: tPartial, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 2, Reducer: testFloatSum, Count: 2, Items: []Item{{pe.Idx(1), 1.5}, {pe.Idx(2), 2.5}}}}},
+		{Type: tPartial, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 2, Reducer: testFloatSum, Count: 2, Items: []Item{{Key: pe.Idx(1), Value: 1.5}, {Key: pe.Idx(2), Value: 2.5}}}}},
 		{Type: tPartial, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 2, Reducer: testIntSum, Count: 4, Acc: int64(9)}}},
 		{Type: tContrib, Kind: pe.KindReduction, Payload: &ContribMsg{Coll: 3, Sec: 1 << 40, Red: 1, Key: pe.Idx(4, 4), Reducer: testIntSum, v: int64(7)}},
 		{Type: tMigrate, Kind: pe.KindSystem, Payload: &MigrateMsg{Coll: 3, Index: pe.Idx(1), State: []byte{1, 2}, Secs: []SecMembership{{Sec: 5, Home: 1}}}},

@@ -104,7 +104,14 @@ type Callback struct {
 type Item struct {
 	Key   pe.Index
 	Value any
+	own   bool // see Reusable
 }
+
+// Reusable reports whether nothing but this reduction refers to Value: it
+// was contributed on this PE and never travelled in a message, so no
+// message log can send it again. A fold may recycle such a value once it
+// has read it.
+func (it Item) Reusable() bool { return it.own }
 
 // Partial is a (partial) reduction result travelling up a tree.
 type Partial struct {
@@ -307,7 +314,19 @@ func (s *Reduction) round(r uint32) *round {
 }
 
 // Contribute adds the value of a contributor homed on this PE to round r.
+// The value came in a message (a contributor away from its home), so its
+// Item is not Reusable.
 func (s *Reduction) Contribute(r uint32, key pe.Index, reducer uint32, cb Callback, v any, out []RedAction) []RedAction {
+	return s.contribute(r, key, reducer, cb, v, false, out)
+}
+
+// ContributeOwned is Contribute for a value handed over on this PE and
+// referred to by nothing else: its Item is Reusable.
+func (s *Reduction) ContributeOwned(r uint32, key pe.Index, reducer uint32, cb Callback, v any, out []RedAction) []RedAction {
+	return s.contribute(r, key, reducer, cb, v, true, out)
+}
+
+func (s *Reduction) contribute(r uint32, key pe.Index, reducer uint32, cb Callback, v any, own bool, out []RedAction) []RedAction {
 	if r < s.nextReport {
 		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: contribution from %v after the round was complete on this PE (contributed twice?)", r, key)})
 	}
@@ -316,7 +335,7 @@ func (s *Reduction) Contribute(r uint32, key pe.Index, reducer uint32, cb Callba
 	if red == nil {
 		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: contribution from %v names unknown reducer %d", r, key, reducer)})
 	}
-	if err := s.add(rd, key, reducer, cb, v, red); err != nil {
+	if err := s.add(rd, Item{key, v, own}, reducer, cb, red); err != nil {
 		return append(out, RedAction{Op: RedFail, Err: err})
 	}
 	rd.got++
@@ -357,7 +376,8 @@ func (s *Reduction) Child(from int, p *Partial, out []RedAction) []RedAction {
 
 // add folds one local contribution into the round without building a
 // Partial for it (the per-contribution path).
-func (s *Reduction) add(rd *round, key pe.Index, reducer uint32, cb Callback, v any, red *Reducer) error {
+func (s *Reduction) add(rd *round, it Item, reducer uint32, cb Callback, red *Reducer) error {
+	key, v := it.Key, it.Value
 	if !rd.have {
 		rd.have = true
 		rd.p.Reducer, rd.p.CB, rd.p.Witness, rd.p.Count = reducer, cb, key, 1
@@ -367,7 +387,7 @@ func (s *Reduction) add(rd *round, key pe.Index, reducer uint32, cb Callback, v 
 			// Sized for every contributor of the subtree so neither local
 			// appends nor merging the children's partials reallocate.
 			rd.p.Items = make([]Item, 1, max(s.SubtreeCount(rd.p.Red), 1))
-			rd.p.Items[0] = Item{key, v}
+			rd.p.Items[0] = it
 		}
 		return nil
 	}
@@ -381,12 +401,12 @@ func (s *Reduction) add(rd *round, key pe.Index, reducer uint32, cb Callback, v 
 	}
 	items := rd.p.Items
 	if n := len(items); n == 0 || items[n-1].Key.Compare(key) < 0 {
-		rd.p.Items = append(items, Item{key, v}) // contributions usually come in index order
+		rd.p.Items = append(items, it) // contributions usually come in index order
 		return nil
 	}
 	// After any equal keys: a member listed twice contributes twice, in order.
 	i := sort.Search(len(items), func(i int) bool { return items[i].Key.Compare(key) > 0 })
-	rd.p.Items = slices.Insert(items, i, Item{key, v})
+	rd.p.Items = slices.Insert(items, i, it)
 	return nil
 }
 
@@ -395,7 +415,11 @@ func (s *Reduction) merge(rd *round, in *Partial, red *Reducer) error {
 		rd.have = true
 		rd.p.Reducer, rd.p.CB, rd.p.Witness = in.Reducer, in.CB, in.Witness
 		rd.p.Count = in.Count
-		rd.p.Items = in.Items
+		if len(in.Items) > 0 {
+			// A copy: the child's partial may be in its sender's log (the
+			// same memory, within a process), and its items are not ours.
+			rd.p.Items = mergeItems(make([]Item, 0, max(int(s.SubtreeCount(rd.p.Red)), len(in.Items))), in.Items)
+		}
 		rd.p.Acc, rd.p.owned = in.Acc, in.owned
 		return nil
 	}
@@ -429,11 +453,20 @@ func combineExact(rd *round, red *Reducer, x any, witness pe.Index) error {
 	return nil
 }
 
-// mergeItems merges two lists sorted by key. When a has the room, the merge
-// runs from the back, in place; otherwise into a new list.
+// mergeItems merges b, a child's items, into a; both are sorted by key.
+// When a has the room, the merge runs from the back, in place; otherwise
+// into a new list. b's items come in a message: in a they are not
+// Reusable.
 func mergeItems(a, b []Item) []Item {
 	if len(b) == 1 && (len(a) == 0 || a[len(a)-1].Key.Compare(b[0].Key) < 0) {
-		return append(a, b[0])
+		return append(a, Item{b[0].Key, b[0].Value, false})
+	}
+	if len(a) == 0 && cap(a) >= len(b) {
+		a = a[:len(b)]
+		for i, it := range b {
+			a[i] = Item{it.Key, it.Value, false}
+		}
+		return a
 	}
 	if cap(a) >= len(a)+len(b) {
 		i, j := len(a)-1, len(b)-1
@@ -443,7 +476,7 @@ func mergeItems(a, b []Item) []Item {
 				a[k] = a[i]
 				i--
 			} else {
-				a[k] = b[j]
+				a[k] = Item{b[j].Key, b[j].Value, false}
 				j--
 			}
 		}
@@ -453,7 +486,7 @@ func mergeItems(a, b []Item) []Item {
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
 		if b[j].Key.Compare(a[i].Key) < 0 {
-			out = append(out, b[j])
+			out = append(out, Item{b[j].Key, b[j].Value, false})
 			j++
 		} else {
 			out = append(out, a[i])
@@ -461,7 +494,10 @@ func mergeItems(a, b []Item) []Item {
 		}
 	}
 	out = append(out, a[i:]...)
-	return append(out, b[j:]...)
+	for _, it := range b[j:] {
+		out = append(out, Item{it.Key, it.Value, false})
+	}
+	return out
 }
 
 func (s *Reduction) ready(r uint32, rd *round) bool {

@@ -1,8 +1,10 @@
 package ftlayer
 
 import (
-	"github.com/charmgo/charmgo/pe"
+	"slices"
 	"testing"
+
+	"github.com/charmgo/charmgo/pe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -136,4 +138,44 @@ func TestCheckpointKeepsWhatCameAfterTheSnapshot(t *testing.T) {
 	require.Empty(t, delivered(acts))
 	acts, _ = s.Receive(app(1, 0, 3, 0))
 	require.Equal(t, []uint64{3}, delivered(acts))
+}
+
+// Acknowledgements come back from several peers, each for what it was
+// piggybacked when its message left: most overlap what another removed.
+func TestRemoveAcked(t *testing.T) {
+	dets := func(from, to uint64) []Det {
+		var out []Det
+		for r := from; r <= to; r++ {
+			out = append(out, Det{Sender: 1, Recver: 0, SSN: r * 10, RSN: r})
+		}
+		return out
+	}
+	other := dets(5, 6)
+	other[0].SSN++ // another reception numbered 5 (an earlier incarnation's)
+	cases := []struct {
+		name       string
+		buf, acked []Det
+		left       []Det
+		acks       uint64
+	}{
+		{"a prefix", dets(1, 9), dets(1, 4), dets(5, 9), 4},
+		{"all", dets(1, 9), dets(1, 9), nil, 9},
+		{"overlapping one already removed", dets(5, 9), dets(1, 7), dets(8, 9), 3},
+		{"removed already", dets(5, 9), dets(1, 4), dets(5, 9), 0},
+		{"beyond the buffer", dets(5, 9), dets(3, 12), nil, 5},
+		{"in the middle", dets(1, 9), dets(4, 6), append(dets(1, 3), dets(7, 9)...), 3},
+		{"not the same receptions", dets(5, 9), other, append(dets(5, 5), dets(7, 9)...), 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewSCMEL(0, 2, Collectives{})
+			s.detBuf = slices.Clone(c.buf)
+			s.removeAcked(c.acked)
+			require.Equal(t, len(c.left), len(s.detBuf))
+			if len(c.left) > 0 {
+				require.Equal(t, c.left, []Det(s.detBuf))
+			}
+			require.Equal(t, c.acks, s.stats.DetsAcked)
+		})
+	}
 }

@@ -287,3 +287,52 @@ func TestReductionCompleteBeforeSkipsRoundsTheRootHas(t *testing.T) {
 	require.Len(t, s.CompleteBefore(3, nil), 3)
 	require.Equal(t, uint32(3), s.NextReport())
 }
+
+// Only values handed over on the PE that folds them are Reusable: a
+// child's items may be in its sender's message log, even when they were
+// its own there.
+func TestReusableItemsAreTheRootsOwn(t *testing.T) {
+	cb := Callback{Kind: CBFuture}
+	child := NewReduction(0, nil)
+	child.AddLocal(0, 2, nil)
+	child.Enable(nil)
+	root := NewReduction(-1, []int{1})
+	root.AddLocal(0, 2, nil)
+	root.AddChildCount(1, 0, 2, nil)
+	root.Enable(nil)
+
+	require.Empty(t, child.ContributeOwned(0, pe.Idx(1), testFloatSum, cb, 1.0, nil))
+	up := child.ContributeOwned(0, pe.Idx(3), testFloatSum, cb, 3.0, nil)
+	require.Len(t, up, 1)
+	sent := up[0].Partial
+	require.True(t, sent.Items[0].Reusable() && sent.Items[1].Reusable(), "the child's own, on the child")
+
+	require.Empty(t, root.ContributeOwned(0, pe.Idx(0), testFloatSum, cb, 0.5, nil))
+	require.Empty(t, root.Contribute(0, pe.Idx(4), testFloatSum, cb, 4.0, nil), "came in a message")
+	out := root.Child(1, sent, nil)
+	require.Len(t, out, 1)
+	require.Equal(t, RedDeliver, out[0].Op)
+	require.Equal(t, 8.5, out[0].Result)
+	var keys []pe.Index
+	var reusable []bool
+	for _, it := range out[0].Partial.Items {
+		keys, reusable = append(keys, it.Key), append(reusable, it.Reusable())
+	}
+	require.Equal(t, []pe.Index{pe.Idx(0), pe.Idx(1), pe.Idx(3), pe.Idx(4)}, keys)
+	require.Equal(t, []bool{true, false, false, false}, reusable)
+	require.True(t, sent.Items[0].Reusable(), "the child's partial is left as it was")
+
+	// the child's partial first, then the root's own
+	root = NewReduction(-1, []int{1})
+	root.AddLocal(0, 1, nil)
+	root.AddChildCount(1, 0, 2, nil)
+	root.Enable(nil)
+	require.Empty(t, root.Child(1, sent, nil))
+	out = root.ContributeOwned(0, pe.Idx(2), testFloatSum, cb, 2.0, nil)
+	require.Len(t, out, 1)
+	reusable = reusable[:0]
+	for _, it := range out[0].Partial.Items {
+		reusable = append(reusable, it.Reusable())
+	}
+	require.Equal(t, []bool{false, true, false}, reusable)
+}

@@ -150,6 +150,7 @@ type runState struct {
 	recovering int             // the PE recovering alone, or -1
 	waiting    []int           // failures put off until it caught up
 	recovered  []int32         // PEs that recovered alone
+	lostOps    manager.Stats   // what failed incarnations did
 	// a global rollback has caught up when the step that failed begins
 	// again
 	awaitStep int
@@ -220,9 +221,12 @@ func (rs *runState) fireWhere(due func(Kill) bool) {
 }
 
 // fire makes kill i happen. Under scmel and camel the PE fails alone and
-// recovers by replay while the others go on — unless a checkpoint is being
+// recovers by replay while the others go on — unless snapshots are being
 // taken (then, as under none, every PE rolls back to the last committed
-// checkpoint: the protocols recover one PE from a complete checkpoint).
+// checkpoint: the protocols recover one PE from a complete checkpoint). A
+// kill "during checkpoint E" strikes as E begins, once the run is
+// quiescent and before any snapshot: the coordinator then puts the
+// checkpoint off until the PE caught up, and only that PE rolls back.
 // One PE recovers at a time: a failure due while one does is put off until
 // it caught up.
 func (rs *runState) fire(node *pe.Node, i int) {
@@ -232,7 +236,7 @@ func (rs *runState) fire(node *pe.Node, i int) {
 		return
 	}
 	k := rs.kills[i]
-	if rs.local && k.Checkpoint == 0 && !rs.window {
+	if rs.local && !rs.window {
 		if rs.recovering >= 0 {
 			if !slices.Contains(rs.waiting, i) {
 				rs.waiting = append(rs.waiting, i)
@@ -276,8 +280,12 @@ func (rs *runState) replace(node *pe.Node, y int, inc uint32, initial []pe.Envel
 		return
 	}
 	// the summary counts what the lost incarnation logged (nothing of it
-	// is read for the recovery)
-	rs.logStats(old.(*manager.Manager).FT().Stats())
+	// is read for the recovery) and did
+	lost := old.(*manager.Manager)
+	rs.logStats(lost.FT().Stats())
+	rs.mu.Lock()
+	rs.lostOps.Add(lost.Stats)
+	rs.mu.Unlock()
 	for p := 0; p < node.NumPEs(); p++ {
 		if p != y {
 			node.InjectControl(p, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
@@ -288,14 +296,15 @@ func (rs *runState) replace(node *pe.Node, y int, inc uint32, initial []pe.Envel
 
 func (h *host) CheckpointStarting(m *manager.Manager, epoch uint64) bool {
 	rs := h.run
+	// before the snapshots: under scmel and camel, a PE failing now
+	// recovers alone, and the checkpoint waits for it
+	rs.fireWhere(func(k Kill) bool { return k.Checkpoint == epoch })
 	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	if rs.recovering >= 0 {
-		rs.mu.Unlock()
 		return false
 	}
 	rs.window = true
-	rs.mu.Unlock()
-	rs.fireWhere(func(k Kill) bool { return k.Checkpoint == epoch })
 	return true
 }
 

@@ -232,6 +232,9 @@ func TestLocalRecoveryByMessageLogging(t *testing.T) {
 			{"after the migration", []chare.Kill{{PE: 1, Step: 5}}, []uint64{1}},
 			{"the coordinator", []chare.Kill{{PE: 0, Step: 5}}, []uint64{1}},
 			{"one after another", []chare.Kill{{PE: 0, Step: 5}, {PE: 2, Step: 6}}, []uint64{1, 1}},
+			// as the checkpoint begins: it waits for the PE to catch up
+			{"during the checkpoint", []chare.Kill{{PE: 2, Step: -1, Checkpoint: 1}}, []uint64{0}},
+			{"the coordinator during the checkpoint", []chare.Kill{{PE: 0, Step: -1, Checkpoint: 1}}, []uint64{0}},
 		} {
 			for _, wire := range []bool{false, true} {
 				res, got := rvRun(t, chare.Config{PEs: 3, FT: ft, Kills: c.kills, WireCheck: wire})
@@ -239,6 +242,7 @@ func TestLocalRecoveryByMessageLogging(t *testing.T) {
 				require.Equal(t, c.back, res.Stats.FT.Restored, "%s, %s", ft, c.name)
 				require.Equal(t, len(c.kills), res.Stats.FT.PEsRolledBack, "%s, %s: only the failed PE rolls back", ft, c.name)
 				require.Positive(t, res.Stats.FT.Log.Replayed, "%s, %s", ft, c.name)
+				require.Equal(t, uint64(1), res.Stats.Ops.Checkpoints, "%s, %s", ft, c.name)
 			}
 		}
 		// restarted from the files on another PE count, then a failure:

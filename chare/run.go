@@ -425,6 +425,9 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 		rs.rolledBack(f, start)
 	}
 	res.Stats.FT = rs.stats()
+	rs.mu.Lock()
+	res.Stats.Ops.Add(rs.lostOps)
+	rs.mu.Unlock()
 	return res
 }
 

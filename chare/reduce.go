@@ -32,11 +32,43 @@ func exact[T any](name string, combine func(a, b T) T, clone func(T) T) uint32 {
 }
 
 func canonical[T, R any](name string, fold func(items []manager.Item) (R, error)) uint32 {
-	return manager.RegisterReducer(&manager.Reducer{
+	r := &manager.Reducer{
 		Name:  name,
 		Fold:  func(items []manager.Item) (any, error) { return fold(items) },
 		Codec: manager.MsgpackCodec[T](),
-	})
+	}
+	if name == sumFloat64sName {
+		r.Detach = detachFloat64s // contributions to it are handed over (Float64s)
+	}
+	return manager.RegisterReducer(r)
+}
+
+const sumFloat64sName = "sum.[]float64"
+
+// detachFloat64s copies this PE's own contributions, about to be logged,
+// into one block and reuses them: the contributor's next ones are then
+// made in memory still in cache, and the copy is a single write.
+func detachFloat64s(items []manager.Item) {
+	n := 0
+	for _, it := range items {
+		if it.Reusable() {
+			n += len(it.Value.([]float64))
+		}
+	}
+	if n == 0 {
+		return
+	}
+	block := make([]float64, n)
+	for i, it := range items {
+		if !it.Reusable() {
+			continue
+		}
+		v := it.Value.([]float64)
+		c := copy(block, v)
+		items[i].Value = block[:c:c]
+		block = block[c:]
+		recycleFloat64s(v)
+	}
 }
 
 func same[T any](v T) T { return v }
@@ -139,7 +171,7 @@ var (
 	MaxInt64s     = Reducer[[]int64, []int64]{exactSlice("max.[]int64", hi[int64])}
 
 	SumFloat64      = Reducer[float64, float64]{canonical[float64]("sum.float64", foldScalar(add[float64]))}
-	SumFloat64s     = Reducer[[]float64, []float64]{canonical[[]float64]("sum.[]float64", foldSum[float64])}
+	SumFloat64s     = Reducer[[]float64, []float64]{canonical[[]float64](sumFloat64sName, foldSum[float64])}
 	ProductFloat64  = Reducer[float64, float64]{canonical[float64]("product.float64", foldScalar(mul[float64]))}
 	ProductFloat64s = Reducer[[]float64, []float64]{canonical[[]float64]("product.[]float64", foldSlice(mul[float64]))}
 	MinFloat64      = Reducer[float64, float64]{exact("min.float64", math.Min, same[float64])}

@@ -56,6 +56,9 @@ type Hook interface {
 	PeerFailed(y int, inc uint32) error
 	// PeerRecovered: PE y finished recovering.
 	PeerRecovered(y int)
+	// LogsSent reports whether the hook keeps the messages it stamps, by
+	// reference, to send them again: their payloads must not be reused.
+	LogsSent() bool
 }
 
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
@@ -75,6 +78,7 @@ func (NopHook) Restart(*Counters, uint32, func(uint64, uint64))          {}
 func (NopHook) Recovering() bool                                         { return false }
 func (NopHook) PeerFailed(int, uint32) error                             { return nil }
 func (NopHook) PeerRecovered(int)                                        {}
+func (NopHook) LogsSent() bool                                           { return false }
 
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
@@ -206,6 +210,8 @@ func (h *CausalHook) PeerFailed(y int, inc uint32) error {
 }
 
 func (h *CausalHook) PeerRecovered(y int) { h.s.Recovered(int32(y)) }
+
+func (h *CausalHook) LogsSent() bool { return true }
 
 func (h *CausalHook) Prepare() Counters { return h.s.Prepare() }
 func (h *CausalHook) Checkpoint()       { h.s.Checkpoint() }

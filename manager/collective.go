@@ -475,6 +475,9 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 	for _, a := range acts {
 		switch a.Op {
 		case RedSendParent:
+			if m.ft.LogsSent() {
+				DetachItems(LookupReducer(a.Partial.Reducer), a.Partial)
+			}
 			m.sendHop(a.To, ftlayer.RolePartial, g, uint64(a.Partial.Red)+1, false,
 				&pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}})
 		case RedDeliver:

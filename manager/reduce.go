@@ -27,6 +27,12 @@ type Reducer struct {
 	Combine func(acc, x any) (any, error)
 	// Fold combines items sorted by contributor (canonical reducers).
 	Fold func(items []Item) (any, error)
+	// Detach, if set, is called on a partial's items before it leaves
+	// this PE when a message log will keep it: it may give the Reusable
+	// ones copies of their values, and reuse the values. (Logged, they
+	// could never be reused; the contributor's next ones would be made in
+	// new memory.)
+	Detach func(items []Item)
 	// Codec encodes one contribution value for the wire.
 	Codec Codec
 }
@@ -408,6 +414,18 @@ func (s *Reduction) add(rd *round, it Item, reducer uint32, cb Callback, red *Re
 	i := sort.Search(len(items), func(i int) bool { return items[i].Key.Compare(key) > 0 })
 	rd.p.Items = slices.Insert(items, i, it)
 	return nil
+}
+
+// DetachItems runs red.Detach on p's items if there is one; the items are
+// no longer Reusable after it.
+func DetachItems(red *Reducer, p *Partial) {
+	if red == nil || red.Detach == nil || len(p.Items) == 0 {
+		return
+	}
+	red.Detach(p.Items)
+	for i := range p.Items {
+		p.Items[i].own = false
+	}
 }
 
 func (s *Reduction) merge(rd *round, in *Partial, red *Reducer) error {

@@ -33,9 +33,10 @@ func exact[T any](name string, combine func(a, b T) T, clone func(T) T) uint32 {
 
 func canonical[T, R any](name string, fold func(items []manager.Item) (R, error)) uint32 {
 	r := &manager.Reducer{
-		Name:  name,
-		Fold:  func(items []manager.Item) (any, error) { return fold(items) },
-		Codec: manager.MsgpackCodec[T](),
+		Name:        name,
+		Fold:        func(items []manager.Item) (any, error) { return fold(items) },
+		Codec:       manager.MsgpackCodec[T](),
+		ResultCodec: manager.MsgpackCodec[R](),
 	}
 	if name == sumFloat64sName {
 		r.Detach = detachFloat64s // contributions to it are handed over (Float64s)

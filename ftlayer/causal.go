@@ -86,7 +86,9 @@ type logEntry struct {
 //     the checkpoint, and hands a recovering child back those of
 //     reductions already complete: the child no longer recomputes them
 //     (their inputs were dropped at the ack), yet the root's own later
-//     recovery needs them from the child's log.
+//     recovery needs them from the child's log. (In hop mode the root
+//     keeps, and hands back to its keeper, the results instead: see
+//     Reduced.)
 //   - A recovering PE defers completion notices (acks) until it has
 //     recovered: it regenerates, and logs, its contributions to the
 //     reductions completed meanwhile, and its children keep theirs.
@@ -124,10 +126,11 @@ type Causal struct {
 	detsIn       int
 	replayedIn   int // peers whose replay is complete
 	lastRecorded uint64
-	held         []*Message          // messages waiting for their turn
-	heldRec      map[uint64]*Message // of them, those with a recorded reception, by its rsn
-	pendingOwn   []ownPart           // CAMEL: own contributions made while collecting
-	deferred     []Reduced           // CAMEL: completions heard while recovering
+	byRound      map[[2]uint64][]recordedAt // recorded receptions of partials, by group and number (placeResult)
+	held         []*Message                 // messages waiting for their turn
+	heldRec      map[uint64]*Message        // of them, those with a recorded reception, by its rsn
+	pendingOwn   []ownPart                  // CAMEL: own contributions made while collecting
+	deferred     []Reduced                  // CAMEL: completions heard while recovering
 
 	failing  int32        // a peer that is recovering, or -1
 	lastRoot *Message     // hop mode, CAMEL: the multicast this root is sending
@@ -416,6 +419,10 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 		var err error
 		out, err = s.reduced(p.Done, out)
 		return out, err
+	case PktRedResult:
+		var err error
+		out, err = s.keepResult(p, out)
+		return out, err
 	case PktRecovery: // RECEIVEDETS
 		if !s.recovering || s.detsFrom[p.From] {
 			return nil, nil // a late copy: this PE is done recovering
@@ -428,7 +435,13 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 			s.lastRecorded = max(s.lastRecorded, d.RSN)
 		}
 		for _, m := range p.Relog {
-			s.log(m) // contributions to complete reductions, back from their root
+			if !s.keepsResults() {
+				s.log(m) // contributions to complete reductions, back from their root
+				continue
+			}
+			if _, err := s.storeResult(m); err != nil { // results it keeps, back from their root
+				return nil, err
+			}
 		}
 		var err error
 		if out, err = s.reduced(p.Done, out); err != nil {
@@ -472,11 +485,22 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 		if !st.complete(r.Num) {
 			continue
 		}
-		if s.coll.t.Parent(r.Group, s.me) != s.coll.t.Root(r.Group) {
-			s.dropLogged(func(m *Message) bool { return m.Kind == KindReduction && m.Group == r.Group && m.Num <= r.Num })
+		if s.keepsResults() || s.coll.t.Parent(r.Group, s.me) != s.coll.t.Root(r.Group) {
+			s.dropLogged(func(m *Message) bool {
+				return m.Kind == KindReduction && m.Group == r.Group && m.Num <= r.Num && !isResult(m)
+			})
 		}
 		for _, c := range s.coll.t.Children(r.Group, s.me) {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{r}}})
+		}
+		if s.keepsResults() && s.keeper(r.Group) == s.me {
+			// the keeper has the result: the root's other children may
+			// drop what they sent for it
+			for _, c := range s.coll.t.Children(r.Group, s.coll.t.Root(r.Group)) {
+				if c != s.me {
+					out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{r}}})
+				}
+			}
 		}
 	}
 	return out, nil
@@ -562,6 +586,9 @@ func (s *Causal) duplicate(m *Message) (bool, error) {
 			return st.mcastRecv.has(m.Num) || m.Inc < s.incMap[m.Sender] && !s.verbat, nil
 		}
 		if s.coll.ext {
+			if isResult(m) {
+				return m.Num <= st.done, nil // its placement decided the rest
+			}
 			return m.Inc < s.incMap[m.Sender] || st.redFrom(m.Sender).has(m.Num), nil
 		}
 		return m.Inc < s.incMap[m.Sender] || st.has(m.Num, m.Sender), nil
@@ -572,6 +599,9 @@ func (s *Causal) duplicate(m *Message) (bool, error) {
 // receiveMsg is RECEIVEMSG with OUTOFORDER: old and duplicate messages are
 // dropped, messages ahead of the recorded order are held.
 func (s *Causal) receiveMsg(m *Message, out []Action) ([]Action, error) {
+	if isResult(m) && s.keepsResults() {
+		return s.receiveResult(m, out)
+	}
 	dup, err := s.duplicate(m)
 	if err != nil {
 		return out, err
@@ -677,6 +707,16 @@ func (s *Causal) inOrder(m *Message) bool {
 }
 
 func (s *Causal) deliver(m *Message, out []Action) []Action {
+	if isResult(m) {
+		// in the turn of the last partial it stands for; the determinants
+		// it brings back are those the partials brought, and its root's
+		// own (already held by others: not acknowledged)
+		s.rsn++
+		if len(m.Dets) > 0 {
+			s.storeDets(m.Dets)
+		}
+		return append(out, Action{Kind: ActDeliver, Msg: m})
+	}
 	if !s.unordered(m) {
 		s.rsn++
 		d := Det{Sender: m.Sender, Recver: s.me, SSN: m.SSN, RSN: s.rsn}
@@ -796,6 +836,10 @@ func (s *Causal) storeDetsOutOfOrder(dets []Det) {
 // is known.
 func (s *Causal) hold(m *Message) {
 	if s.recovering && !s.collecting() {
+		if isResult(m) {
+			s.placeResult(m)
+			return
+		}
 		if r, ok := s.recorded[s.key(m)]; ok && r > s.rsn && s.heldRec[r] == nil {
 			if s.heldRec == nil {
 				s.heldRec = map[uint64]*Message{}
@@ -868,7 +912,7 @@ func (s *Causal) Next() []Action {
 func (s *Causal) endRecovery(out []Action) []Action {
 	if s.recovering && !s.collecting() && s.replayedIn >= s.n-1 && len(s.held)+len(s.heldRec) == 0 && s.rsn >= s.lastRecorded {
 		s.recovering = false
-		s.recorded, s.detSeen = nil, nil
+		s.recorded, s.detSeen, s.byRound = nil, nil, nil
 		out, _ = s.reduced(s.deferred, out) // their groups were checked when they came
 		s.deferred = nil
 	}
@@ -965,7 +1009,11 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 				rec.Done = append(rec.Done, Reduced{g, st.done})
 			}
 			for _, e := range s.kept {
-				if m := e.m; m.Group == g && m.Sender == y && m.Num <= st.done {
+				m := e.m
+				if m.Group != g || m.Num > st.done {
+					continue
+				}
+				if s.keepsResults() && isResult(m) && s.keeper(g) == y || !s.keepsResults() && m.Sender == y {
 					rec.Relog = append(rec.Relog, m)
 				}
 			}
@@ -974,7 +1022,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 	out := []Action{{Kind: ActSend, Packet: rec}}
 	for _, e := range s.msgLog {
 		m := e.m
-		if m.Recver == y || s.camel && m.Kind == KindMulticast && s.coll.t.Has(m.Group, y) {
+		if m.Recver == y || s.camel && m.Kind == KindMulticast && s.coll.t.Has(m.Group, y) || isResult(m) && m.Sender == y {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
 			s.stats.Replayed++
 		}

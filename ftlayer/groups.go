@@ -124,6 +124,7 @@ type groupState struct {
 	reforwarded map[uint64]uint32 // multicasts forwarded again, and from which incarnation
 	// hop mode (CAMEL): the reductions whose partial came from each child
 	fromKid map[int32]*window
+	keptTop uint64 // hop mode (CAMEL): the last result kept for the root
 }
 
 func (st *groupState) redFrom(pe int32) *window {

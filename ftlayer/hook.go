@@ -33,7 +33,11 @@ type Hook interface {
 	// Packet handles a packet from another PE's hook.
 	Packet(p *Packet) error
 	// Reduced: this PE, the root of group g, delivered reduction num.
-	Reduced(g, num uint64)
+	// result is an envelope of that result which its receiver can handle
+	// in place of every child's partial (nil where LogsSent is false):
+	// a collective-aware protocol keeps it, instead of the partials, for
+	// the root's recovery.
+	Reduced(g, num uint64, result *pe.Envelope)
 	// Prepare, Checkpoint and Abort bracket a coordinated checkpoint (see
 	// Protocol).
 	Prepare() Counters
@@ -69,7 +73,7 @@ func (NopHook) Send(int, Role, uint64, uint64, bool, *pe.Envelope) error { retur
 func (NopHook) Arrive(*pe.Envelope) (Arrival, error)                     { return Handle, nil }
 func (NopHook) Next(*pe.Envelope) bool                                   { return false }
 func (NopHook) Packet(*Packet) error                                     { return nil }
-func (NopHook) Reduced(uint64, uint64)                                   {}
+func (NopHook) Reduced(uint64, uint64, *pe.Envelope)                     {}
 func (NopHook) Prepare() Counters                                        { return Counters{} }
 func (NopHook) Checkpoint()                                              {}
 func (NopHook) Abort()                                                   {}
@@ -177,8 +181,8 @@ func (h *CausalHook) Packet(p *Packet) error {
 	return nil
 }
 
-func (h *CausalHook) Reduced(g, num uint64) {
-	for _, a := range h.s.Reduced(g, num) {
+func (h *CausalHook) Reduced(g, num uint64, result *pe.Envelope) {
+	for _, a := range h.s.Reduced(g, num, result) {
 		p := a.Packet
 		h.net(int(p.To), &p)
 	}

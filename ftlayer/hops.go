@@ -2,6 +2,7 @@ package ftlayer
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -131,10 +132,13 @@ func encodedSize(env *pe.Envelope) int {
 }
 
 // Reduced tells the root of group g that the runtime delivered its
-// reduction num. Under CAMEL the news goes down the tree, and the
-// partials logged for it are dropped (those sent to the root stay until
-// the checkpoint).
-func (s *Causal) Reduced(g, num uint64) []Action {
+// reduction num. Under CAMEL in hop mode the root hands result, the
+// envelope of what it delivered, to its first child (the keeper) to keep
+// until the checkpoint, and keeps a copy itself; the keeper tells the
+// root's other children, which drop what they sent for it. Without a
+// result (or in the simulated protocol) the news goes straight down the
+// tree, and the partials sent to the root stay until the checkpoint.
+func (s *Causal) Reduced(g, num uint64, result *pe.Envelope) []Action {
 	if !s.camel {
 		return nil
 	}
@@ -142,12 +146,186 @@ func (s *Causal) Reduced(g, num uint64) []Action {
 	if !st.complete(num) {
 		return nil
 	}
+	kids := s.coll.t.Children(g, s.me)
 	out := s.out[:0]
-	for _, c := range s.coll.t.Children(g, s.me) {
+	if s.keepsResults() && result != nil {
+		if len(kids) > 0 {
+			r := s.keepResultCopy(g, num, result)
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedResult, From: s.me, To: kids[0], Relog: []*Message{r}}})
+		}
+		s.out = out[:0]
+		return out
+	}
+	for _, c := range kids {
 		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{{g, num}}}})
 	}
 	s.out = out[:0]
 	return out
+}
+
+// keepsResults: CAMEL in hop mode keeps a completed reduction's result
+// instead of the partials that reached its root. The runtime's partials
+// carry every contribution of their subtree (its floating-point
+// reductions fold once, at the root, in contributor order), so keeping
+// them until the checkpoint would keep every contribution; the result is
+// the size of one.
+func (s *Causal) keepsResults() bool { return s.camel && s.coll.ext && !s.verbat }
+
+// resultMark is the Recver of a kept result: sent by a root for its own
+// recovery, held by its keeper.
+const resultMark = -2
+
+func isResult(m *Message) bool { return m.Kind == KindReduction && m.Recver == resultMark }
+
+// keeper is the PE that keeps group g's results: its root's first child
+// (-1 when the root has none).
+func (s *Causal) keeper(g uint64) int32 {
+	if kids := s.coll.t.Children(g, s.coll.t.Root(g)); len(kids) > 0 {
+		return kids[0]
+	}
+	return -1
+}
+
+// keepResultCopy makes the root's kept result of reduction num: it
+// carries the root's unacknowledged determinants and those its children's
+// partials to num brought (a root recovering from the result instead of
+// the partials gets them back with it). The copies of the partials are
+// dropped: the result stands for them.
+func (s *Causal) keepResultCopy(g, num uint64, result *pe.Envelope) *Message {
+	dets := slices.Clone(s.piggyback())
+	keep := s.kept[:0]
+	for _, e := range s.kept {
+		if m := e.m; m.Group == g && !isResult(m) && m.Num <= num {
+			dets = append(dets, m.Dets...)
+			s.countLog(m, false)
+			count(&s.copies, m, false)
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(s.kept[len(keep):])
+	s.kept = keep
+	r := &hopMsg{env: *result}
+	r.Message = Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: resultMark, Num: num, Inc: s.inc, Dets: dets}, Env: &r.env}
+	r.env.FT = &r.FTHeader
+	r.Size = max(pe.PayloadSize(result.Payload), 0)
+	s.logSeq++
+	s.kept = append(s.kept, logEntry{s.logSeq, &r.Message})
+	s.countLog(&r.Message, true)
+	count(&s.copies, &r.Message, true)
+	return &r.Message
+}
+
+// storeResult logs a result this PE keeps for its group's root, unless
+// it has it or it comes from an incarnation of the root that failed
+// since (the new one makes it again, and nobody dropped a partial for
+// it). It reports whether it was new.
+func (s *Causal) storeResult(m *Message) (bool, error) {
+	if !isResult(m) || m.Sender < 0 || int(m.Sender) >= s.n {
+		return false, fmt.Errorf("PE %d: a kept result that is not one (group %d, from PE %d)", s.me, m.Group, m.Sender)
+	}
+	st, err := s.coll.group(m.Group)
+	if err != nil {
+		return false, err
+	}
+	if m.Inc < s.incMap[m.Sender] || m.Num <= st.keptTop {
+		return false, nil
+	}
+	st.keptTop = m.Num
+	s.log(m)
+	if len(m.Dets) > 0 {
+		s.storeDets(m.Dets)
+	}
+	return true, nil
+}
+
+// keepResult is PktRedResult at the keeper: keep the result, then tell
+// the tree (at once, or once this PE has recovered).
+func (s *Causal) keepResult(p *Packet, out []Action) ([]Action, error) {
+	for _, m := range p.Relog {
+		fresh, err := s.storeResult(m)
+		if err != nil || !fresh {
+			return out, err
+		}
+		r := Reduced{m.Group, m.Num}
+		if s.recovering {
+			s.deferred = append(s.deferred, r)
+			continue
+		}
+		if out, err = s.reduced([]Reduced{r}, out); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// receiveResult: a kept result reached its root, which recovers from a
+// checkpoint before that reduction completed. It is held until the
+// determinants place it (placeResult).
+func (s *Causal) receiveResult(m *Message, out []Action) ([]Action, error) {
+	st, err := s.coll.group(m.Group)
+	if err != nil {
+		return out, err
+	}
+	if !s.recovering || m.Num <= st.done {
+		s.stats.Dropped++ // complete here already
+		return out, nil
+	}
+	s.stats.Held++
+	s.hold(m)
+	return out, nil
+}
+
+// placeResult files a kept result, once for every child's partial it
+// stands for that this PE received after its checkpoint, in that
+// partial's recorded turn: each copy says that partial is in (and the
+// result is known), so the round completes where it did, and the
+// receptions are counted as they were. Partials of that reduction still
+// to come are duplicates. The receptions are found from the determinants,
+// not the tree: a PE recovering from far back may not have set up the
+// group yet.
+func (s *Causal) placeResult(m *Message) {
+	if s.byRound == nil {
+		s.byRound = map[[2]uint64][]recordedAt{}
+		for k, r := range s.recorded {
+			if k.group != 0 {
+				key := [2]uint64{k.group, k.ssn}
+				s.byRound[key] = append(s.byRound[key], recordedAt{k.sender, r})
+			}
+		}
+	}
+	st := s.coll.state[m.Group]
+	placed := false
+	for _, at := range s.byRound[[2]uint64{m.Group, m.Num}] {
+		if w := st.redFrom(at.sender); !w.has(m.Num) {
+			w.add(m.Num)
+		}
+		if at.rsn <= s.rsn {
+			continue
+		}
+		if s.heldRec == nil {
+			s.heldRec = map[uint64]*Message{}
+		}
+		if s.heldRec[at.rsn] != nil {
+			s.stats.Dropped++ // the partial itself, replayed: the result stands for it
+		}
+		cp := &hopMsg{Message: *m, env: *m.Env}
+		cp.Sender, cp.env.Src, cp.Env = at.sender, at.sender, &cp.env
+		cp.env.FT = &cp.FTHeader
+		if placed {
+			cp.Dets = nil // brought back once
+		}
+		s.heldRec[at.rsn], placed = &cp.Message, true
+	}
+	if !placed {
+		s.stats.Dropped++ // every partial it stands for was delivered
+	}
+}
+
+// recordedAt is a recorded reception of a partial: its sender and rsn.
+type recordedAt struct {
+	sender int32
+	rsn    uint64
 }
 
 // ReceiveHop handles an envelope that arrived with a header: it returns

@@ -116,30 +116,38 @@ func TestHopMulticastsAreDeliveredInOrder(t *testing.T) {
 	require.Equal(t, Dropped, a)
 }
 
-// Under CAMEL a partial result sent to an inner node is dropped from its
-// sender's log once the root acknowledges the reduction; one sent to the
-// root stays until the checkpoint. SCMEL keeps both until the checkpoint.
-func TestHopPartialsAreDroppedAtTheRootsAck(t *testing.T) {
+// Under CAMEL a completed reduction's partials are dropped from their
+// senders' logs once the root's keeper (its first child) holds the
+// result: the keeper logs the result instead, and the root a copy of it.
+// SCMEL keeps every partial until the checkpoint.
+func TestHopPartialsAreDroppedOnceTheResultIsKept(t *testing.T) {
 	for _, c := range []struct {
-		proto                     string
-		leafAfterAck, kidAfterAck uint64
-	}{{"camel", 0, 1}, {"scmel", 1, 1}} {
+		proto                       string
+		leaf, keeper, sibling, root uint64 // reduction log entries after the acks
+		rootCopies                  uint64
+	}{{"camel", 0, 1, 0, 1, 1}, {"scmel", 1, 1, 1, 0, 0}} {
 		h := newHopNet(t, 6, 4, c.proto) // 0 → 1,2,3,4; 1 → 5
-		leaf := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 8)}
-		require.NoError(t, h.hooks[5].Send(1, RolePartial, 1, 1, false, leaf))
-		a, err := h.hooks[1].Arrive(leaf)
-		require.NoError(t, err)
-		require.Equal(t, Handle, a)
-		up := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 16)}
-		require.NoError(t, h.hooks[1].Send(0, RolePartial, 1, 1, false, up))
-		a, err = h.hooks[0].Arrive(up)
-		require.NoError(t, err)
-		require.Equal(t, Handle, a)
+		send := func(from, to int, size int) {
+			env := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, size)}
+			require.NoError(t, h.hooks[from].Send(to, RolePartial, 1, 1, false, env))
+			a, err := h.hooks[to].Arrive(env)
+			require.NoError(t, err)
+			require.Equal(t, Handle, a)
+		}
+		send(5, 1, 8)
+		send(1, 0, 16)
+		send(2, 0, 8)
 		require.Equal(t, uint64(1), h.hooks[5].Stats().Log[KindReduction].Msgs)
-		h.hooks[0].Reduced(1, 1)
+		result := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 8)}
+		h.hooks[0].Reduced(1, 1, result)
 		h.deliverAcks(t)
-		require.Equal(t, c.leafAfterAck, h.hooks[5].Stats().Log[KindReduction].Msgs, c.proto)
-		require.Equal(t, c.kidAfterAck, h.hooks[1].Stats().Log[KindReduction].Msgs, c.proto)
+		for pe, want := range map[int]uint64{5: c.leaf, 1: c.keeper, 2: c.sibling, 0: c.root} {
+			require.Equal(t, want, h.hooks[pe].Stats().Log[KindReduction].Msgs, "%s: PE %d", c.proto, pe)
+		}
+		require.Equal(t, c.rootCopies, h.hooks[0].Stats().RootCopies.Msgs, c.proto)
+		if c.proto == "camel" {
+			require.Equal(t, uint64(8), h.hooks[1].Stats().Log[KindReduction].Bytes, "the keeper logs the result, not its partial")
+		}
 		// a checkpoint drops what it covers
 		for _, hk := range h.hooks {
 			hk.Prepare()
@@ -147,6 +155,70 @@ func TestHopPartialsAreDroppedAtTheRootsAck(t *testing.T) {
 			require.Zero(t, hk.Stats().Logged(), c.proto)
 		}
 	}
+}
+
+// A CAMEL root that fails after a reduction completed recovers from the
+// result its keeper kept: it gets it once for every child's partial it
+// stands for, each in that partial's recorded turn, and a partial its
+// child sends again is a duplicate. A keeper that fails gets the result
+// back from the root, and tells the root's other children again.
+func TestHopRootRecoversFromTheKeptResult(t *testing.T) {
+	h := newHopNet(t, 3, 2, "camel") // 0 → 1, 2
+	parts := map[int]*pe.Envelope{}
+	for _, from := range []int{2, 1} { // PE 2's partial is received first
+		env := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 32)}
+		require.NoError(t, h.hooks[from].Send(0, RolePartial, 1, 1, false, env))
+		parts[from] = env
+		a, err := h.hooks[0].Arrive(env)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+	}
+	result := &pe.Envelope{Type: 7, Kind: pe.KindReduction, Payload: []float64{1, 2}}
+	h.hooks[0].Reduced(1, 1, result)
+	h.deliverAcks(t)
+	require.Zero(t, h.hooks[2].Stats().Log[KindReduction].Msgs, "the sibling dropped its partial")
+
+	// The keeper fails: the root hands it the result back, and it tells
+	// the sibling again.
+	h.hooks[1].Restart(nil, 1, nil)
+	require.NoError(t, h.hooks[0].PeerFailed(1, 1))
+	require.NoError(t, h.hooks[2].PeerFailed(1, 1))
+	h.deliverAcks(t)
+	require.Equal(t, uint64(1), h.hooks[1].Stats().Log[KindReduction].Msgs, "the new keeper holds the result")
+	require.False(t, h.hooks[1].Recovering())
+	h.hooks[0].PeerRecovered(1)
+	h.hooks[2].PeerRecovered(1)
+
+	// Then the root fails.
+	h.hooks[0].Restart(nil, 1, nil)
+	require.NoError(t, h.hooks[1].PeerFailed(0, 1))
+	require.NoError(t, h.hooks[2].PeerFailed(0, 1))
+	var replayed []pe.Envelope
+	for len(h.acks) > 0 {
+		p := h.acks[0]
+		h.acks = h.acks[1:]
+		if p.Kind == PktApp {
+			replayed = append(replayed, *p.Msg.Env)
+			continue
+		}
+		require.NoError(t, h.hooks[p.To].Packet(&p))
+	}
+	require.Len(t, replayed, 1, "the keeper replays the result; the children kept no partial")
+	a, err := h.hooks[0].Arrive(&replayed[0])
+	require.NoError(t, err)
+	require.Equal(t, Held, a)
+	var got []int32
+	var env pe.Envelope
+	for h.hooks[0].Next(&env) {
+		require.Equal(t, result.Payload, env.Payload)
+		got = append(got, env.Src)
+	}
+	require.Equal(t, []int32{2, 1}, got, "in the partials' recorded order, from their senders")
+	again := *parts[1]
+	a, err = h.hooks[0].Arrive(&again)
+	require.NoError(t, err)
+	require.Equal(t, Dropped, a, "a partial the result stood for")
+	require.False(t, h.hooks[0].Recovering())
 }
 
 // Point-to-point hops are logged with their envelope (a replay re-sends

@@ -35,7 +35,10 @@
 //     failures as scmel, with a multicast logged once at its root,
 //     reduction contributions logged until the root's acknowledgement
 //     (those reaching the root until the next checkpoint) and determinants
-//     for reductions only at the root.
+//     for reductions only at the root. In hop mode a completed reduction
+//     keeps its result instead of the contributions that reached the
+//     root: once, at the root's first child (the keeper), and a copy at
+//     the root (see Causal.Reduced).
 //
 // Under scmel and camel a second PE failing while one is still recovering
 // (collecting determinants or replaying) is reported as unsupported
@@ -118,17 +121,26 @@ const (
 	PktRecovery                       // a survivor's determinants (and reductions done) for a recovering PE
 	PktRedAck                         // CAMEL: reduction Num of Group is complete (travels down the tree)
 	PktReplayed                       // a survivor re-sent all it logged for a recovering PE (after them on the channel)
+	// PktRedResult (CAMEL, hop mode): a root hands its first child
+	// (the keeper) the result of a reduction to keep until the next
+	// checkpoint, in Relog; the keeper acknowledges the reduction to the
+	// root's other children, which may then drop what they sent for it.
+	PktRedResult
 )
 
 // Packet is one unit the network carries between PEs.
 type Packet struct {
 	Kind     PacketKind
 	From, To int32
-	Msg      *Message   // PktApp
-	Dets     []Det      // PktAck, PktRecovery
-	Done     []Reduced  // PktRecovery, PktRedAck
-	Relog    []*Message // PktRecovery (CAMEL): the recovering PE's contributions to complete reductions, back from their root
-	Ckpt     *CkptMsg   // the checkpoint protocol's packets
+	Msg      *Message  // PktApp
+	Dets     []Det     // PktAck, PktRecovery
+	Done     []Reduced // PktRecovery, PktRedAck
+	// Relog: PktRecovery (CAMEL), what a recovering PE logged that its
+	// root holds a copy of — its contributions to complete reductions (the
+	// simulated protocol) or the results it keeps (hop mode);
+	// PktRedResult, the result to keep.
+	Relog []*Message
+	Ckpt  *CkptMsg // the checkpoint protocol's packets
 }
 
 // Reduced says that a group's reductions up to Num are complete at its root.
@@ -163,8 +175,9 @@ type LogStats struct {
 // Stats is what every protocol reports. Log is indexed by MsgKind.
 type Stats struct {
 	Log [numKinds]LogStats
-	// RootCopies: CAMEL roots' copies of their children's contributions
-	// (counted in Log[KindReduction] too).
+	// RootCopies: what CAMEL roots keep of their reductions (counted in
+	// Log[KindReduction] too): copies of their children's contributions,
+	// or in hop mode of the results their keepers hold.
 	RootCopies      LogStats
 	DetsCreated     uint64
 	DetsPiggybacked uint64 // determinant copies carried on messages

@@ -482,7 +482,14 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 				&pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}})
 		case RedDeliver:
 			m.DeliverCallback(a.Partial.CB, a.Result)
-			m.ft.Reduced(g, uint64(a.Partial.Red)+1)
+			var kept *pe.Envelope
+			if m.ft.LogsSent() {
+				// what a message log may keep in place of the partials
+				p := &Partial{Red: a.Partial.Red, Reducer: a.Partial.Reducer, CB: a.Partial.CB, Count: a.Partial.Count,
+					Witness: a.Partial.Witness, Complete: true, Result: a.Result}
+				kept = &pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: p}}
+			}
+			m.ft.Reduced(g, uint64(a.Partial.Red)+1, kept)
 		case RedSkipped:
 			m.Sent++ // its parent counted it processed: so must quiescence
 		case RedFail:

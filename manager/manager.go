@@ -315,7 +315,10 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 			m.Fail(err)
 			return
 		case a == ftlayer.Held:
-			return // counted as processed when the hook hands it back
+			// counted as processed when the hook hands it back, maybe at
+			// once: a kept result can fill the turn the hook waited for
+			m.handleReleased()
+			return
 		case a == ftlayer.Dropped:
 			// a copy (a replay, or a message made again by a recovering
 			// PE): counted neither as sent nor as processed
@@ -323,6 +326,11 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		}
 	}
 	m.handle(env)
+	m.handleReleased()
+}
+
+// handleReleased handles the envelopes the hook releases, one at a time.
+func (m *Manager) handleReleased() {
 	if m.ft.Next(&m.released) {
 		for ok := true; ok; ok = m.ft.Next(&m.released) {
 			m.handle(&m.released)

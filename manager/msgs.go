@@ -231,7 +231,11 @@ type PartialMsg struct {
 	Keys    []pe.Index
 	Vals    [][]byte
 	Acc     []byte
-	p       *Partial
+	// Complete and Result: a kept result (Partial.Complete), encoded by
+	// the reducer's ResultCodec (its Codec when it has none).
+	Complete bool   `msgpack:",omitempty"`
+	Result   []byte `msgpack:",omitempty"`
+	p        *Partial
 }
 
 // FutureMsg fills a future on its PE.
@@ -331,6 +335,18 @@ func reducerCodec(id uint32) (*Reducer, error) {
 	return r, nil
 }
 
+// resultCodec is the codec of reducer id's results.
+func resultCodec(id uint32) (Codec, error) {
+	r, err := reducerCodec(id)
+	if err != nil {
+		return Codec{}, err
+	}
+	if r.ResultCodec.Encode != nil && r.ResultCodec.Decode != nil {
+		return r.ResultCodec, nil
+	}
+	return r.Codec, nil
+}
+
 func encodeContrib(v any) ([]byte, error) {
 	m := *v.(*ContribMsg)
 	r, err := reducerCodec(m.Reducer)
@@ -363,6 +379,17 @@ func encodePartial(v any) ([]byte, error) {
 	m := *v.(*PartialMsg)
 	p := m.p
 	m.Red, m.Reducer, m.CB, m.Count, m.Witness = p.Red, p.Reducer, p.CB, p.Count, p.Witness
+	if p.Complete {
+		c, err := resultCodec(p.Reducer)
+		if err != nil {
+			return nil, err
+		}
+		m.Complete = true
+		if m.Result, err = c.Encode(p.Result); err != nil {
+			return nil, err
+		}
+		return msgpack.Marshal(&m)
+	}
 	if p.Count > 0 {
 		r, err := reducerCodec(p.Reducer)
 		if err != nil {
@@ -394,6 +421,21 @@ func decodePartial(b []byte) (any, error) {
 	p := &Partial{Red: m.Red, Reducer: m.Reducer, CB: m.CB, Count: m.Count, Witness: m.Witness, owned: true}
 	if m.Count < 0 {
 		return nil, fmt.Errorf("negative contribution count %d", m.Count)
+	}
+	if m.Complete {
+		if len(m.Keys)+len(m.Vals)+len(m.Acc) > 0 {
+			return nil, fmt.Errorf("a kept result that carries contributions too")
+		}
+		c, err := resultCodec(m.Reducer)
+		if err != nil {
+			return nil, err
+		}
+		if p.Result, err = c.Decode(m.Result); err != nil {
+			return nil, fmt.Errorf("reducer %s result: %w", reducerName(m.Reducer), err)
+		}
+		p.Complete = true
+		m.p, m.Result = p, nil
+		return m, nil
 	}
 	if m.Count > 0 {
 		r, err := reducerCodec(m.Reducer)
@@ -448,8 +490,9 @@ func (p *PartialMsg) WireSize() int {
 	for _, v := range p.Vals {
 		n += len(v) + 4*pe.MaxDims
 	}
+	n += len(p.Result)
 	if q := p.p; q != nil {
-		n += max(PayloadSize(q.Acc), 0)
+		n += max(PayloadSize(q.Acc), 0) + max(PayloadSize(q.Result), 0)
 		for _, it := range q.Items {
 			n += 4*pe.MaxDims + max(PayloadSize(it.Value), 0)
 		}

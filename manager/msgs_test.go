@@ -12,11 +12,16 @@ func sysSeeds(t testing.TB) [][]byte {
 	envs := []pe.Envelope{
 		{Type: tPartial, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 2, Reducer: testFloatSum, Count: 2, Items: []Item{{Key: pe.Idx(1), Value: 1.5}, {Key: pe.Idx(2), Value: 2.5}}}}},
 		{Type: tPartial, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 2, Reducer: testIntSum, Count: 4, Acc: int64(9)}}},
+		{Type: tPartial, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: 3, Sec: 1 << 40, p: &Partial{Red: 5, Reducer: testFloatSum, Count: 75, Complete: true, Result: 42.5}}},
+		{Type: tPartial, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 5, Reducer: testIntSum, Count: 2, Complete: true, Result: int64(-3)}}},
 		{Type: tContrib, Kind: pe.KindReduction, Payload: &ContribMsg{Coll: 3, Sec: 1 << 40, Red: 1, Key: pe.Idx(4, 4), Reducer: testIntSum, v: int64(7)}},
 		{Type: tMigrate, Kind: pe.KindSystem, Payload: &MigrateMsg{Coll: 3, Index: pe.Idx(1), State: []byte{1, 2}, Secs: []SecMembership{{Sec: 5, Home: 1}}}},
 		{Type: tSection, Kind: pe.KindSystem, Payload: &SectionMsg{Sec: 9, Tree: []int{0, 1}, K: 4, Members: []pe.Index{pe.Idx(1)}, Homes: []int32{1}}},
 		{Type: tCreate, Kind: pe.KindSystem, Payload: &CreateMsg{Coll: 2, Name: "x", Bounds: []int{2, 2}, Arg: Lazy{V: "arg"}}},
 		{Type: tFuture, Kind: pe.KindSystem, Payload: &FutureMsg{ID: 4, Value: Lazy{V: []float64{1, 2}}}},
+		{Type: tFTPacket, Kind: pe.KindSystem, Payload: &FTPacketMsg{Kind: ftlayer.PktRedResult,
+			Relog: Envelopes{{Type: tPartial, Kind: pe.KindReduction, FT: &pe.FTHeader{Group: 1 << 40, Sender: 0, Recver: -2, Num: 7, Inc: 1, Dets: []pe.Det{{Sender: 1, Recver: 0, Group: 1 << 40, SSN: 7, RSN: 4}}},
+				Payload: &PartialMsg{Coll: 3, Sec: 1 << 40, p: &Partial{Red: 6, Reducer: testFloatSum, Count: 75, Complete: true, Result: 1.25}}}}}},
 		{Type: tFTPacket, Kind: pe.KindSystem, Payload: &FTPacketMsg{Kind: 3, Dets: []pe.Det{{Sender: 1, Recver: 2, SSN: 3, RSN: 4}},
 			Relog: Envelopes{{Type: tPartial, Kind: pe.KindReduction, FT: &pe.FTHeader{Group: 1 << 40, Sender: 2, Recver: 0, Num: 7, Inc: 1},
 				Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 7, Reducer: testIntSum, Count: 4, Acc: int64(9)}}}}}},
@@ -51,8 +56,8 @@ func FuzzDecodeSystemMessages(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if pm, ok := env.Payload.(*PartialMsg); ok && pm.p == nil {
-			t.Fatal("partial decoded without its partial")
+		if pm, ok := env.Payload.(*PartialMsg); ok && (pm.p == nil || pm.p.Complete && (pm.p.Items != nil || pm.p.Acc != nil)) {
+			t.Fatal("partial decoded without its partial, or a kept result with contributions")
 		}
 		if fm, ok := env.Payload.(*FTPacketMsg); ok {
 			for i := range fm.Relog { // what onFTPacket does with them

@@ -35,6 +35,10 @@ type Reducer struct {
 	Detach func(items []Item)
 	// Codec encodes one contribution value for the wire.
 	Codec Codec
+	// ResultCodec encodes a result, where its type is not a
+	// contribution's (a kept result crosses processes: see
+	// Partial.Complete).
+	ResultCodec Codec
 }
 
 // Codec encodes values of one Go type for the wire.
@@ -129,6 +133,12 @@ type Partial struct {
 	Items   []Item   // canonical reducers: sorted by Key
 	Acc     any      // exact reducers
 	owned   bool     // Acc is ours to update in place
+	// Complete: this is not a partial but the round's result, delivered
+	// at the root before its failure and kept by another PE (message
+	// logging): it stands in for the partial of the child it comes from,
+	// and the root delivers Result instead of folding.
+	Complete bool
+	Result   any
 }
 
 // RedOp is what a reduction state machine asks its host to do.
@@ -185,6 +195,8 @@ func (c *counts) add(from uint32, delta int64) {
 
 type round struct {
 	p        Partial
+	result   any   // the kept result, when one came (Partial.Complete)
+	complete bool  // result is set
 	have     bool  // p.Reducer/CB are set
 	got      int64 // contributions from contributors homed here
 	children []bool
@@ -368,6 +380,15 @@ func (s *Reduction) Child(from int, p *Partial, out []RedAction) []RedAction {
 		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: second partial from PE %d", p.Red, from)})
 	}
 	rd.children[i] = true
+	if p.Complete {
+		if !rd.have {
+			// what the delivery needs; this PE's own contributions, if
+			// any are still to come, start the round as usual
+			rd.p.Reducer, rd.p.CB, rd.p.Witness = p.Reducer, p.CB, p.Witness
+		}
+		rd.result, rd.complete = p.Result, true
+		return s.advance(out)
+	}
 	if p.Count > 0 {
 		red := LookupReducer(p.Reducer)
 		if red == nil {
@@ -566,9 +587,12 @@ func (s *Reduction) advance(out []RedAction) []RedAction {
 		}
 		red := LookupReducer(p.Reducer)
 		var res any
-		if red.Exact {
+		switch {
+		case rd.complete:
+			res = rd.result
+		case red.Exact:
 			res = p.Acc
-		} else {
+		default:
 			var err error
 			if res, err = red.Fold(p.Items); err != nil {
 				out = append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: %w", r, err)})

@@ -336,3 +336,54 @@ func TestReusableItemsAreTheRootsOwn(t *testing.T) {
 	}
 	require.Equal(t, []bool{false, true, false}, reusable)
 }
+
+// A root recovering from its kept result gets it in place of each child's
+// partial: the round completes once every child's stands-in and its own
+// contributions are in, and delivers the kept result, not a fold. Its own
+// contributions may come before or after the result; a partial merged
+// before the result changes nothing.
+func TestReductionKeptResultStandsInForThePartials(t *testing.T) {
+	cb := Callback{Kind: CBFuture}
+	for _, c := range []struct {
+		name    string
+		reducer uint32
+		own     any
+		kept    any
+	}{{"exact", testIntSum, int64(1), int64(100)}, {"canonical", testFloatSum, 0.5, 100.25}} {
+		for _, ownFirst := range []bool{true, false} {
+			s := NewReduction(-1, []int{1, 2})
+			s.AddLocal(0, 1, nil)
+			s.AddChildCount(1, 0, 2, nil)
+			s.AddChildCount(2, 0, 3, nil)
+			s.Enable(nil)
+			kept := func(from int) []RedAction {
+				return s.Child(from, &Partial{Red: 0, Reducer: c.reducer, CB: cb, Count: 5, Complete: true, Result: c.kept}, nil)
+			}
+			if ownFirst {
+				require.Empty(t, s.Contribute(0, pe.Idx(0), c.reducer, cb, c.own, nil), c.name)
+			}
+			real := &Partial{Red: 0, Reducer: c.reducer, CB: cb, Count: 2, Acc: int64(7)}
+			if c.reducer == testFloatSum {
+				real = &Partial{Red: 0, Reducer: c.reducer, CB: cb, Count: 2, Items: []Item{{Key: pe.Idx(3), Value: 1.0}, {Key: pe.Idx(4), Value: 2.0}}}
+			}
+			require.Empty(t, s.Child(1, real, nil), c.name)
+			acts := kept(2)
+			if !ownFirst {
+				require.Empty(t, acts, "%s: waits for its own contribution", c.name)
+				acts = s.Contribute(0, pe.Idx(0), c.reducer, cb, c.own, nil)
+			}
+			require.Len(t, acts, 1, c.name)
+			require.Equal(t, RedDeliver, acts[0].Op, c.name)
+			require.Equal(t, c.kept, acts[0].Result, c.name)
+			require.Equal(t, cb, acts[0].Partial.CB, c.name)
+		}
+	}
+	// with no contributor of its own, the result completes the round
+	s := NewReduction(-1, []int{1})
+	s.AddChildCount(1, 0, 1, nil)
+	s.Enable(nil)
+	acts := s.Child(1, &Partial{Red: 0, Reducer: testIntSum, CB: cb, Count: 1, Complete: true, Result: int64(9)}, nil)
+	require.Len(t, acts, 1)
+	require.Equal(t, int64(9), acts[0].Result)
+	require.Equal(t, cb, acts[0].Partial.CB)
+}

@@ -921,6 +921,10 @@ func (s *Causal) endRecovery(out []Action) []Action {
 
 // Prepare marks what the checkpoint being taken covers.
 func (s *Causal) Prepare() Counters {
+	for k := range s.logged {
+		l := &s.logged[k]
+		l.AtCheckpointBytes = max(l.AtCheckpointBytes, l.Bytes)
+	}
 	s.mark = checkpointMark{logSeq: s.logSeq, rsn: s.rsn, detLog: len(s.detLog)}
 	s.sealed = true
 	return s.Snapshot()

@@ -189,8 +189,12 @@ func (s *Causal) keeper(g uint64) int32 {
 // keepResultCopy makes the root's kept result of reduction num: it
 // carries the root's unacknowledged determinants and those its children's
 // partials to num brought (a root recovering from the result instead of
-// the partials gets them back with it). The copies of the partials are
-// dropped: the result stands for them.
+// the partials gets them back with it). All of the root's: the keeper
+// stores them as it stores any message's, and the determinants a PE
+// holds of another's receptions must have no gap (a subset, those of the
+// partials' receptions alone, left recoveries waiting for a reception
+// whose determinant came while an earlier one's was lost). The copies of
+// the partials are dropped: the result stands for them.
 func (s *Causal) keepResultCopy(g, num uint64, result *pe.Envelope) *Message {
 	dets := slices.Clone(s.piggyback())
 	keep := s.kept[:0]

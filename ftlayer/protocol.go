@@ -170,6 +170,10 @@ type LogStats struct {
 	Msgs, Bytes           uint64 // in the log now
 	TotalMsgs, TotalBytes uint64 // ever logged
 	PeakBytes             uint64 // the most this kind ever held at once
+	// AtCheckpointBytes: the most this kind held when a checkpoint's
+	// snapshot was taken (what a commit drops; the run is quiet then, so
+	// nothing in flight is counted)
+	AtCheckpointBytes uint64
 }
 
 // Stats is what every protocol reports. Log is indexed by MsgKind.
@@ -218,6 +222,12 @@ func (s Stats) LoggedTotalBytes() uint64 {
 // once.
 func (s Stats) Peak() uint64 { return s.Total(func(l LogStats) uint64 { return l.PeakBytes }) }
 
+// AtCheckpoint is the sum of the kinds' logs at a checkpoint (see
+// LogStats.AtCheckpointBytes).
+func (s Stats) AtCheckpoint() uint64 {
+	return s.Total(func(l LogStats) uint64 { return l.AtCheckpointBytes })
+}
+
 // Add sums two PEs' (or incarnations') statistics; peaks add too, which
 // bounds the job's peak from above.
 func (s *Stats) Add(o Stats) {
@@ -228,6 +238,7 @@ func (s *Stats) Add(o Stats) {
 		a.TotalMsgs += b.TotalMsgs
 		a.TotalBytes += b.TotalBytes
 		a.PeakBytes += b.PeakBytes
+		a.AtCheckpointBytes += b.AtCheckpointBytes
 	}
 	s.RootCopies.Msgs += o.RootCopies.Msgs
 	s.RootCopies.Bytes += o.RootCopies.Bytes

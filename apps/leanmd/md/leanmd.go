@@ -809,6 +809,10 @@ func (r Report) Summary(w io.Writer) {
 		l := ft.Log
 		fmt.Fprintf(w, "  message log (%s): peak per PE %d bytes (p2p %d, multicast %d, reduction %d, system %d; sums of the PEs' peaks / %d)\n",
 			ft.Protocol, l.Peak()/uint64(r.PEs), l.Log[0].PeakBytes/uint64(r.PEs), l.Log[1].PeakBytes/uint64(r.PEs), l.Log[2].PeakBytes/uint64(r.PEs), l.Log[3].PeakBytes/uint64(r.PEs), r.PEs)
+		if l.AtCheckpoint() > 0 {
+			fmt.Fprintf(w, "  log at a checkpoint (%s): per PE %d bytes (p2p %d, multicast %d, reduction %d, system %d; the largest each PE's snapshot found, summed / %d)\n",
+				ft.Protocol, l.AtCheckpoint()/uint64(r.PEs), l.Log[0].AtCheckpointBytes/uint64(r.PEs), l.Log[1].AtCheckpointBytes/uint64(r.PEs), l.Log[2].AtCheckpointBytes/uint64(r.PEs), l.Log[3].AtCheckpointBytes/uint64(r.PEs), r.PEs)
+		}
 		fmt.Fprintf(w, "  logged in all:  %d messages, %d bytes; determinants %d created, %d piggybacked; %d messages replayed\n",
 			l.LoggedTotal(), l.LoggedTotalBytes(), l.DetsCreated, l.DetsPiggybacked, l.Replayed)
 	}

@@ -248,8 +248,11 @@ func (s *Causal) storeResult(m *Message) (bool, error) {
 func (s *Causal) keepResult(p *Packet, out []Action) ([]Action, error) {
 	for _, m := range p.Relog {
 		fresh, err := s.storeResult(m)
-		if err != nil || !fresh {
+		if err != nil {
 			return out, err
+		}
+		if !fresh {
+			continue
 		}
 		r := Reduced{m.Group, m.Num}
 		if s.recovering {

@@ -2,7 +2,6 @@ package ftlayer
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -136,8 +135,9 @@ func encodedSize(env *pe.Envelope) int {
 // envelope of what it delivered, to its first child (the keeper) to keep
 // until the checkpoint, and keeps a copy itself; the keeper tells the
 // root's other children, which drop what they sent for it. Without a
-// result (or in the simulated protocol) the news goes straight down the
-// tree, and the partials sent to the root stay until the checkpoint.
+// result in hop mode nothing is acknowledged; in the simulated protocol
+// the news goes straight down the tree, and the partials sent to the
+// root stay until the checkpoint.
 func (s *Causal) Reduced(g, num uint64, result *pe.Envelope) []Action {
 	if !s.camel {
 		return nil
@@ -148,8 +148,10 @@ func (s *Causal) Reduced(g, num uint64, result *pe.Envelope) []Action {
 	}
 	kids := s.coll.t.Children(g, s.me)
 	out := s.out[:0]
-	if s.keepsResults() && result != nil {
-		if len(kids) > 0 {
+	if s.keepsResults() {
+		// Without a result nothing is acknowledged: the partials stay
+		// until the checkpoint, which is safe, only larger.
+		if len(kids) > 0 && result != nil {
 			r := s.keepResultCopy(g, num, result)
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedResult, From: s.me, To: kids[0], Relog: []*Message{r}}})
 		}
@@ -196,7 +198,9 @@ func (s *Causal) keeper(g uint64) int32 {
 // whose determinant came while an earlier one's was lost). The copies of
 // the partials are dropped: the result stands for them.
 func (s *Causal) keepResultCopy(g, num uint64, result *pe.Envelope) *Message {
-	dets := slices.Clone(s.piggyback())
+	// piggyback's slice is full: the first append copies it, and
+	// without the partials' it is shared as any piggyback is
+	dets := s.piggyback()
 	keep := s.kept[:0]
 	for _, e := range s.kept {
 		if m := e.m; m.Group == g && !isResult(m) && m.Num <= num {

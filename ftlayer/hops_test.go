@@ -268,3 +268,17 @@ func TestHopErrors(t *testing.T) {
 	_, err := NewCausalHook("pessimistic", 0, 2, h.gs, nil)
 	require.ErrorContains(t, err, `unknown message-logging protocol "pessimistic"`)
 }
+
+// Without a result to keep, a CAMEL root acknowledges nothing: the
+// partials that reached it stay logged until the checkpoint.
+func TestHopNoResultNoAck(t *testing.T) {
+	h := newHopNet(t, 3, 2, "camel") // 0 → 1, 2
+	env := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 8)}
+	require.NoError(t, h.hooks[1].Send(0, RolePartial, 1, 1, false, env))
+	a, err := h.hooks[0].Arrive(env)
+	require.NoError(t, err)
+	require.Equal(t, Handle, a)
+	h.hooks[0].Reduced(1, 1, nil)
+	require.Empty(t, h.acks)
+	require.Equal(t, uint64(1), h.hooks[1].Stats().Log[KindReduction].Msgs)
+}

@@ -483,8 +483,9 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 		case RedDeliver:
 			m.DeliverCallback(a.Partial.CB, a.Result)
 			var kept *pe.Envelope
-			if m.ft.LogsSent() {
+			if m.ft.LogsSent() && hasChildren(c, s) {
 				// what a message log may keep in place of the partials
+				// (none came where the root has no children)
 				p := &Partial{Red: a.Partial.Red, Reducer: a.Partial.Reducer, CB: a.Partial.CB, Count: a.Partial.Count,
 					Witness: a.Partial.Witness, Complete: true, Result: a.Result}
 				kept = &pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: p}}
@@ -500,6 +501,19 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 	if m.acts == nil {
 		m.acts = acts[:0]
 	}
+}
+
+// hasChildren reports whether the tree of collection c (or of section s)
+// has PEs below its root.
+func hasChildren(c *Collection, s *Section) bool {
+	t := (*Tree)(nil)
+	switch {
+	case s != nil:
+		t = s.Tree
+	case c != nil:
+		t = c.tree
+	}
+	return t != nil && len(t.Members) > 1
 }
 
 // DeliverCallback sends a result to where cb points.

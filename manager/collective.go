@@ -158,17 +158,25 @@ func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) 
 	id := uint64(m.Me()+1)<<40 | m.nextSec
 	b := &sectionBuild{id: id, coll: c.ID, members: ms, homes: make([]int32, len(ms))}
 	// Each member is delivered to and counted on the PE where it is now, so
-	// multicasts need no forwarding. Members whose PE this PE does not know
-	// are looked up at their home first; until the section is set up its
+	// multicasts need no forwarding (and, under message logging, neither
+	// the multicast nor the contribution crosses PEs twice as a logged
+	// point-to-point message). Only the member's home PE knows where it
+	// is for sure (every PE a member arrives at tells it); another PE's
+	// cache is only as new as the last message that corrected it, and
+	// after load balancing it is mostly stale. So members are looked up at
+	// their home, unless this PE is that home or has never heard of them
+	// leaving a dense array's home; until the section is set up its
 	// multicasts and contributions wait at the root.
 	for i, ix := range ms {
 		switch l, ok := c.getLoc(ix); {
 		case c.get(ix) != nil:
 			b.homes[i] = int32(m.Me())
-		case ok && l.pe >= 0:
-			b.homes[i] = l.pe
-		case m.home(c, ix) == m.Me() || !c.Sparse:
-			b.homes[i] = int32(m.home(c, ix)) // the home knows it, and holds it unless it moved
+		case m.home(c, ix) == m.Me():
+			if b.homes[i] = int32(m.Me()); ok && l.pe >= 0 {
+				b.homes[i] = l.pe
+			}
+		case !ok && !c.Sparse:
+			b.homes[i] = int32(m.home(c, ix)) // it holds it unless it moved
 		default:
 			b.homes[i] = -1
 			b.missing++
@@ -341,6 +349,9 @@ func (m *Manager) onSecHop(env *pe.Envelope) {
 	for _, ix := range s.Members {
 		one := *env
 		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(s.mult[ix])<<32
+		if c.get(ix) == nil {
+			m.Stats.ForwardedDeliveries++
+		}
 		m.route(c, &one)
 	}
 }

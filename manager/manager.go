@@ -183,9 +183,12 @@ type Manager struct {
 // Bytes count payloads whose size is known (see PayloadSize); Unsized counts
 // the others.
 type Stats struct {
-	P2P, P2PBytes                 uint64 // point-to-point sends (callback deliveries included)
-	Multicasts, MulticastBytes    uint64 // section multicasts issued
-	Deliveries                    uint64 // multicast deliveries to section members
+	P2P, P2PBytes              uint64 // point-to-point sends (callback deliveries included)
+	Multicasts, MulticastBytes uint64 // section multicasts issued
+	Deliveries                 uint64 // multicast deliveries to section members
+	// Deliveries a section sent to a PE its member had left, passed on
+	// from there (and the member's contributions sent back to it).
+	ForwardedDeliveries           uint64
 	Broadcasts, BroadcastBytes    uint64 // collection broadcasts issued
 	Contributions, ReductionBytes uint64 // reduction contributions (collections and sections)
 	Unsized                       uint64
@@ -204,6 +207,7 @@ func (s *Stats) Add(o Stats) {
 	s.Multicasts += o.Multicasts
 	s.MulticastBytes += o.MulticastBytes
 	s.Deliveries += o.Deliveries
+	s.ForwardedDeliveries += o.ForwardedDeliveries
 	s.Broadcasts += o.Broadcasts
 	s.BroadcastBytes += o.BroadcastBytes
 	s.Contributions += o.Contributions

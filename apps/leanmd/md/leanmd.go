@@ -796,7 +796,7 @@ func (r Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean, median(steps))
 	fmt.Fprintf(w, "  force kernel: %.1f%% of PE time (%.0f ms over %d PEs), runtime and integration the rest\n", 100*r.KernelShare(), r.KernelMs, r.PEs)
 	fmt.Fprintf(w, "  point-to-point: %d messages, %d bytes\n", o.P2P, o.P2PBytes)
-	fmt.Fprintf(w, "  multicast:      %d multicasts (%d bytes), %d deliveries\n", o.Multicasts, o.MulticastBytes, o.Deliveries)
+	fmt.Fprintf(w, "  multicast:      %d multicasts (%d bytes), %d deliveries (%d forwarded: the member had left)\n", o.Multicasts, o.MulticastBytes, o.Deliveries, o.ForwardedDeliveries)
 	fmt.Fprintf(w, "  reduction:      %d contributions, %d bytes\n", o.Contributions, o.ReductionBytes)
 	if o.Broadcasts > 0 {
 		fmt.Fprintf(w, "  broadcast:      %d broadcasts, %d bytes\n", o.Broadcasts, o.BroadcastBytes)

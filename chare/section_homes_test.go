@@ -1,0 +1,98 @@
+package chare_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/require"
+)
+
+// A section is made on a PE whose location cache is stale: its members
+// moved twice, and that PE heard of the first move only (a message it sent
+// was forwarded and corrected its cache). The section must still place
+// every member where it is, so no delivery takes a detour through a PE
+// the member left (nor, under message logging, a logged hop).
+
+type Hopper struct{ Hops int }
+
+type HopMain struct {
+	Arr   chare.ArrayProxy[Hopper]
+	Phase int
+	N     int
+}
+
+var (
+	hopMain  = chare.NewMainType[HopMain]("hop.Main")
+	hopperT  = chare.NewType[Hopper, struct{}]("hop.Hopper")
+	hopGo    = chare.NewEntry[struct{}](hopperT, "Hop")
+	hopPing  = chare.NewEntry[struct{}](hopperT, "Ping")
+	hopSec   = chare.NewEntry[chare.SectionProxy[Hopper]](hopperT, "InSection")
+	hopDone  = chare.NewEntry[struct{}](hopMain, "Done")
+	hopSum   = chare.NewEntry[int64](hopMain, "Sum")
+	hopTotal int64
+)
+
+func (h *Hopper) Init(ctx *chare.Ctx, _ struct{}) {}
+
+func (h *Hopper) Hop(ctx *chare.Ctx, _ struct{}) {
+	h.Hops++
+	ctx.Migrate((ctx.PE() + 1) % ctx.NumPEs())
+}
+
+func (h *Hopper) Migrated(ctx *chare.Ctx) {
+	chare.Contribute(ctx, chare.Barrier, struct{}{}, hopDone.CallbackTo(hopMain.MainProxy()))
+}
+
+func (h *Hopper) Ping(ctx *chare.Ctx, _ struct{}) {
+	chare.Contribute(ctx, chare.Barrier, struct{}{}, hopDone.CallbackTo(hopMain.MainProxy()))
+}
+
+func (h *Hopper) InSection(ctx *chare.Ctx, sec chare.SectionProxy[Hopper]) {
+	chare.ContributeSection(ctx, sec, chare.SumInt64, int64(h.Hops), hopSum.CallbackTo(hopMain.MainProxy()))
+}
+
+func (m *HopMain) Init(ctx *chare.Ctx, args []string) {
+	m.N = 2 * ctx.NumPEs()
+	m.Arr = hopperT.NewArray(ctx, []int{m.N}, struct{}{}, chare.BlockMap())
+	hopGo.Broadcast(ctx, m.Arr, struct{}{})
+}
+
+func (m *HopMain) Done(ctx *chare.Ctx, _ struct{}) {
+	switch m.Phase++; m.Phase {
+	case 1: // moved once: main's PE learns where (a ping is forwarded)
+		for i := 0; i < m.N; i++ {
+			hopPing.Send(ctx, m.Arr.At(i), struct{}{})
+		}
+	case 2: // moved again: main's PE is not told
+		hopGo.Broadcast(ctx, m.Arr, struct{}{})
+	case 3:
+		all := make([]chare.Index, m.N)
+		for i := range all {
+			all[i] = chare.Idx(i)
+		}
+		sec := m.Arr.Section(ctx, all)
+		hopSec.Multicast(ctx, sec, sec)
+	}
+}
+
+func (m *HopMain) Sum(ctx *chare.Ctx, v int64) {
+	hopTotal = v
+	ctx.Exit(0)
+}
+
+func TestSectionPlacesMembersWhereTheyAreNotWhereACacheSays(t *testing.T) {
+	for _, c := range []struct {
+		pes int
+		ft  string
+	}{{4, ""}, {5, ""}, {4, "camel"}, {5, "scmel"}} {
+		t.Run(fmt.Sprintf("p%d/%s", c.pes, c.ft), func(t *testing.T) {
+			hopTotal = 0
+			res := chare.Run(hopMain, chare.Config{PEs: c.pes, FT: c.ft})
+			require.NoError(t, res.Err)
+			require.Equal(t, int64(2*2*c.pes), hopTotal, "every member hopped twice and contributed once")
+			require.Equal(t, uint64(2*c.pes), res.Stats.Ops.Deliveries)
+			require.Zero(t, res.Stats.Ops.ForwardedDeliveries, "deliveries sent where a member had been")
+		})
+	}
+}

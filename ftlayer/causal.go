@@ -485,7 +485,10 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 		if !st.complete(r.Num) {
 			continue
 		}
-		if s.keepsResults() || s.coll.t.Parent(r.Group, s.me) != s.coll.t.Root(r.Group) {
+		switch {
+		case s.keepsResults():
+			out = s.releasePartials(r, out)
+		case s.coll.t.Parent(r.Group, s.me) != s.coll.t.Root(r.Group):
 			s.dropLogged(func(m *Message) bool {
 				return m.Kind == KindReduction && m.Group == r.Group && m.Num <= r.Num && !isResult(m)
 			})
@@ -504,6 +507,28 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 		}
 	}
 	return out, nil
+}
+
+// releasePartials drops this PE's partials of group r.Group up to
+// reduction r.Num, which its root completed and whose result a keeper
+// holds, and releases them (ActRelease): nothing reads them again. Their
+// parent folded them (or forwarded them, and dropped what it forwarded
+// before it said so: acknowledgements go down the tree), and copies sent
+// again to a recovering PE are the runtime's own. Only this PE's sends
+// are in its log here: in this mode what it keeps of others' is results.
+func (s *Causal) releasePartials(r Reduced, out []Action) []Action {
+	keep := s.msgLog[:0]
+	for _, e := range s.msgLog {
+		if m := e.m; m.Kind == KindReduction && m.Group == r.Group && m.Num <= r.Num && !isResult(m) {
+			s.countLog(m, false)
+			out = append(out, Action{Kind: ActRelease, Msg: m})
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(s.msgLog[len(keep):])
+	s.msgLog = keep
+	return out
 }
 
 func (s *Causal) dropLogged(drop func(*Message) bool) {

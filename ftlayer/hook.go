@@ -61,8 +61,16 @@ type Hook interface {
 	// PeerRecovered: PE y finished recovering.
 	PeerRecovered(y int)
 	// LogsSent reports whether the hook keeps the messages it stamps, by
-	// reference, to send them again: their payloads must not be reused.
+	// reference, to send them again: their payloads must not be reused
+	// (until OnRelease's function gets them back).
 	LogsSent() bool
+	// OnRelease sets f, which the hook calls with each envelope it logged
+	// when it drops it for good and no PE will read its payload again:
+	// a partial of a reduction its root completed, once its parent has let
+	// go of it. The runtime may then reuse the values this PE contributed
+	// to it. A logged envelope the runtime sends again (PeerFailed) must
+	// be a copy, not sharing those values, for this to hold.
+	OnRelease(f func(env *pe.Envelope))
 }
 
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
@@ -83,6 +91,7 @@ func (NopHook) Recovering() bool                                         { retur
 func (NopHook) PeerFailed(int, uint32) error                             { return nil }
 func (NopHook) PeerRecovered(int)                                        {}
 func (NopHook) LogsSent() bool                                           { return false }
+func (NopHook) OnRelease(func(*pe.Envelope))                             {}
 
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
@@ -91,6 +100,7 @@ type CausalHook struct {
 	t        Trees
 	net      func(dst int, p *Packet)
 	complete func(g, num uint64)
+	release  func(env *pe.Envelope)
 }
 
 // NewCausalHook makes PE me's hook for protocol "scmel" or "camel".
@@ -150,17 +160,30 @@ func (h *CausalHook) Next(env *pe.Envelope) bool { return h.run(h.s.Next(), env)
 func (h *CausalHook) run(acts []Action, env *pe.Envelope) bool {
 	got := false
 	for _, a := range acts {
-		switch a.Kind {
-		case ActSend:
-			p := a.Packet
-			h.net(int(p.To), &p)
-		case ActDeliver:
+		if a.Kind == ActDeliver {
 			*env = *a.Msg.Env
 			got = true
+			continue
 		}
+		h.do(a)
 	}
 	return got
 }
+
+// do carries out an action that delivers nothing.
+func (h *CausalHook) do(a Action) {
+	switch a.Kind {
+	case ActSend:
+		p := a.Packet
+		h.net(int(p.To), &p)
+	case ActRelease:
+		if h.release != nil && a.Msg.Env != nil {
+			h.release(a.Msg.Env)
+		}
+	}
+}
+
+func (h *CausalHook) OnRelease(f func(env *pe.Envelope)) { h.release = f }
 
 func (h *CausalHook) Packet(p *Packet) error {
 	acts, err := h.s.Receive(p)
@@ -173,18 +196,14 @@ func (h *CausalHook) Packet(p *Packet) error {
 		}
 	}
 	for _, a := range acts {
-		if a.Kind == ActSend {
-			q := a.Packet
-			h.net(int(q.To), &q)
-		}
+		h.do(a)
 	}
 	return nil
 }
 
 func (h *CausalHook) Reduced(g, num uint64, result *pe.Envelope) {
 	for _, a := range h.s.Reduced(g, num, result) {
-		p := a.Packet
-		h.net(int(p.To), &p)
+		h.do(a)
 	}
 }
 
@@ -207,8 +226,7 @@ func (h *CausalHook) PeerFailed(y int, inc uint32) error {
 		return err
 	}
 	for _, a := range acts {
-		p := a.Packet
-		h.net(int(p.To), &p)
+		h.do(a)
 	}
 	return nil
 }

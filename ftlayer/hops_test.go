@@ -1,6 +1,8 @@
 package ftlayer
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/charmgo/charmgo/pe"
@@ -127,6 +129,12 @@ func TestHopPartialsAreDroppedOnceTheResultIsKept(t *testing.T) {
 		rootCopies                  uint64
 	}{{"camel", 0, 1, 0, 1, 1}, {"scmel", 1, 1, 1, 0, 0}} {
 		h := newHopNet(t, 6, 4, c.proto) // 0 → 1,2,3,4; 1 → 5
+		var released []string
+		for i, hk := range h.hooks {
+			hk.OnRelease(func(env *pe.Envelope) {
+				released = append(released, fmt.Sprintf("%d:%d", i, len(env.Payload.([]byte))))
+			})
+		}
 		send := func(from, to int, size int) {
 			env := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, size)}
 			require.NoError(t, h.hooks[from].Send(to, RolePartial, 1, 1, false, env))
@@ -147,13 +155,23 @@ func TestHopPartialsAreDroppedOnceTheResultIsKept(t *testing.T) {
 		require.Equal(t, c.rootCopies, h.hooks[0].Stats().RootCopies.Msgs, c.proto)
 		if c.proto == "camel" {
 			require.Equal(t, uint64(8), h.hooks[1].Stats().Log[KindReduction].Bytes, "the keeper logs the result, not its partial")
+			// Every partial is released (its payload may be reused),
+			// an inner node's before its child's: the child's values
+			// are in what the inner node forwarded.
+			require.ElementsMatch(t, []string{"1:16", "2:8", "5:8"}, released)
+			require.Less(t, slices.Index(released, "1:16"), slices.Index(released, "5:8"))
+		} else {
+			require.Empty(t, released, "SCMEL keeps its partials until the checkpoint")
 		}
-		// a checkpoint drops what it covers
+		// a checkpoint drops what it covers, and releases nothing: a
+		// partial logged then may still be on its way up
+		n := len(released)
 		for _, hk := range h.hooks {
 			hk.Prepare()
 			hk.Checkpoint()
 			require.Zero(t, hk.Stats().Logged(), c.proto)
 		}
+		require.Len(t, released, n)
 	}
 }
 

@@ -155,6 +155,9 @@ type ActionKind uint8
 const (
 	ActSend    ActionKind = iota + 1 // put Packet on the network
 	ActDeliver                       // hand Msg to the application (in the order given)
+	// ActRelease: Msg, which this PE sent and logged, left its log for
+	// good, and no PE will read its payload again (see Hook.OnRelease).
+	ActRelease
 )
 
 // Action is one output of a protocol. A delivered Msg of KindReduction is

@@ -336,22 +336,45 @@ func (m *Manager) Multicast(coll uint32, sec uint64, typ uint32, payload any) {
 		return
 	}
 	env.Flags = flagSecHop
-	m.onSecHop(&env)
+	m.onSecHop(&env, true)
 }
 
-func (m *Manager) onSecHop(env *pe.Envelope) {
+// onSecHop passes a multicast down its section's tree and delivers it to
+// the members on this PE. They run here and now, one after another, as
+// part of handling this one message: not as a message each to this PE,
+// which would take a turn of the scheduler each and, under message
+// logging, a determinant each. From an entry method (inEntry: the root
+// PE's own multicast) they are one message to this PE instead, so that
+// no entry method runs inside another.
+func (m *Manager) onSecHop(env *pe.Envelope, inEntry bool) {
 	s := m.secFor(env.Aux, env)
 	if s == nil {
 		return
 	}
-	c := m.coll(s.Coll)
 	m.sendTree(s.Tree, s.ID, env)
+	if len(s.Members) == 0 {
+		return
+	}
+	if inEntry {
+		here := *env
+		here.Flags = flagSecHere
+		m.send(m.Me(), &here)
+		return
+	}
+	m.deliverSecHere(s, m.coll(s.Coll), env)
+}
+
+// deliverSecHere delivers a multicast to section s's members on this PE
+// (each as often as it is listed); one that left is sent on.
+func (m *Manager) deliverSecHere(s *Section, c *Collection, env *pe.Envelope) {
 	for _, ix := range s.Members {
 		one := *env
 		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(s.mult[ix])<<32
-		if c.get(ix) == nil {
-			m.Stats.ForwardedDeliveries++
+		if e := c.get(ix); e != nil {
+			m.deliverSecElem(e, &one)
+			continue
 		}
+		m.Stats.ForwardedDeliveries++
 		m.route(c, &one)
 	}
 }
@@ -486,11 +509,12 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 	for _, a := range acts {
 		switch a.Op {
 		case RedSendParent:
+			pm := &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}
 			if m.ft.LogsSent() {
-				DetachItems(LookupReducer(a.Partial.Reducer), a.Partial)
+				pm.owned = a.Partial.handOver(LookupReducer(a.Partial.Reducer))
 			}
 			m.sendHop(a.To, ftlayer.RolePartial, g, uint64(a.Partial.Red)+1, false,
-				&pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}})
+				&pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: pm})
 		case RedDeliver:
 			m.DeliverCallback(a.Partial.CB, a.Result)
 			var kept *pe.Envelope

@@ -97,12 +97,38 @@ func (m *Manager) newHook() {
 	if m.opt.FT != nil {
 		m.ft = m.opt.FT(m.Me(), m.NumPEs(), treesOf{m}, m.ftNet)
 	}
+	m.ft.OnRelease(m.logReleased)
+}
+
+// released takes back what this PE contributed to a partial its log let
+// go of (see Hook.OnRelease): its reducer may reuse the values.
+func (m *Manager) logReleased(env *pe.Envelope) {
+	pm, ok := env.Payload.(*PartialMsg)
+	if !ok || len(pm.owned) == 0 || pm.p == nil {
+		return
+	}
+	if red := LookupReducer(pm.p.Reducer); red != nil && red.Recycle != nil {
+		for _, v := range pm.owned {
+			red.Recycle(v)
+		}
+	}
+	pm.owned = nil
 }
 
 func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 	if p.Kind == ftlayer.PktApp {
 		// a logged message sent again: a copy, not counted as sent
 		env := *p.Msg.Env
+		if env.Type == tPartial {
+			// a deep one: the values in a partial go back to their
+			// contributors' pools once the logs release them, which may
+			// be before a recovering PE has read this copy
+			var err error
+			if env, err = pe.CopyEnvelope(env); err != nil {
+				m.Fail(fmt.Errorf("PE %d: a logged contribution sent again to PE %d: %w", m.Me(), dst, err))
+				return
+			}
+		}
 		m.PE.Send(dst, &env)
 		return
 	}

@@ -236,6 +236,10 @@ type PartialMsg struct {
 	Complete bool   `msgpack:",omitempty"`
 	Result   []byte `msgpack:",omitempty"`
 	p        *Partial
+	// owned: the values among p's items that this PE contributed, for
+	// its reducer to reuse when the message log releases this message
+	// (Manager.logReleased); never sent.
+	owned []any
 }
 
 // FutureMsg fills a future on its PE.

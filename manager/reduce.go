@@ -27,12 +27,12 @@ type Reducer struct {
 	Combine func(acc, x any) (any, error)
 	// Fold combines items sorted by contributor (canonical reducers).
 	Fold func(items []Item) (any, error)
-	// Detach, if set, is called on a partial's items before it leaves
-	// this PE when a message log will keep it: it may give the Reusable
-	// ones copies of their values, and reuse the values. (Logged, they
-	// could never be reused; the contributor's next ones would be made in
-	// new memory.)
-	Detach func(items []Item)
+	// Recycle, if set, takes back a value this PE contributed that a
+	// message log kept, by reference, in a partial sent up the tree, once
+	// the log releases it (nothing reads it again). Without it such
+	// values are left to the garbage collector, and the contributor's
+	// next ones are made in new memory.
+	Recycle func(v any)
 	// Codec encodes one contribution value for the wire.
 	Codec Codec
 	// ResultCodec encodes a result, where its type is not a
@@ -437,16 +437,23 @@ func (s *Reduction) add(rd *round, it Item, reducer uint32, cb Callback, red *Re
 	return nil
 }
 
-// DetachItems runs red.Detach on p's items if there is one; the items are
-// no longer Reusable after it.
-func DetachItems(red *Reducer, p *Partial) {
-	if red == nil || red.Detach == nil || len(p.Items) == 0 {
-		return
-	}
-	red.Detach(p.Items)
+// handOver readies p's items to leave this PE in a message a log keeps:
+// none is Reusable by whoever folds them (the log may send them again).
+// It returns the values this PE contributed, for red.Recycle once the
+// log releases the message (nil if red has no Recycle).
+func (p *Partial) handOver(red *Reducer) []any {
+	var owned []any
 	for i := range p.Items {
-		p.Items[i].own = false
+		it := &p.Items[i]
+		if !it.own {
+			continue
+		}
+		it.own = false
+		if red != nil && red.Recycle != nil {
+			owned = append(owned, it.Value)
+		}
 	}
+	return owned
 }
 
 func (s *Reduction) merge(rd *round, in *Partial, red *Reducer) error {

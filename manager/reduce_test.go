@@ -387,3 +387,37 @@ func TestReductionKeptResultStandsInForThePartials(t *testing.T) {
 	require.Equal(t, int64(9), acts[0].Result)
 	require.Equal(t, cb, acts[0].Partial.CB)
 }
+
+// Under message logging a partial leaves with its PE's own values listed
+// apart, and none of its items Reusable by whoever folds it (a log may
+// send it again); when the log releases the message the reducer's
+// Recycle gets those values back, once. A reducer without Recycle lists
+// nothing.
+func TestLoggedPartialsGiveTheirOwnValuesBackOnRelease(t *testing.T) {
+	var got []any
+	id := RegisterReducer(&Reducer{
+		Name:    "test.fsum.recycled",
+		Fold:    LookupReducer(testFloatSum).Fold,
+		Codec:   MsgpackCodec[float64](),
+		Recycle: func(v any) { got = append(got, v) },
+	})
+	items := func() []Item {
+		return []Item{{Key: pe.Idx(0), Value: 1.0, own: true}, {Key: pe.Idx(1), Value: 2.0}, {Key: pe.Idx(2), Value: 3.0, own: true}}
+	}
+	p := &Partial{Reducer: id, Items: items()}
+	owned := p.handOver(LookupReducer(id))
+	require.Equal(t, []any{1.0, 3.0}, owned)
+	for _, it := range p.Items {
+		require.False(t, it.Reusable(), "%v", it.Key)
+	}
+	m := &Manager{}
+	env := &pe.Envelope{Type: tPartial, Kind: pe.KindReduction, Payload: &PartialMsg{p: p, owned: owned}}
+	m.logReleased(env)
+	require.Equal(t, []any{1.0, 3.0}, got)
+	m.logReleased(env)
+	require.Len(t, got, 2, "released twice, recycled once")
+
+	plain := &Partial{Reducer: testFloatSum, Items: items()}
+	require.Nil(t, plain.handOver(LookupReducer(testFloatSum)))
+	require.False(t, plain.Items[0].Reusable())
+}

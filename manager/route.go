@@ -20,6 +20,7 @@ const (
 	// FlagInline is a plain point-to-point message whose payload is stored
 	// in the envelope's Seq and Aux words (see pe.InlineSize).
 	FlagInline
+	flagSecHere // a multicast's deliveries to the members on its root PE
 )
 
 // SendTo sends an entry-method invocation to element ix of collection coll.
@@ -97,10 +98,15 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 	case flagSecReq:
 		e := *env
 		e.Flags = flagSecHop
-		m.onSecHop(&e)
+		m.onSecHop(&e, false)
 		return
 	case flagSecHop:
-		m.onSecHop(env)
+		m.onSecHop(env, false)
+		return
+	case flagSecHere:
+		if s := m.secFor(env.Aux, env); s != nil {
+			m.deliverSecHere(s, c, env)
+		}
 		return
 	}
 	e := c.get(env.Index)
@@ -113,17 +119,26 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 		m.deliverBcast(e, env)
 		return
 	case flagSecElem:
-		m.Stats.Deliveries++
-		mem := e.Secs[env.Aux]
-		if mem == nil {
-			if e.Secs == nil {
-				e.Secs = map[uint64]*SecMembership{}
-			}
-			mem = &SecMembership{Sec: env.Aux}
-			e.Secs[env.Aux] = mem
-		}
-		mem.Home, mem.Mult = int32(uint32(env.Seq)), uint32(env.Seq>>32)
+		m.deliverSecElem(e, env)
+		return
 	}
+	m.host.Invoke(m, e, env)
+	m.afterInvoke(e)
+}
+
+// deliverSecElem runs a section multicast's entry method on member e; env
+// says which PE the section counts e on (Seq).
+func (m *Manager) deliverSecElem(e *Element, env *pe.Envelope) {
+	m.Stats.Deliveries++
+	mem := e.Secs[env.Aux]
+	if mem == nil {
+		if e.Secs == nil {
+			e.Secs = map[uint64]*SecMembership{}
+		}
+		mem = &SecMembership{Sec: env.Aux}
+		e.Secs[env.Aux] = mem
+	}
+	mem.Home, mem.Mult = int32(uint32(env.Seq)), uint32(env.Seq>>32)
 	m.host.Invoke(m, e, env)
 	m.afterInvoke(e)
 }

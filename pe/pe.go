@@ -282,6 +282,10 @@ func (t inProcess) Deliver(src, dst int, sys bool, batch *[]Envelope) error {
 	return nil
 }
 
+// CopyEnvelope returns a deep copy of env, made by encoding it and
+// decoding the bytes: a copy that shares no memory with env.
+func CopyEnvelope(env Envelope) (Envelope, error) { return wireRoundTrip(env) }
+
 func wireRoundTrip(env Envelope) (Envelope, error) {
 	b, err := EncodeEnvelope(nil, &env)
 	if err != nil {

@@ -372,6 +372,7 @@ func (m *Manager) deliverSecHere(s *Section, c *Collection, env *pe.Envelope) {
 		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(s.mult[ix])<<32
 		if e := c.get(ix); e != nil {
 			m.deliverSecElem(e, &one)
+			m.PE.Progress()
 			continue
 		}
 		m.Stats.ForwardedDeliveries++

@@ -476,6 +476,17 @@ func (p *PE) Send(dst int, env *Envelope) {
 	}
 }
 
+// Progress counts one unit of work done inside the handler that is
+// running, as FlushEvery counts messages: a handler that runs many entry
+// methods (a multicast's members on this PE) hands over what they sent to
+// other PEs as often as if each had been a message of its own, and the
+// PEs waiting for it are not left idle until it returns.
+func (p *PE) Progress() {
+	if p.sinceFlush++; p.sinceFlush >= p.flushEvery && !p.dead() {
+		p.Flush()
+	}
+}
+
 // Flush hands every buffered cross-PE message over now.
 func (p *PE) Flush() {
 	for _, dst := range p.dirtyList {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -209,4 +210,40 @@ func TestLocalQueueSurvivesGrowthDuringDispatch(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, h.dup)
 	require.Equal(t, h.want+1, h.got)
+}
+
+// longHandler, on PE 0, sends to PE 1 and then works on (Progress per unit
+// of work) until PE 1 has the message: a handler that runs many entry
+// methods must not hold back what they sent until it returns.
+type longHandler struct {
+	units int
+	got   chan struct{}
+}
+
+func (h *longHandler) Handle(p *PE, env *Envelope) {
+	if p.ID() == 1 {
+		close(h.got)
+		return
+	}
+	p.Send(1, &Envelope{Type: testType, Kind: KindP2P})
+	for i := 0; i < h.units; i++ {
+		p.Progress()
+	}
+	select {
+	case <-h.got:
+		p.Node().Stop(0)
+	case <-time.After(10 * time.Second):
+		p.Node().Fail(fmt.Errorf("after %d units of work PE 1 still lacks the message", h.units))
+	}
+}
+
+func TestProgressHandsOverWhatALongHandlerSent(t *testing.T) {
+	h := &longHandler{units: 8, got: make(chan struct{})}
+	n, err := NewNode(Config{NumPEs: 2, FlushEvery: 8}, func(p *PE) Handler { return h })
+	require.NoError(t, err)
+	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
+	n.Start()
+	code, err := n.Wait()
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
 }

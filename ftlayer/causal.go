@@ -519,7 +519,7 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 func (s *Causal) releasePartials(r Reduced, out []Action) []Action {
 	keep := s.msgLog[:0]
 	for _, e := range s.msgLog {
-		if m := e.m; m.Kind == KindReduction && m.Group == r.Group && m.Num <= r.Num && !isResult(m) {
+		if m := e.m; s.releases(m) && m.Group == r.Group && m.Num <= r.Num {
 			s.countLog(m, false)
 			out = append(out, Action{Kind: ActRelease, Msg: m})
 			continue
@@ -529,6 +529,12 @@ func (s *Causal) releasePartials(r Reduced, out []Action) []Action {
 	clear(s.msgLog[len(keep):])
 	s.msgLog = keep
 	return out
+}
+
+// releases reports whether m, a message in this PE's log, is one that
+// releasePartials may release.
+func (s *Causal) releases(m *Message) bool {
+	return s.keepsResults() && m.Kind == KindReduction && !isResult(m)
 }
 
 func (s *Causal) dropLogged(drop func(*Message) bool) {

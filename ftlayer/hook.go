@@ -69,7 +69,8 @@ type Hook interface {
 	// a partial of a reduction its root completed, once its parent has let
 	// go of it. The runtime may then reuse the values this PE contributed
 	// to it. A logged envelope the runtime sends again (PeerFailed) must
-	// be a copy, not sharing those values, for this to hold.
+	// be a copy, not sharing those values, for this to hold: a hook that
+	// releases makes such copies itself.
 	OnRelease(f func(env *pe.Envelope))
 }
 
@@ -226,6 +227,20 @@ func (h *CausalHook) PeerFailed(y int, inc uint32) error {
 		return err
 	}
 	for _, a := range acts {
+		if a.Kind == ActSend && a.Packet.Kind == PktApp && h.s.releases(a.Packet.Msg) {
+			// A deep copy: this partial's values go back to their
+			// contributors once the logs release it, which a late
+			// acknowledgement (of a result the failed PE's old
+			// incarnation made) can do before y has read it.
+			cp := *a.Packet.Msg
+			env, err := pe.CopyEnvelope(*cp.Env)
+			if err != nil {
+				return fmt.Errorf("PE %d: a logged contribution sent again to PE %d: %w", h.s.me, y, err)
+			}
+			cp.Env = &env
+			env.FT = &cp.FTHeader
+			a.Packet.Msg = &cp
+		}
 		h.do(a)
 	}
 	return nil

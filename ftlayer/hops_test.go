@@ -300,3 +300,39 @@ func TestHopNoResultNoAck(t *testing.T) {
 	require.Empty(t, h.acks)
 	require.Equal(t, uint64(1), h.hooks[1].Stats().Log[KindReduction].Msgs)
 }
+
+var testBytesType = pe.RegisterType(pe.TypeInfo{
+	Name:   "ftlayer.test.bytes",
+	Encode: func(v any) ([]byte, error) { return slices.Clone(v.([]byte)), nil },
+	Decode: func(b []byte) (any, error) { return slices.Clone(b), nil },
+})
+
+// A partial a CAMEL log sends again to a failed PE is a deep copy: the
+// log may release the original (its values go back to their
+// contributors) before the recovering PE has read it. SCMEL releases
+// nothing and sends the logged envelope itself.
+func TestHopPartialsSentAgainAreCopiesWhereTheLogReleases(t *testing.T) {
+	for _, c := range []struct {
+		proto string
+		copy  bool
+	}{{"camel", true}, {"scmel", false}} {
+		h := newHopNet(t, 3, 2, c.proto) // 0 → 1, 2
+		sent := []byte("forces")
+		env := &pe.Envelope{Type: testBytesType, Kind: pe.KindReduction, Payload: sent}
+		require.NoError(t, h.hooks[2].Send(0, RolePartial, 1, 1, false, env))
+		h.hooks[0].Restart(nil, 1, nil)
+		require.NoError(t, h.hooks[2].PeerFailed(0, 1))
+		var again *pe.Envelope
+		for _, p := range h.acks {
+			if p.Kind == PktApp && p.To == 0 {
+				again = p.Msg.Env
+			}
+		}
+		require.NotNil(t, again, c.proto)
+		got := again.Payload.([]byte)
+		require.Equal(t, sent, got, c.proto)
+		require.Equal(t, !c.copy, &got[0] == &sent[0], "%s: the same memory", c.proto)
+		require.NotNil(t, again.FT, c.proto)
+		require.Equal(t, [2]uint64{1, 1}, [2]uint64{again.FT.Group, again.FT.Num}, "%s: the copy carries its header", c.proto)
+	}
+}

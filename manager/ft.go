@@ -119,16 +119,6 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 	if p.Kind == ftlayer.PktApp {
 		// a logged message sent again: a copy, not counted as sent
 		env := *p.Msg.Env
-		if env.Type == tPartial {
-			// a deep one: the values in a partial go back to their
-			// contributors' pools once the logs release them, which may
-			// be before a recovering PE has read this copy
-			var err error
-			if env, err = pe.CopyEnvelope(env); err != nil {
-				m.Fail(fmt.Errorf("PE %d: a logged contribution sent again to PE %d: %w", m.Me(), dst, err))
-				return
-			}
-		}
 		m.PE.Send(dst, &env)
 		return
 	}

@@ -98,10 +98,10 @@ func TestSectionPlacesMembersWhereTheyAreNotWhereACacheSays(t *testing.T) {
 }
 
 // A multicast reaches each PE of its section's tree as one message, and
-// the members there run as part of handling it: under message logging
-// that is one determinant per PE, not one per member. The root PE's
-// own members run after the entry method that multicast returns, never
-// inside it.
+// the members there run together, as one more message to that PE: under
+// message logging that is two determinants per PE, not one per member.
+// The root PE's own members run after the entry method that multicast
+// returns, never inside it.
 
 type Listener struct{}
 
@@ -180,8 +180,8 @@ func TestMulticastRunsAPEsMembersAsOneMessage(t *testing.T) {
 			}
 			require.Equal(t, want, listenLog)
 			if ft != "" {
-				// per multicast: 3 tree hops, and 1 message on PE 0 for
-				// its members; the rest is the setup and the sums'
+				// per multicast: 3 tree hops, and a message on each PE
+				// for its members; the rest is the setup and the sums'
 				// callbacks (far fewer than the 400 deliveries)
 				require.Less(t, res.Stats.FT.Log.DetsCreated, uint64(150), "determinants")
 			}

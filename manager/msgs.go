@@ -503,3 +503,25 @@ func (p *PartialMsg) WireSize() int {
 	}
 	return n
 }
+
+// indexBytes approximates an index on the wire (its dimensions and
+// coordinates).
+const indexBytes = 1 + 4*pe.MaxDims
+
+// WireSize approximates the message's size on the wire without encoding
+// it: a message log measures every location message it keeps.
+func (l *LocMsg) WireSize() int { return 4 + indexBytes + 4 + 4 + 8 }
+
+// WireSize approximates the message's size on the wire without encoding it.
+func (q *LocQueryMsg) WireSize() int { return 4 + indexBytes + 8 + 4 }
+
+// WireSize approximates the message's size on the wire without encoding
+// it (the element's packed state is most of it).
+func (mm *MigrateMsg) WireSize() int {
+	return 4 + indexBytes + len(mm.State) + 4 + 4 + 8 + 4 + len(mm.Secs)*(8+4*4) + 1 + 4
+}
+
+// WireSize approximates the message's size on the wire without encoding it.
+func (sm *SectionMsg) WireSize() int {
+	return 8 + 4 + 8*len(sm.Tree) + 8 + len(sm.Members)*indexBytes + 4*len(sm.Homes)
+}

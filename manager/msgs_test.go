@@ -95,3 +95,33 @@ func TestBroadcastHistory(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, uint32(bcastHistory+10), r.typ)
 }
+
+// A message log measures the runtime's messages by WireSize, not by
+// encoding them: the estimate stays within a factor of two of the
+// encoding.
+func TestWireSizeIsNearTheEncodedSize(t *testing.T) {
+	state := make([]byte, 900)
+	members := make([]pe.Index, 75)
+	homes := make([]int32, 75)
+	for i := range members {
+		members[i], homes[i] = pe.Idx(i, i+1, i+2, 1, 2, 3), int32(i%16)
+	}
+	for _, c := range []struct {
+		typ uint32
+		p   any
+	}{
+		{tLoc, &LocMsg{Coll: 3, Index: pe.Idx(1, 2, 3, 4, 5, 6), PE: 12, Moves: 4, Sec: 1<<40 | 7}},
+		{tLocQuery, &LocQueryMsg{Coll: 3, Index: pe.Idx(1, 2, 3, 4, 5, 6), Sec: 1<<40 | 7, From: 5}},
+		{tMigrate, &MigrateMsg{Coll: 3, Index: pe.Idx(1, 2, 3, 4, 5, 6), State: state, RedHome: 2, RedNo: 40, Moves: 3,
+			Secs: []SecMembership{{Sec: 1<<40 | 7, Home: 1, RedNo: 40, Mult: 1}, {Sec: 2<<40 | 9, Home: 3, RedNo: 40, Mult: 1}}}},
+		{tSection, &SectionMsg{Sec: 1<<40 | 7, Coll: 3, Tree: []int{0, 1, 2, 3, 4, 5, 6, 7}, K: 4, Members: members, Homes: homes}},
+	} {
+		est := pe.PayloadSize(c.p)
+		ti, ok := pe.LookupType(c.typ)
+		require.True(t, ok)
+		b, err := ti.Encode(c.p)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, 2*len(b), est, "%T: estimate %d, encoded %d", c.p, est, len(b))
+		require.GreaterOrEqual(t, 2*est, len(b), "%T: estimate %d, encoded %d", c.p, est, len(b))
+	}
+}

@@ -98,10 +98,10 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 	case flagSecReq:
 		e := *env
 		e.Flags = flagSecHop
-		m.onSecHop(&e, false)
+		m.onSecHop(&e)
 		return
 	case flagSecHop:
-		m.onSecHop(env, false)
+		m.onSecHop(env)
 		return
 	case flagSecHere:
 		if s := m.secFor(env.Aux, env); s != nil {

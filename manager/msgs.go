@@ -525,3 +525,11 @@ func (mm *MigrateMsg) WireSize() int {
 func (sm *SectionMsg) WireSize() int {
 	return 8 + 4 + 8*len(sm.Tree) + 8 + len(sm.Members)*indexBytes + 4*len(sm.Homes)
 }
+
+// WireSize approximates the message's size on the wire without encoding
+// it (a plan lists every element that moves, each a struct whose field
+// names travel too).
+func (p *PlanMsg) WireSize() int { return 4 + 4 + len(p.Moves)*(2*indexBytes+20) }
+
+// WireSize approximates the message's size on the wire without encoding it.
+func (sm *SyncMsg) WireSize() int { return 4 + 4 + len(sm.Indices)*indexBytes + 4*len(sm.PEs) }

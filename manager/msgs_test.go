@@ -115,6 +115,8 @@ func TestWireSizeIsNearTheEncodedSize(t *testing.T) {
 		{tMigrate, &MigrateMsg{Coll: 3, Index: pe.Idx(1, 2, 3, 4, 5, 6), State: state, RedHome: 2, RedNo: 40, Moves: 3,
 			Secs: []SecMembership{{Sec: 1<<40 | 7, Home: 1, RedNo: 40, Mult: 1}, {Sec: 2<<40 | 9, Home: 3, RedNo: 40, Mult: 1}}}},
 		{tSection, &SectionMsg{Sec: 1<<40 | 7, Coll: 3, Tree: []int{0, 1, 2, 3, 4, 5, 6, 7}, K: 4, Members: members, Homes: homes}},
+		{tPlan, &PlanMsg{Coll: 3, Epoch: 4, Moves: []Move{{Index: pe.Idx(1, 2, 3, 4, 5, 6), From: 1, To: 2}, {Index: pe.Idx(7, 8, 9, 10, 11, 12), From: 3, To: 0}}}},
+		{tSync, &SyncMsg{Coll: 3, Epoch: 4, Indices: members, PEs: homes}},
 	} {
 		est := pe.PayloadSize(c.p)
 		ti, ok := pe.LookupType(c.typ)

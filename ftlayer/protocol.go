@@ -60,7 +60,11 @@
 // multicast leaving its root or forwarded by an inner node, a partial
 // result going up), and on every envelope that arrives. The header travels
 // on the envelope (pe.FTHeader); logged messages keep the envelope itself,
-// payload by reference. NopHook is checkpoint/restart alone. A failed PE
+// payload by reference; under camel, a partial dropped because its
+// reduction is kept (ActRelease) goes back to the runtime, which reuses
+// the values its PE contributed (Hook.OnRelease), and a partial sent
+// again to a failed PE is a deep copy. NopHook is checkpoint/restart
+// alone. A failed PE
 // recovers alone: the runtime restores its snapshot, calls Hook.Restart on
 // its new incarnation and Hook.PeerFailed on every survivor, whose logged
 // messages go to it again through the hook's net; while it recovers, the

@@ -39,12 +39,41 @@ func canonical[T, R any](name string, fold func(items []manager.Item) (R, error)
 		ResultCodec: manager.MsgpackCodec[R](),
 	}
 	if name == sumFloat64sName {
-		r.Recycle = func(v any) { recycleFloat64s(v.([]float64)) } // contributions to it are handed over (Float64s)
+		// contributions to it are handed over (Float64s)
+		r.Recycle = func(v any) { recycleFloat64s(v.([]float64)) }
+		r.Detach = detachFloat64s
 	}
 	return manager.RegisterReducer(r)
 }
 
 const sumFloat64sName = "sum.[]float64"
+
+// detachFloat64s copies this PE's own contributions, about to be logged
+// until the checkpoint, into one block and reuses them: the contributor's
+// next ones are then made in memory still in cache, and the copy is a
+// single write.
+func detachFloat64s(items []manager.Item) {
+	n := 0
+	for _, it := range items {
+		if it.Reusable() {
+			n += len(it.Value.([]float64))
+		}
+	}
+	if n == 0 {
+		return
+	}
+	block := make([]float64, n)
+	for i, it := range items {
+		if !it.Reusable() {
+			continue
+		}
+		v := it.Value.([]float64)
+		c := copy(block, v)
+		items[i].Value = block[:c:c]
+		block = block[c:]
+		recycleFloat64s(v)
+	}
+}
 
 func same[T any](v T) T { return v }
 

@@ -72,6 +72,11 @@ type Hook interface {
 	// be a copy, not sharing those values, for this to hold: a hook that
 	// releases makes such copies itself.
 	OnRelease(f func(env *pe.Envelope))
+	// Releases reports whether the hook gives partials back through
+	// OnRelease's function before the checkpoint. One that does not
+	// keeps them until then: the runtime copies what it contributes to
+	// them instead (Reducer.Detach), so its pool stays in use.
+	Releases() bool
 }
 
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
@@ -93,6 +98,7 @@ func (NopHook) PeerFailed(int, uint32) error                             { retur
 func (NopHook) PeerRecovered(int)                                        {}
 func (NopHook) LogsSent() bool                                           { return false }
 func (NopHook) OnRelease(func(*pe.Envelope))                             {}
+func (NopHook) Releases() bool                                           { return false }
 
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
@@ -185,6 +191,8 @@ func (h *CausalHook) do(a Action) {
 }
 
 func (h *CausalHook) OnRelease(f func(env *pe.Envelope)) { h.release = f }
+
+func (h *CausalHook) Releases() bool { return h.s.keepsResults() }
 
 func (h *CausalHook) Packet(p *Packet) error {
 	acts, err := h.s.Receive(p)

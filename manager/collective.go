@@ -510,7 +510,7 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 		case RedSendParent:
 			pm := &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}
 			if m.ft.LogsSent() {
-				pm.owned = a.Partial.handOver(LookupReducer(a.Partial.Reducer))
+				pm.owned = a.Partial.handOver(LookupReducer(a.Partial.Reducer), m.ft.Releases())
 			}
 			m.sendHop(a.To, ftlayer.RolePartial, g, uint64(a.Partial.Red)+1, false,
 				&pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: pm})

@@ -33,6 +33,11 @@ type Reducer struct {
 	// values are left to the garbage collector, and the contributor's
 	// next ones are made in new memory.
 	Recycle func(v any)
+	// Detach, if set, is called on a partial's items before it leaves
+	// this PE for a log that keeps it until the checkpoint (one that does
+	// not release): it may give the Reusable ones copies of their values,
+	// and reuse the values.
+	Detach func(items []Item)
 	// Codec encodes one contribution value for the wire.
 	Codec Codec
 	// ResultCodec encodes a result, where its type is not a
@@ -439,17 +444,21 @@ func (s *Reduction) add(rd *round, it Item, reducer uint32, cb Callback, red *Re
 
 // handOver readies p's items to leave this PE in a message a log keeps:
 // none is Reusable by whoever folds them (the log may send them again).
-// It returns the values this PE contributed, for red.Recycle once the
-// log releases the message (nil if red has no Recycle).
-func (p *Partial) handOver(red *Reducer) []any {
+// If the log releases it (releases), it returns the values this PE
+// contributed, for red.Recycle then (nil if red has no Recycle);
+// otherwise red.Detach may swap them for copies first.
+func (p *Partial) handOver(red *Reducer, releases bool) []any {
 	var owned []any
+	if !releases && red != nil && red.Detach != nil && len(p.Items) > 0 {
+		red.Detach(p.Items)
+	}
 	for i := range p.Items {
 		it := &p.Items[i]
 		if !it.own {
 			continue
 		}
 		it.own = false
-		if red != nil && red.Recycle != nil {
+		if releases && red != nil && red.Recycle != nil {
 			owned = append(owned, it.Value)
 		}
 	}

@@ -405,7 +405,7 @@ func TestLoggedPartialsGiveTheirOwnValuesBackOnRelease(t *testing.T) {
 		return []Item{{Key: pe.Idx(0), Value: 1.0, own: true}, {Key: pe.Idx(1), Value: 2.0}, {Key: pe.Idx(2), Value: 3.0, own: true}}
 	}
 	p := &Partial{Reducer: id, Items: items()}
-	owned := p.handOver(LookupReducer(id))
+	owned := p.handOver(LookupReducer(id), true)
 	require.Equal(t, []any{1.0, 3.0}, owned)
 	for _, it := range p.Items {
 		require.False(t, it.Reusable(), "%v", it.Key)
@@ -418,6 +418,29 @@ func TestLoggedPartialsGiveTheirOwnValuesBackOnRelease(t *testing.T) {
 	require.Len(t, got, 2, "released twice, recycled once")
 
 	plain := &Partial{Reducer: testFloatSum, Items: items()}
-	require.Nil(t, plain.handOver(LookupReducer(testFloatSum)))
+	require.Nil(t, plain.handOver(LookupReducer(testFloatSum), true))
 	require.False(t, plain.Items[0].Reusable())
+
+	// a log that keeps it until the checkpoint: nothing is listed, and
+	// Detach may swap this PE's values for copies
+	var detached []pe.Index
+	kept := RegisterReducer(&Reducer{
+		Name:    "test.fsum.detached",
+		Fold:    LookupReducer(testFloatSum).Fold,
+		Codec:   MsgpackCodec[float64](),
+		Recycle: func(v any) { t.Fatal("recycled a value a log keeps") },
+		Detach: func(items []Item) {
+			for i, it := range items {
+				if it.Reusable() {
+					detached = append(detached, it.Key)
+					items[i].Value = it.Value.(float64) + 10
+				}
+			}
+		},
+	})
+	q := &Partial{Reducer: kept, Items: items()}
+	require.Nil(t, q.handOver(LookupReducer(kept), false))
+	require.Equal(t, []pe.Index{pe.Idx(0), pe.Idx(2)}, detached)
+	require.Equal(t, []any{11.0, 2.0, 13.0}, []any{q.Items[0].Value, q.Items[1].Value, q.Items[2].Value})
+	require.False(t, q.Items[0].Reusable() || q.Items[2].Reusable())
 }

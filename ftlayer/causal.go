@@ -112,6 +112,12 @@ type Causal struct {
 	coll    colls
 	msgLog  []logEntry // sent since the checkpoint (sender-based log)
 	logSeq  uint64
+	// relLog: the partials in msgLog that an acknowledgement releases
+	// (releases), by group, in the order sent: a release takes a prefix
+	// instead of scanning the whole log. Released entries stay in msgLog,
+	// marked, until relDead says half of it is released (compactLog).
+	relLog  map[uint64][]*Message
+	relDead int
 	kept    []logEntry // CAMEL root: copies of its children's contributions
 	logged  [numKinds]LogStats
 	copies  LogStats
@@ -250,6 +256,12 @@ func (s *Causal) log(m *Message) {
 	s.logSeq++
 	s.msgLog = append(s.msgLog, logEntry{s.logSeq, m})
 	s.countLog(m, true)
+	if s.releases(m) {
+		if s.relLog == nil {
+			s.relLog = map[uint64][]*Message{}
+		}
+		s.relLog[m.Group] = append(s.relLog[m.Group], m)
+	}
 }
 
 func (s *Causal) countLog(m *Message, in bool) { count(&s.logged[m.Kind], m, in) }
@@ -517,18 +529,39 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 // again to a recovering PE are the runtime's own. Only this PE's sends
 // are in its log here: in this mode what it keeps of others' is results.
 func (s *Causal) releasePartials(r Reduced, out []Action) []Action {
+	list := s.relLog[r.Group]
+	i := 0
+	for ; i < len(list) && list[i].Num <= r.Num; i++ {
+		m := list[i]
+		m.released = true
+		s.countLog(m, false)
+		out = append(out, Action{Kind: ActRelease, Msg: m})
+	}
+	if i == 0 {
+		return out
+	}
+	clear(list[:i])
+	if i == len(list) {
+		delete(s.relLog, r.Group)
+	} else {
+		s.relLog[r.Group] = list[i:]
+	}
+	if s.relDead += i; 2*s.relDead > len(s.msgLog) {
+		s.compactLog()
+	}
+	return out
+}
+
+// compactLog removes the released entries from msgLog, in order.
+func (s *Causal) compactLog() {
 	keep := s.msgLog[:0]
 	for _, e := range s.msgLog {
-		if m := e.m; s.releases(m) && m.Group == r.Group && m.Num <= r.Num {
-			s.countLog(m, false)
-			out = append(out, Action{Kind: ActRelease, Msg: m})
-			continue
+		if !e.m.released {
+			keep = append(keep, e)
 		}
-		keep = append(keep, e)
 	}
 	clear(s.msgLog[len(keep):])
-	s.msgLog = keep
-	return out
+	s.msgLog, s.relDead = keep, 0
 }
 
 // releases reports whether m, a message in this PE's log, is one that
@@ -970,7 +1003,14 @@ func (s *Causal) Abort() { s.sealed = false }
 // PE, before the commit reached it.
 func (s *Causal) Checkpoint() {
 	m := s.mark
+	s.compactLog()
 	s.msgLog = s.dropCovered(s.msgLog, m.logSeq, nil)
+	clear(s.relLog) // what is left of it, in order
+	for _, e := range s.msgLog {
+		if s.releases(e.m) && s.relLog != nil {
+			s.relLog[e.m.Group] = append(s.relLog[e.m.Group], e.m)
+		}
+	}
 	s.kept = s.dropCovered(s.kept, m.logSeq, &s.copies)
 	s.detLog = slices.Clone(s.detLog[min(m.detLog, len(s.detLog)):])
 	// Those dropped may come again (piggybacked until acknowledged): store
@@ -1057,6 +1097,9 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 	out := []Action{{Kind: ActSend, Packet: rec}}
 	for _, e := range s.msgLog {
 		m := e.m
+		if m.released {
+			continue
+		}
 		if m.Recver == y || s.camel && m.Kind == KindMulticast && s.coll.t.Has(m.Group, y) || isResult(m) && m.Sender == y {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
 			s.stats.Replayed++

@@ -336,3 +336,64 @@ func TestHopPartialsSentAgainAreCopiesWhereTheLogReleases(t *testing.T) {
 		require.Equal(t, [2]uint64{1, 1}, [2]uint64{again.FT.Group, again.FT.Num}, "%s: the copy carries its header", c.proto)
 	}
 }
+
+// A CAMEL log releases a group's partials as a prefix, in the order sent,
+// without losing its place in the rest: the partials still logged are
+// the ones sent again to a failed PE, and a checkpoint drops the rest
+// with the statistics kept straight.
+func TestHopReleasesKeepTheLogInOrder(t *testing.T) {
+	for _, then := range []string{"peer fails", "checkpoint"} {
+		h := newHopNet(t, 3, 2, "camel") // 0 → 1, 2
+		var released []uint64
+		h.hooks[2].OnRelease(func(env *pe.Envelope) { released = append(released, env.FT.Num) })
+		sendPartial := func(num uint64) {
+			env := &pe.Envelope{Type: testBytesType, Kind: pe.KindReduction, Payload: []byte{byte(num)}}
+			require.NoError(t, h.hooks[2].Send(0, RolePartial, 1, num, false, env))
+			a, err := h.hooks[0].Arrive(env)
+			require.NoError(t, err)
+			require.Equal(t, Handle, a)
+		}
+		p2p := &pe.Envelope{Type: testBytesType, Kind: pe.KindP2P, Payload: []byte("p2p")}
+		for num := uint64(1); num <= 4; num++ {
+			sendPartial(num)
+			if num == 2 {
+				require.NoError(t, h.hooks[2].Send(1, RoleP2P, 0, 0, false, p2p))
+			}
+		}
+		for num := uint64(1); num <= 3; num++ { // the third compacts the log
+			h.hooks[0].Reduced(1, num, &pe.Envelope{Type: testBytesType, Kind: pe.KindReduction, Payload: []byte("result")})
+			h.deliverAcks(t)
+		}
+		require.Equal(t, []uint64{1, 2, 3}, released)
+		st := h.hooks[2].Stats()
+		require.Equal(t, uint64(1), st.Log[KindReduction].Msgs)
+		require.Equal(t, uint64(1), st.Log[KindReduction].Bytes)
+		require.Equal(t, uint64(1), st.Log[KindP2P].Msgs)
+
+		switch then {
+		case "peer fails": // partial 4 goes to the root again, 1 to 3 not
+			h.acks = nil
+			h.hooks[0].Restart(nil, 1, nil)
+			require.NoError(t, h.hooks[2].PeerFailed(0, 1))
+			var again []uint64
+			for _, p := range h.acks {
+				if p.Kind == PktApp && p.To == 0 {
+					again = append(again, p.Msg.Num)
+				}
+			}
+			require.Equal(t, []uint64{4}, again)
+		case "checkpoint":
+			h.hooks[2].Prepare()
+			h.hooks[2].Checkpoint()
+			st := h.hooks[2].Stats()
+			require.Zero(t, st.Logged())
+			require.Zero(t, st.Log[KindReduction].Bytes, "released partials are not counted out twice")
+			// a partial logged after the checkpoint is released as before
+			sendPartial(5)
+			h.hooks[0].Reduced(1, 5, &pe.Envelope{Type: testBytesType, Kind: pe.KindReduction, Payload: []byte("result")})
+			h.deliverAcks(t)
+			require.Equal(t, []uint64{1, 2, 3, 5}, released)
+			require.Zero(t, h.hooks[2].Stats().Logged())
+		}
+	}
+}

@@ -106,6 +106,9 @@ type Message struct {
 	// the statistics.
 	Env  *pe.Envelope
 	Size int
+	// released: dropped from its sender's log by a release (the entry
+	// may linger there until the log is compacted)
+	released bool
 }
 
 // bytes is the payload size the statistics count.

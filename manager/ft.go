@@ -100,7 +100,7 @@ func (m *Manager) newHook() {
 	m.ft.OnRelease(m.logReleased)
 }
 
-// released takes back what this PE contributed to a partial its log let
+// logReleased takes back what this PE contributed to a partial its log let
 // go of (see Hook.OnRelease): its reducer may reuse the values.
 func (m *Manager) logReleased(env *pe.Envelope) {
 	pm, ok := env.Payload.(*PartialMsg)

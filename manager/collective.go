@@ -526,7 +526,11 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 			}
 			m.ft.Reduced(g, uint64(a.Partial.Red)+1, kept)
 		case RedSkipped:
-			m.Sent++ // its parent counted it processed: so must quiescence
+			// as the failed incarnation counted them (see RedSkipped)
+			m.Sent++
+			m.Processed += uint64(a.Missing)
+		case RedCopy:
+			m.Processed-- // counted when handled; its original was
 		case RedFail:
 			m.failf("%s: %v", name, a.Err)
 		}

@@ -155,8 +155,15 @@ const (
 	RedFail                        // a contributor broke the rules: Err says how
 	// RedSkipped: a round complete at the root was passed over (see
 	// CompleteBefore); its partial reached the parent from this PE's
-	// failed incarnation.
+	// failed incarnation, which had received Missing children's partials
+	// for it that will not come again (their senders' logs let them go).
+	// Quiescence detection counted both, so the host counts the partial
+	// as sent and the Missing ones as processed.
 	RedSkipped
+	// RedCopy: a child's partial of a round complete at the root,
+	// dropped. It is a copy a child's log sent again; the failed
+	// incarnation processed the original, so the host does not count it.
+	RedCopy
 )
 
 // RedAction is one output of the reduction state machine.
@@ -166,6 +173,7 @@ type RedAction struct {
 	Partial *Partial
 	Result  any
 	Err     error
+	Missing int // RedSkipped
 }
 
 // counts is a per-reduction-number count: Base plus every step whose From
@@ -375,7 +383,7 @@ func (s *Reduction) Child(from int, p *Partial, out []RedAction) []RedAction {
 		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: partial from PE %d, which is not a tree child", p.Red, from)})
 	}
 	if p.Red < s.doneBelow {
-		return out // the root has this round already
+		return append(out, RedAction{Op: RedCopy}) // the root has this round already
 	}
 	if p.Red < s.nextReport {
 		return append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: partial from PE %d after the round was reported", p.Red, from)})
@@ -579,12 +587,18 @@ func (s *Reduction) advance(out []RedAction) []RedAction {
 			if n := s.local.at(r); n > 0 && (rd == nil || rd.got != n) {
 				return out
 			}
+			missing := 0
+			for i := range s.childCount {
+				if s.childCount[i].at(r) > 0 && (rd == nil || !rd.children[i]) {
+					missing++
+				}
+			}
 			delete(s.rounds, r)
 			if s.last == rd {
 				s.last = nil
 			}
 			s.nextReport++
-			out = append(out, RedAction{Op: RedSkipped, To: s.Parent})
+			out = append(out, RedAction{Op: RedSkipped, To: s.Parent, Missing: missing})
 			continue
 		}
 		if rd == nil || !s.ready(r, rd) {

@@ -76,12 +76,21 @@ type logEntry struct {
 // simulator (fttest: the randomized search fails the published version,
 // CAMELFactory.Verbatim, in about a third of its runs):
 //
-//   - Determinants ride only on messages kept in a log until the next
-//     checkpoint (point to point, a multicast to the root's children, a
-//     contribution to the root). A contribution to an intermediate node
-//     is dropped from its sender's log at the reduction's ack; the
-//     determinants that node stored from it would die with the node, and
-//     its owner's later recovery would miss them.
+//   - A contribution to an intermediate node is dropped from its
+//     sender's log at the reduction's ack, so determinants that node
+//     stored from it would die with the node, and their owner's later
+//     recovery would miss them. In the simulated protocol such a
+//     contribution carries none. In hop mode an intermediate node passes
+//     them up with its own partial instead, neither storing nor
+//     acknowledging them, and the root stores them and acknowledges them
+//     to their owners; there they are as safe as the root's own (in the
+//     copies of its children's partials, then in the kept result).
+//     Carrying none left a hole the simulator cannot see (its
+//     contributions do not depend on the order of their sender's
+//     receptions): a PE two levels down failed after its contribution
+//     was folded, nobody held its receptions' determinants, and its
+//     replay received them in another order (LeanMD on 6 and 8 PEs: a
+//     compute paired one cell's positions of two steps).
 //   - A root keeps a copy of the contributions its children sent it since
 //     the checkpoint, and hands a recovering child back those of
 //     reductions already complete: the child no longer recomputes them
@@ -791,8 +800,13 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 		s.stats.DetsCreated++
 	}
 	if len(m.Dets) > 0 && m.Sender != s.me {
-		s.storeDets(m.Dets)
-		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: m.Sender, Dets: m.Dets}})
+		if s.passesDetsUp(m) {
+			st := s.coll.state[m.Group]
+			st.upDets = append(st.upDets, m.Dets...)
+		} else {
+			s.storeDets(m.Dets)
+			out = s.ackDets(m, out)
+		}
 	}
 	if !s.camel || m.Kind == KindP2P || m.Kind == KindSystem {
 		s.recv[m.Sender].add(m.CSN)
@@ -842,6 +856,58 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 		s.coll.add(m.Group, st, m.Num, m.Sender, m.Payload)
 		return s.fold(m.Group, st, out)
 	}
+}
+
+// passesDetsUp: m is a partial reaching an intermediate node under CAMEL
+// in hop mode, whose determinants go on up (see Causal's first
+// departure).
+func (s *Causal) passesDetsUp(m *Message) bool {
+	return s.keepsResults() && m.Kind == KindReduction && !s.coll.isRoot(m.Group)
+}
+
+// upDets is what a partial going up carries: this PE's determinants not
+// yet acknowledged and those its children's partials brought since its
+// last one.
+func (s *Causal) upDets(st *groupState) []Det {
+	own := s.piggyback()
+	if len(st.upDets) == 0 {
+		return own
+	}
+	up := st.upDets
+	s.stats.DetsPiggybacked += uint64(len(up))
+	st.upDets = nil
+	if len(own) == 0 {
+		return up
+	}
+	return append(own, up...) // own's capacity is full: a new slice
+}
+
+// ackDets acknowledges the determinants m brought, stored here, to their
+// owners: its sender, and under CAMEL the PEs below it in a reduction
+// tree whose determinants its partial passed up.
+func (s *Causal) ackDets(m *Message, out []Action) []Action {
+	mixed := false
+	for _, d := range m.Dets {
+		if d.Recver != m.Sender {
+			mixed = true
+			break
+		}
+	}
+	if !mixed {
+		return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: m.Sender, Dets: m.Dets}})
+	}
+	// runs of one owner each, in order (a child's follow its parent's)
+	for i := 0; i < len(m.Dets); {
+		j := i + 1
+		for j < len(m.Dets) && m.Dets[j].Recver == m.Dets[i].Recver {
+			j++
+		}
+		if to := m.Dets[i].Recver; to >= 0 && int(to) < s.n && to != s.me {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: to, Dets: m.Dets[i:j]}})
+		}
+		i = j
+	}
+	return out
 }
 
 // storeDets keeps the determinants a message carried for their owners. A
@@ -1072,6 +1138,15 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 	for _, d := range s.detLog {
 		if d.Recver == y {
 			rec.Dets = append(rec.Dets, d)
+		}
+	}
+	for _, g := range s.coll.sortedGroups() {
+		// on their way up: y's partial is folded here, so y must
+		// receive again what it received then
+		for _, d := range s.coll.state[g].upDets {
+			if d.Recver == y {
+				rec.Dets = append(rec.Dets, d)
+			}
 		}
 	}
 	if s.camel {

@@ -96,7 +96,9 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		// recorded, so its sends must not shift the ssns of the messages
 		// its recorded receptions cause.
 		m = &Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, Num: num, Inc: s.inc}}
-		if to == s.coll.t.Root(g) {
+		if s.keepsResults() {
+			m.Dets = s.upDets(st)
+		} else if to == s.coll.t.Root(g) {
 			m.Dets = s.piggyback()
 		}
 	default:

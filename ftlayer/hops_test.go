@@ -397,3 +397,64 @@ func TestHopReleasesKeepTheLogInOrder(t *testing.T) {
 		}
 	}
 }
+
+// Under CAMEL a partial to an intermediate node carries its sender's
+// determinants, which that node passes up with its own partial instead of
+// storing them: the root stores them and acknowledges them to their owner.
+// A PE two levels down that fails after its partial was folded gets its
+// receptions' order back from the root, or, before the node passed them
+// on, from the node.
+func TestHopDeterminantsOfPartialsGoUpToTheRoot(t *testing.T) {
+	for _, failsAfter := range []string{"the root stored them", "the node got them"} {
+		h := newHopNet(t, 6, 4, "camel") // 0 → 1,2,3,4; 1 → 5
+		h.multicast(t, 8)                // PE 5 received it (from PE 1): one determinant
+		require.Len(t, h.hooks[5].Protocol().detBuf, 1)
+		leaf := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 8)}
+		require.NoError(t, h.hooks[5].Send(1, RolePartial, 1, 1, false, leaf))
+		require.Equal(t, []pe.Det{{Sender: 0, Recver: 5, SSN: 1, RSN: 1}}, leaf.FT.Dets)
+		a, err := h.hooks[1].Arrive(leaf)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+		require.Empty(t, h.hooks[1].Protocol().detLog, "the node stores none")
+		require.Empty(t, h.acks, "and acknowledges none")
+
+		if failsAfter == "the root stored them" {
+			up := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 16)}
+			require.NoError(t, h.hooks[1].Send(0, RolePartial, 1, 1, false, up))
+			require.ElementsMatch(t, []pe.Det{{Sender: 0, Recver: 1, SSN: 1, RSN: 1}, {Sender: 0, Recver: 5, SSN: 1, RSN: 1}}, up.FT.Dets)
+			a, err = h.hooks[0].Arrive(up)
+			require.NoError(t, err)
+			require.Equal(t, Handle, a)
+			acked := map[int32][]pe.Det{}
+			for _, p := range h.acks {
+				require.Equal(t, PktAck, p.Kind)
+				acked[p.To] = p.Dets
+			}
+			require.Equal(t, map[int32][]pe.Det{1: {{Sender: 0, Recver: 1, SSN: 1, RSN: 1}}, 5: {{Sender: 0, Recver: 5, SSN: 1, RSN: 1}}}, acked,
+				"each owner its own")
+			h.deliverAcks(t)
+			require.Empty(t, h.hooks[5].Protocol().detBuf)
+			require.Empty(t, h.hooks[1].Protocol().detBuf)
+			require.Empty(t, h.hooks[1].Protocol().coll.state[1].upDets, "passed on once")
+		}
+
+		// PE 5 fails: whoever holds its determinant sends it back
+		h.acks = nil
+		h.hooks[5].Restart(nil, 1, nil)
+		holder := 0
+		if failsAfter == "the node got them" {
+			holder = 1
+		}
+		for p := 0; p < 5; p++ {
+			require.NoError(t, h.hooks[p].PeerFailed(5, 1))
+		}
+		var back []pe.Det
+		for _, p := range h.acks {
+			if p.Kind == PktRecovery && len(p.Dets) > 0 {
+				require.Equal(t, int32(holder), p.From, failsAfter)
+				back = append(back, p.Dets...)
+			}
+		}
+		require.Equal(t, []pe.Det{{Sender: 0, Recver: 5, SSN: 1, RSN: 1}}, back, failsAfter)
+	}
+}

@@ -74,7 +74,8 @@ type logEntry struct {
 //
 // Four departures from Algorithms 2–3 as published, each found by the
 // simulator (fttest: the randomized search fails the published version,
-// CAMELFactory.Verbatim, in about a third of its runs):
+// CAMELFactory.Verbatim, in about a third of its runs), the first's hop
+// mode by LeanMD's failure tests on 6+ PEs:
 //
 //   - A contribution to an intermediate node is dropped from its
 //     sender's log at the reduction's ack, so determinants that node
@@ -84,7 +85,10 @@ type logEntry struct {
 //     them up with its own partial instead, neither storing nor
 //     acknowledging them, and the root stores them and acknowledges them
 //     to their owners; there they are as safe as the root's own (in the
-//     copies of its children's partials, then in the kept result).
+//     copies of its children's partials, then in the kept result). A
+//     sender's partial to an intermediate node carries only its
+//     determinants no earlier partial took there (upDets), and a PE
+//     stores what reaches it by several paths once each (storeDets).
 //     Carrying none left a hole the simulator cannot see (its
 //     contributions do not depend on the order of their sender's
 //     receptions): a PE two levels down failed after its contribution
@@ -131,8 +135,18 @@ type Causal struct {
 	logged  [numKinds]LogStats
 	copies  LogStats
 	detLog  []Det // other PEs' determinants, stored for them
-	detBuf  []Det // own determinants not yet acknowledged
-	out     []Action
+	// passUp (CAMEL in hop mode, an inner node): determinants children's
+	// partials brought, to go up with this PE's next partial, whatever
+	// its group
+	passUp []Det
+	// fwdSeen: the determinants stored for owners other than the message's
+	// sender since the checkpoint (see storeDets)
+	fwdSeen map[Det]struct{}
+	// sentTo (CAMEL in hop mode): per intermediate node, the highest own
+	// rsn a partial to it carried (see upDets)
+	sentTo []uint64
+	detBuf []Det // own determinants not yet acknowledged
+	out    []Action
 
 	// recovery of this PE (§2, procedure RECEIVEDETS)
 	recovering   bool
@@ -786,7 +800,7 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 		// own (already held by others: not acknowledged)
 		s.rsn++
 		if len(m.Dets) > 0 {
-			s.storeDets(m.Dets)
+			s.storeDets(m.Dets, -1) // its sender is the partial's, not the root
 		}
 		return append(out, Action{Kind: ActDeliver, Msg: m})
 	}
@@ -801,10 +815,9 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 	}
 	if len(m.Dets) > 0 && m.Sender != s.me {
 		if s.passesDetsUp(m) {
-			st := s.coll.state[m.Group]
-			st.upDets = append(st.upDets, m.Dets...)
+			s.stashUp(m.Dets)
 		} else {
-			s.storeDets(m.Dets)
+			s.storeDets(m.Dets, m.Sender)
 			out = s.ackDets(m, out)
 		}
 	}
@@ -865,17 +878,42 @@ func (s *Causal) passesDetsUp(m *Message) bool {
 	return s.keepsResults() && m.Kind == KindReduction && !s.coll.isRoot(m.Group)
 }
 
-// upDets is what a partial going up carries: this PE's determinants not
-// yet acknowledged and those its children's partials brought since its
-// last one.
-func (s *Causal) upDets(st *groupState) []Det {
-	own := s.piggyback()
-	if len(st.upDets) == 0 {
+// stashUp keeps, to pass up, the determinants a child's partial brought.
+// Not filtered: one a child brought before may come again by another
+// path (another child passing it up), and only a set of everything
+// passed up could tell which of them this PE passed on already.
+func (s *Causal) stashUp(dets []Det) { s.passUp = append(s.passUp, dets...) }
+
+// upDets is what a partial going up to PE to carries: this PE's
+// determinants not yet acknowledged and those its children's partials
+// brought since its last one. To an intermediate node, only the own ones
+// no earlier partial took there: that node passed those up, or, if it
+// fails first, gets them again with the partials still logged here (a
+// partial is released only after its round completed, so after the node
+// passed up what it brought).
+func (s *Causal) upDets(to int32, toRoot bool) []Det {
+	own := s.detBuf[:len(s.detBuf):len(s.detBuf)]
+	if !toRoot && len(own) > 0 {
+		if s.sentTo == nil {
+			s.sentTo = make([]uint64, s.n)
+		}
+		top := &s.sentTo[to]
+		i := 0
+		for i < len(own) && own[i].RSN <= *top {
+			i++
+		}
+		*top = own[len(own)-1].RSN
+		own = own[i:]
+	}
+	up := s.passUp
+	s.stats.DetsPiggybacked += uint64(len(own) + len(up))
+	switch {
+	case len(own) == 0 && len(up) == 0:
+		return nil
+	case len(up) == 0:
 		return own
 	}
-	up := st.upDets
-	s.stats.DetsPiggybacked += uint64(len(up))
-	st.upDets = nil
+	s.passUp = nil
 	if len(own) == 0 {
 		return up
 	}
@@ -910,13 +948,19 @@ func (s *Causal) ackDets(m *Message, out []Action) []Action {
 	return out
 }
 
-// storeDets keeps the determinants a message carried for their owners. A
-// sender piggybacks its own determinants not yet acknowledged, in
-// reception order, so most of them came already on its earlier messages:
-// only those past the last one stored for their owner are new.
-func (s *Causal) storeDets(dets []Det) {
+// storeDets keeps the determinants a message from sender carried for
+// their owners. The sender's own come as all it has not had
+// acknowledged, in reception order, so most of them came already on its
+// earlier messages: only those past the last one stored for it (detTop)
+// are new. Other owners' — passed up a reduction tree by intermediate
+// nodes, or in a kept result — are whatever part their path carried, in
+// no order across paths, so they do not move detTop: one past it is
+// looked up (fwdSeen); one at or below it was either in the owner's own
+// list that moved detTop, and stored then, or acknowledged before that
+// list was made, and stored where the acknowledgement came from.
+func (s *Causal) storeDets(dets []Det, sender int32) {
 	if s.recovering {
-		s.storeDetsOutOfOrder(dets)
+		s.storeDetsOutOfOrder(dets, sender)
 		return
 	}
 	for i := 0; i < len(dets); {
@@ -926,18 +970,40 @@ func (s *Causal) storeDets(dets []Det) {
 			j++
 		}
 		run := dets[i:j]
-		if owner >= 0 && int(owner) < s.n {
-			top := &s.detTop[owner]
-			k := len(run)
-			for k > 0 && run[k-1].RSN > *top {
-				k--
+		i = j
+		if owner < 0 || int(owner) >= s.n {
+			continue
+		}
+		top := &s.detTop[owner]
+		if owner != sender {
+			for _, d := range run {
+				if _, ok := s.fwdSeen[d]; d.RSN > *top && !ok {
+					if s.fwdSeen == nil {
+						s.fwdSeen = map[Det]struct{}{}
+					}
+					s.fwdSeen[d] = struct{}{}
+					s.detLog = append(s.detLog, d)
+				}
 			}
-			if k < len(run) {
-				s.detLog = append(s.detLog, run[k:]...)
-				*top = max(*top, run[len(run)-1].RSN)
+			continue
+		}
+		k := len(run)
+		for k > 0 && run[k-1].RSN > *top {
+			k--
+		}
+		if k == len(run) {
+			continue
+		}
+		*top = max(*top, run[len(run)-1].RSN)
+		if len(s.fwdSeen) == 0 {
+			s.detLog = append(s.detLog, run[k:]...)
+			continue
+		}
+		for _, d := range run[k:] {
+			if _, ok := s.fwdSeen[d]; !ok {
+				s.detLog = append(s.detLog, d)
 			}
 		}
-		i = j
 	}
 }
 
@@ -945,7 +1011,7 @@ func (s *Causal) storeDets(dets []Det) {
 // messages out of their senders' order (recorded receptions first, then
 // the rest), so a sender's determinants come out of order too: each is
 // looked up.
-func (s *Causal) storeDetsOutOfOrder(dets []Det) {
+func (s *Causal) storeDetsOutOfOrder(dets []Det, sender int32) {
 	if s.detSeen == nil {
 		s.detSeen = map[Det]bool{}
 		for _, d := range s.detLog {
@@ -958,7 +1024,9 @@ func (s *Causal) storeDetsOutOfOrder(dets []Det) {
 		}
 		s.detSeen[d] = true
 		s.detLog = append(s.detLog, d)
-		s.detTop[d.Recver] = max(s.detTop[d.Recver], d.RSN)
+		if d.Recver == sender { // see storeDets
+			s.detTop[d.Recver] = max(s.detTop[d.Recver], d.RSN)
+		}
 	}
 }
 
@@ -1080,13 +1148,11 @@ func (s *Causal) Checkpoint() {
 	s.kept = s.dropCovered(s.kept, m.logSeq, &s.copies)
 	s.detLog = slices.Clone(s.detLog[min(m.detLog, len(s.detLog)):])
 	// Those dropped may come again (piggybacked until acknowledged): store
-	// them again then, as if new.
+	// them again then, as if new. Those kept may be stored twice, which
+	// is harmless: which of them were an owner's own list (see
+	// storeDets) is not known any more.
 	clear(s.detTop)
-	for _, d := range s.detLog {
-		if d.Recver >= 0 && int(d.Recver) < s.n {
-			s.detTop[d.Recver] = max(s.detTop[d.Recver], d.RSN)
-		}
-	}
+	s.fwdSeen = nil
 	var buf []Det // a new slice: messages in flight may share the old one
 	for _, d := range s.detBuf {
 		if d.RSN > m.rsn {
@@ -1140,12 +1206,21 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 			rec.Dets = append(rec.Dets, d)
 		}
 	}
-	for _, g := range s.coll.sortedGroups() {
-		// on their way up: y's partial is folded here, so y must
-		// receive again what it received then
-		for _, d := range s.coll.state[g].upDets {
-			if d.Recver == y {
-				rec.Dets = append(rec.Dets, d)
+	// y's partial was folded here, so y must receive again what it had
+	// received then: its determinants this PE passes up are on their way
+	// (the next partial takes them, or one still logged took them, and
+	// may not have arrived: once its round completes the root has them)
+	for _, d := range s.passUp {
+		if d.Recver == y {
+			rec.Dets = append(rec.Dets, d)
+		}
+	}
+	for _, e := range s.msgLog {
+		if m := e.m; s.releases(m) && !m.released {
+			for _, d := range m.Dets {
+				if d.Recver == y {
+					rec.Dets = append(rec.Dets, d)
+				}
 			}
 		}
 	}

@@ -179,3 +179,29 @@ func TestRemoveAcked(t *testing.T) {
 		})
 	}
 }
+
+// A PE stores an owner's determinants once each, whatever path brought
+// them: the owner's own list (all it has not had acknowledged, so one
+// past the last stored is new), and parts of it passed up a reduction
+// tree by other PEs, which come in no order. One brought late by a
+// longer path is stored, not taken for one stored already.
+func TestDeterminantsFromSeveralPathsAreStoredOnce(t *testing.T) {
+	s := NewSCMEL(0, 6, Collectives{})
+	dets := func(owner int32, from, to uint64) []Det {
+		var out []Det
+		for r := from; r <= to; r++ {
+			out = append(out, Det{Sender: 1, Recver: owner, SSN: r, RSN: r})
+		}
+		return out
+	}
+	s.storeDets(dets(5, 6, 7), 1)  // through PE 1
+	s.storeDets(dets(5, 3, 5), 2)  // through PE 2, later
+	s.storeDets(dets(5, 3, 8), 5)  // PE 5's own list
+	s.storeDets(dets(5, 4, 4), 3)  // a late copy
+	s.storeDets(dets(5, 8, 10), 5) // its next list
+	s.storeDets(dets(4, 1, 2), 4)  // another owner's own
+	want := append(dets(5, 6, 7), dets(5, 3, 5)...)
+	want = append(want, dets(5, 8, 10)...)
+	want = append(want, dets(4, 1, 2)...)
+	require.ElementsMatch(t, want, s.detLog)
+}

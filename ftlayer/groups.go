@@ -125,10 +125,6 @@ type groupState struct {
 	// hop mode (CAMEL): the reductions whose partial came from each child
 	fromKid map[int32]*window
 	keptTop uint64 // hop mode (CAMEL): the last result kept for the root
-	// upDets (CAMEL, an inner node): the determinants the children's
-	// partials brought, passed up with this PE's next partial (see
-	// Causal's first departure).
-	upDets []Det
 }
 
 func (st *groupState) redFrom(pe int32) *window {

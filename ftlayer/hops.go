@@ -97,7 +97,7 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		// its recorded receptions cause.
 		m = &Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, Num: num, Inc: s.inc}}
 		if s.keepsResults() {
-			m.Dets = s.upDets(st)
+			m.Dets = s.upDets(to, to == s.coll.t.Root(g))
 		} else if to == s.coll.t.Root(g) {
 			m.Dets = s.piggyback()
 		}
@@ -244,7 +244,7 @@ func (s *Causal) storeResult(m *Message) (bool, error) {
 	st.keptTop = m.Num
 	s.log(m)
 	if len(m.Dets) > 0 {
-		s.storeDets(m.Dets)
+		s.storeDets(m.Dets, m.Sender)
 	}
 	return true, nil
 }

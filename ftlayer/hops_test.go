@@ -402,8 +402,9 @@ func TestHopReleasesKeepTheLogInOrder(t *testing.T) {
 // determinants, which that node passes up with its own partial instead of
 // storing them: the root stores them and acknowledges them to their owner.
 // A PE two levels down that fails after its partial was folded gets its
-// receptions' order back from the root, or, before the node passed them
-// on, from the node.
+// receptions' order back from the root, and from the node, which passes
+// them on and keeps the partial that took them until its round completes
+// (that partial may still be on its way to the root).
 func TestHopDeterminantsOfPartialsGoUpToTheRoot(t *testing.T) {
 	for _, failsAfter := range []string{"the root stored them", "the node got them"} {
 		h := newHopNet(t, 6, 4, "camel") // 0 → 1,2,3,4; 1 → 5
@@ -417,6 +418,16 @@ func TestHopDeterminantsOfPartialsGoUpToTheRoot(t *testing.T) {
 		require.Equal(t, Handle, a)
 		require.Empty(t, h.hooks[1].Protocol().detLog, "the node stores none")
 		require.Empty(t, h.acks, "and acknowledges none")
+		// the next partial to the node does not repeat it (the node has
+		// it), though it is not yet acknowledged
+		again := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 8)}
+		require.NoError(t, h.hooks[5].Send(1, RolePartial, 1, 2, false, again))
+		require.Empty(t, again.FT.Dets)
+		require.Len(t, h.hooks[5].Protocol().detBuf, 1)
+		a, err = h.hooks[1].Arrive(again)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+		require.Len(t, h.hooks[1].Protocol().passUp, 1)
 
 		if failsAfter == "the root stored them" {
 			up := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 16)}
@@ -435,26 +446,28 @@ func TestHopDeterminantsOfPartialsGoUpToTheRoot(t *testing.T) {
 			h.deliverAcks(t)
 			require.Empty(t, h.hooks[5].Protocol().detBuf)
 			require.Empty(t, h.hooks[1].Protocol().detBuf)
-			require.Empty(t, h.hooks[1].Protocol().coll.state[1].upDets, "passed on once")
+			require.Empty(t, h.hooks[1].Protocol().passUp, "passed on once")
 		}
 
-		// PE 5 fails: whoever holds its determinant sends it back
+		// PE 5 fails: whoever holds its determinant sends it back. The
+		// root stored it; the node still logs the partial that took it
+		// up, which might not have arrived yet.
 		h.acks = nil
 		h.hooks[5].Restart(nil, 1, nil)
-		holder := 0
-		if failsAfter == "the node got them" {
-			holder = 1
-		}
 		for p := 0; p < 5; p++ {
 			require.NoError(t, h.hooks[p].PeerFailed(5, 1))
 		}
-		var back []pe.Det
+		from := map[int32][]pe.Det{}
 		for _, p := range h.acks {
 			if p.Kind == PktRecovery && len(p.Dets) > 0 {
-				require.Equal(t, int32(holder), p.From, failsAfter)
-				back = append(back, p.Dets...)
+				from[p.From] = p.Dets
 			}
 		}
-		require.Equal(t, []pe.Det{{Sender: 0, Recver: 5, SSN: 1, RSN: 1}}, back, failsAfter)
+		det := []pe.Det{{Sender: 0, Recver: 5, SSN: 1, RSN: 1}}
+		want := map[int32][]pe.Det{1: det}
+		if failsAfter == "the root stored them" {
+			want[0] = det
+		}
+		require.Equal(t, want, from, failsAfter)
 	}
 }

@@ -206,11 +206,11 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 	p := params(3, 3, 3, 13)
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
 	schedules := append([]schedule{
-		{"before the first checkpoint", []chare.Kill{{PE: 1, Step: 2}}},
-		{"mid-iteration", []chare.Kill{{PE: 1, Step: 7}}},
-		{"during a checkpoint", []chare.Kill{{PE: 1, Step: -1, Checkpoint: 2}}},
-		{"right after a recovery", []chare.Kill{{PE: 0, Step: 10}, {PE: 1, Step: 11}}},
-		{"the coordinator during a checkpoint", []chare.Kill{{PE: 0, Step: -1, Checkpoint: 2}}},
+		{name: "before the first checkpoint", kills: []chare.Kill{{PE: 1, Step: 2}}},
+		{name: "mid-iteration", kills: []chare.Kill{{PE: 1, Step: 7}}},
+		{name: "during a checkpoint", kills: []chare.Kill{{PE: 1, Step: -1, Checkpoint: 2}}},
+		{name: "right after a recovery", kills: []chare.Kill{{PE: 0, Step: 10}, {PE: 1, Step: 11}}},
+		{name: "the coordinator during a checkpoint", kills: []chare.Kill{{PE: 0, Step: -1, Checkpoint: 2}}},
 	}, randomSchedules(3, 4)...)
 	for _, pes := range []int{2, 4} {
 		base := run(t, p, chare.Config{PEs: pes})
@@ -236,39 +236,46 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 				// README's command runs these cases again without -race)
 				wire := (i == 1 && (proto == "none") == (pes == 4) || proto == "camel" && pes == 4 && i == 1) && !raceOn
 				t.Run(fmt.Sprintf("%d PEs %s %s", pes, proto, sc.name), func(t *testing.T) {
-					failures(t, p, base, pes, proto, sc.name, kills, wire)
+					failures(t, p, base, chare.Config{PEs: pes, FT: proto, Kills: kills, WireCheck: wire}, sc.name)
 				})
 			}
 		}
 	}
 	// On 8 PEs the spanning trees (4-ary) have two levels: PE 1 is an
 	// inner node of the array's tree and of many sections' trees, PE 7
-	// a leaf below PE 1. Two bugs lived only here: quiescence counts off
-	// after an inner node skipped the rounds its root had completed (the
-	// next checkpoint waited for ever), and nobody holding the
-	// determinants of a PE two levels down (its replay received in
-	// another order and ended in other energies, or in a deadlock, in
-	// about two runs of three).
+	// a leaf below PE 1; binary trees have three. Bugs lived only here:
+	// quiescence counts off after an inner node skipped the rounds its
+	// root had completed (the next checkpoint waited for ever); nobody
+	// holding the determinants of a PE two levels down (its replay
+	// received in another order and ended in other energies, or in a
+	// deadlock, in about two runs of three); and determinants that
+	// reached a root by two paths, the later first, stored only in part
+	// (the recovery waited for ever, in about one run of six per kill).
 	base := run(t, p, chare.Config{PEs: 8})
 	eight := append([]schedule{
-		{"an inner node, a checkpoint after its recovery", []chare.Kill{{PE: 1, Step: 7}}},
-		{"two levels down", []chare.Kill{{PE: 7, Step: 3}, {PE: 7, Step: 10}}},
+		{name: "an inner node, a checkpoint after its recovery", kills: []chare.Kill{{PE: 1, Step: 7}}},
+		{name: "two levels down", kills: []chare.Kill{{PE: 7, Step: 3}, {PE: 7, Step: 10}}},
+		{name: "three levels down", kills: []chare.Kill{{PE: 7, Step: 7}, {PE: 7, Step: 10}, {PE: 7, Step: 12}}, branching: 2},
 	}, randomSchedules(8, 8)...)
+	for i := 3; i < len(eight); i += 2 {
+		eight[i].branching = 2 // every other random schedule on binary trees
+	}
 	for _, proto := range []string{"none", "scmel", "camel"} {
 		for _, sc := range eight {
 			if raceOn && (proto != "camel" || sc.name != "two levels down") {
 				continue
 			}
 			t.Run(fmt.Sprintf("8 PEs %s %s", proto, sc.name), func(t *testing.T) {
-				failures(t, p, base, 8, proto, sc.name, sc.kills, false)
+				failures(t, p, base, chare.Config{PEs: 8, Branching: sc.branching, FT: proto, Kills: sc.kills}, sc.name)
 			})
 		}
 	}
 }
 
 type schedule struct {
-	name  string
-	kills []chare.Kill
+	name      string
+	kills     []chare.Kill
+	branching int // the trees' arity, if not the default
 }
 
 // randomSchedules makes FT_LONG random failure schedules of PEs 0..pes-1
@@ -289,7 +296,7 @@ func randomSchedules(seed uint64, pes int) []schedule {
 				ks = append(ks, kill)
 			}
 		}
-		out = append(out, schedule{fmt.Sprintf("random %d", i), ks})
+		out = append(out, schedule{name: fmt.Sprintf("random %d", i), kills: ks})
 	}
 	return out
 }
@@ -299,8 +306,9 @@ func randomSchedules(seed uint64, pes int) []schedule {
 var underRace = map[string]bool{"2none1": true, "2scmel1": true, "2camel0": true, "2camel2": true, "4camel1": true}
 
 // failures runs one failure schedule and checks its run against base.
-func failures(t *testing.T, p Params, base Report, pes int, proto, name string, kills []chare.Kill, wire bool) {
-	r := run(t, p, chare.Config{PEs: pes, FT: proto, Kills: kills, WireCheck: wire})
+func failures(t *testing.T, p Params, base Report, cfg chare.Config, name string) {
+	pes, proto, kills := cfg.PEs, cfg.FT, cfg.Kills
+	r := run(t, p, cfg)
 	ft := r.Ops.FT
 	require.Equal(t, len(kills), ft.Failures)
 	switch {

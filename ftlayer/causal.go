@@ -908,7 +908,7 @@ func (s *Causal) upDets(to int32, toRoot bool) []Det {
 	up := s.passUp
 	s.stats.DetsPiggybacked += uint64(len(own) + len(up))
 	switch {
-	case len(own) == 0 && len(up) == 0:
+	case len(up) == 0 && len(own) == 0:
 		return nil
 	case len(up) == 0:
 		return own
@@ -920,26 +920,23 @@ func (s *Causal) upDets(to int32, toRoot bool) []Det {
 	return append(own, up...) // own's capacity is full: a new slice
 }
 
+// runEnd is the end of the run of determinants of one owner that starts
+// at dets[i].
+func runEnd(dets []Det, i int) int {
+	j := i + 1
+	for j < len(dets) && dets[j].Recver == dets[i].Recver {
+		j++
+	}
+	return j
+}
+
 // ackDets acknowledges the determinants m brought, stored here, to their
 // owners: its sender, and under CAMEL the PEs below it in a reduction
 // tree whose determinants its partial passed up.
 func (s *Causal) ackDets(m *Message, out []Action) []Action {
-	mixed := false
-	for _, d := range m.Dets {
-		if d.Recver != m.Sender {
-			mixed = true
-			break
-		}
-	}
-	if !mixed {
-		return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: m.Sender, Dets: m.Dets}})
-	}
-	// runs of one owner each, in order (a child's follow its parent's)
+	// one ack per run of one owner (usually a single run: the sender's)
 	for i := 0; i < len(m.Dets); {
-		j := i + 1
-		for j < len(m.Dets) && m.Dets[j].Recver == m.Dets[i].Recver {
-			j++
-		}
+		j := runEnd(m.Dets, i)
 		if to := m.Dets[i].Recver; to >= 0 && int(to) < s.n && to != s.me {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: to, Dets: m.Dets[i:j]}})
 		}
@@ -964,11 +961,7 @@ func (s *Causal) storeDets(dets []Det, sender int32) {
 		return
 	}
 	for i := 0; i < len(dets); {
-		owner := dets[i].Recver
-		j := i + 1
-		for j < len(dets) && dets[j].Recver == owner {
-			j++
-		}
+		owner, j := dets[i].Recver, runEnd(dets, i)
 		run := dets[i:j]
 		i = j
 		if owner < 0 || int(owner) >= s.n {

@@ -28,6 +28,16 @@ func (w *window) has(n uint64) bool {
 	return n <= w.contig || len(w.extra) > 0 && w.extra[n]
 }
 
+// settle marks every number up to the highest received as received: after
+// a checkpoint the numbers missing below it will not come (they were
+// covered before this PE's restart).
+func (w *window) settle() {
+	for n := range w.extra {
+		w.contig = max(w.contig, n)
+	}
+	w.extra = nil
+}
+
 func (w *window) add(n uint64) {
 	if n != w.contig+1 {
 		if w.extra == nil {
@@ -1157,6 +1167,7 @@ func (s *Causal) Checkpoint() {
 	s.sealed = false
 	for _, st := range s.coll.state { // what recoveries left behind
 		st.reforwarded = nil
+		st.kept.settle()
 		if k := len(st.incFrom); k > 1 {
 			st.incFrom = append(st.incFrom[:0], st.incFrom[k-1])
 		}

@@ -205,3 +205,36 @@ func TestDeterminantsFromSeveralPathsAreStoredOnce(t *testing.T) {
 	want = append(want, dets(4, 1, 2)...)
 	require.ElementsMatch(t, want, s.detLog)
 }
+
+// A window answers "received already?" for numbers in any order; settle
+// closes the gaps below the highest, which a checkpoint makes moot.
+func TestWindow(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		add      []uint64
+		settle   bool
+		has, not []uint64
+	}{
+		{"in order", []uint64{1, 2, 3}, false, []uint64{1, 2, 3}, []uint64{4}},
+		{"a gap", []uint64{2, 3}, false, []uint64{2, 3}, []uint64{1, 4}},
+		{"the gap filled", []uint64{2, 3, 1}, false, []uint64{1, 2, 3}, []uint64{4}},
+		{"settled", []uint64{2, 5}, true, []uint64{1, 3, 4, 5}, []uint64{6}},
+		{"settled, nothing past contig", []uint64{1}, true, []uint64{1}, []uint64{2}},
+	} {
+		var w window
+		for _, n := range c.add {
+			require.False(t, w.has(n), "%s: %d before add", c.name, n)
+			w.add(n)
+		}
+		if c.settle {
+			w.settle()
+			require.Empty(t, w.extra, c.name)
+		}
+		for _, n := range c.has {
+			require.True(t, w.has(n), "%s: %d", c.name, n)
+		}
+		for _, n := range c.not {
+			require.False(t, w.has(n), "%s: %d", c.name, n)
+		}
+	}
+}

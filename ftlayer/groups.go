@@ -124,7 +124,11 @@ type groupState struct {
 	reforwarded map[uint64]uint32 // multicasts forwarded again, and from which incarnation
 	// hop mode (CAMEL): the reductions whose partial came from each child
 	fromKid map[int32]*window
-	keptTop uint64 // hop mode (CAMEL): the last result kept for the root
+	// hop mode (CAMEL): the results kept for the root, by number. Not in
+	// order: a keeper that failed gets the root's results again in its
+	// recovery, after any the root sent its old incarnation, which reach
+	// the new one first.
+	kept window
 }
 
 func (st *groupState) redFrom(pe int32) *window {

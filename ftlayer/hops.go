@@ -238,10 +238,10 @@ func (s *Causal) storeResult(m *Message) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if m.Inc < s.incMap[m.Sender] || m.Num <= st.keptTop {
+	if m.Inc < s.incMap[m.Sender] || st.kept.has(m.Num) {
 		return false, nil
 	}
-	st.keptTop = m.Num
+	st.kept.add(m.Num)
 	s.log(m)
 	if len(m.Dets) > 0 {
 		s.storeDets(m.Dets, m.Sender)

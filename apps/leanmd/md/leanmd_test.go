@@ -211,6 +211,11 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 		{name: "during a checkpoint", kills: []chare.Kill{{PE: 1, Step: -1, Checkpoint: 2}}},
 		{name: "right after a recovery", kills: []chare.Kill{{PE: 0, Step: 10}, {PE: 1, Step: 11}}},
 		{name: "the coordinator during a checkpoint", kills: []chare.Kill{{PE: 0, Step: -1, Checkpoint: 2}}},
+		// PE 0 keeps the results of the sections PE 1 roots; both
+		// recover from the first checkpoint (on 4 PEs under camel the
+		// root's recovery waited for ever in one run of five: the
+		// keeper's had kept a result that overtook an earlier one)
+		{name: "a keeper, then its root", kills: []chare.Kill{{PE: 0, Step: 3}, {PE: 1, Step: 4}}},
 	}, randomSchedules(3, 4)...)
 	for _, pes := range []int{2, 4} {
 		base := run(t, p, chare.Config{PEs: pes})

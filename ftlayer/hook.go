@@ -32,6 +32,9 @@ type Hook interface {
 	Next(env *pe.Envelope) bool
 	// Packet handles a packet from another PE's hook.
 	Packet(p *Packet) error
+	// Idle: the PE ran out of work. The hook sends what it held back to
+	// send in batches (acknowledgements).
+	Idle()
 	// Reduced: this PE, the root of group g, delivered reduction num.
 	// result is an envelope of that result which its receiver can handle
 	// in place of every child's partial (nil where LogsSent is false):
@@ -87,6 +90,7 @@ func (NopHook) Send(int, Role, uint64, uint64, bool, *pe.Envelope) error { retur
 func (NopHook) Arrive(*pe.Envelope) (Arrival, error)                     { return Handle, nil }
 func (NopHook) Next(*pe.Envelope) bool                                   { return false }
 func (NopHook) Packet(*Packet) error                                     { return nil }
+func (NopHook) Idle()                                                    {}
 func (NopHook) Reduced(uint64, uint64, *pe.Envelope)                     {}
 func (NopHook) Prepare() Counters                                        { return Counters{} }
 func (NopHook) Checkpoint()                                              {}
@@ -208,6 +212,12 @@ func (h *CausalHook) Packet(p *Packet) error {
 		h.do(a)
 	}
 	return nil
+}
+
+func (h *CausalHook) Idle() {
+	for _, a := range h.s.FlushAcks() {
+		h.do(a)
+	}
 }
 
 func (h *CausalHook) Reduced(g, num uint64, result *pe.Envelope) {

@@ -31,6 +31,7 @@ const (
 func NewHopCausal(me int32, n int, t Trees, camel bool) *Causal {
 	s := newCausal(me, n, Collectives{}, camel)
 	s.coll.t, s.coll.ext = t, true
+	s.batchAcks = true
 	return s
 }
 
@@ -45,49 +46,54 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 	if to < 0 || int(to) >= s.n {
 		return nil, fmt.Errorf("PE %d: send to PE %d, outside 0..%d", s.me, to, s.n-1)
 	}
-	var m *Message
+	if s.camel {
+		// the hops that make no message of their own
+		switch {
+		case role == RoleMcastRoot && !first:
+			if s.lastRoot == nil || s.lastRoot.Group != g {
+				return nil, fmt.Errorf("PE %d: a multicast of group %d continued before it began", s.me, g)
+			}
+			return &s.lastRoot.FTHeader, nil
+		case role == RoleMcastFwd && (rx != nil && rx.Group == g):
+			// forwarded unlogged, without the root's determinants
+			fwd := *rx
+			fwd.Dets, fwd.Recver = nil, -1
+			return &fwd, nil
+		}
+	}
+	// the message and its copy of the envelope in one allocation
+	hm := &hopMsg{env: *env}
+	m := &hm.Message
 	switch role {
 	case RoleP2P:
 		kind := KindP2P
 		if env.Kind == KindSystem {
 			kind = KindSystem
 		}
-		m = s.header(kind, 0, to, 0, nil)
+		s.number(m, kind, 0, to, 0, nil)
 	case RoleMcastRoot:
 		st, _ := s.coll.group(g)
 		switch {
-		case first && s.camel:
-			// logged once for the whole group (Algorithm 2)
+		case s.camel: // the first child: logged once for the whole group (Algorithm 2)
 			st.mcastSent++
 			s.ssn++
-			m = &Message{Kind: KindMulticast, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: -1, SSN: s.ssn, Num: st.mcastSent, Inc: s.inc}}
+			*m = Message{Kind: KindMulticast, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: -1, SSN: s.ssn, Num: st.mcastSent, Inc: s.inc}}
 			m.Dets = s.piggyback()
 			s.lastRoot = m
-		case s.camel:
-			if s.lastRoot == nil || s.lastRoot.Group != g {
-				return nil, fmt.Errorf("PE %d: a multicast of group %d continued before it began", s.me, g)
-			}
-			return &s.lastRoot.FTHeader, nil
 		default:
 			if first {
 				st.mcastSent++
 			}
-			m = s.header(KindMulticast, g, to, st.mcastSent, nil)
+			s.number(m, KindMulticast, g, to, st.mcastSent, nil)
 		}
 	case RoleMcastFwd:
 		if rx == nil || rx.Group != g {
 			return nil, fmt.Errorf("PE %d: forwarding a multicast of group %d that carries no header of that group", s.me, g)
 		}
-		if s.camel {
-			// forwarded unlogged, without the root's determinants
-			fwd := *rx
-			fwd.Dets, fwd.Recver = nil, -1
-			return &fwd, nil
-		}
-		m = s.header(KindMulticast, g, to, rx.Num, nil)
+		s.number(m, KindMulticast, g, to, rx.Num, nil)
 	case RolePartial:
 		if !s.camel {
-			m = s.header(KindReduction, g, to, num, nil)
+			s.number(m, KindReduction, g, to, num, nil)
 			break
 		}
 		st, _ := s.coll.group(g)
@@ -95,7 +101,7 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		// No ssn: an inner node folds in arrival order, which is not
 		// recorded, so its sends must not shift the ssns of the messages
 		// its recorded receptions cause.
-		m = &Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, Num: num, Inc: s.inc}}
+		*m = Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, Num: num, Inc: s.inc}}
 		if s.keepsResults() {
 			m.Dets = s.upDets(to, to == s.coll.t.Root(g))
 		} else if to == s.coll.t.Root(g) {
@@ -106,9 +112,8 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 	}
 	// m carries a copy of the envelope as sent, whose payload the sender
 	// handed over; it is logged unless it goes to this PE itself
-	e := *env
-	e.FT = &m.FTHeader
-	m.Env = &e
+	hm.env.FT = &m.FTHeader
+	m.Env = &hm.env
 	if to != s.me {
 		if m.Size = pe.PayloadSize(env.Payload); m.Size < 0 {
 			m.Size = encodedSize(env)
@@ -191,14 +196,16 @@ func (s *Causal) keeper(g uint64) int32 {
 }
 
 // keepResultCopy makes the root's kept result of reduction num: it
-// carries the root's unacknowledged determinants and those its children's
-// partials to num brought (a root recovering from the result instead of
-// the partials gets them back with it). All of the root's: the keeper
-// stores them as it stores any message's, and the determinants a PE
-// holds of another's receptions must have no gap (a subset, those of the
-// partials' receptions alone, left recoveries waiting for a reception
-// whose determinant came while an earlier one's was lost). The copies of
-// the partials are dropped: the result stands for them.
+// carries the root's unacknowledged determinants, first, and those its
+// children's partials to num brought that were new to it (a root
+// recovering from the result instead of the partials gets them back with
+// it; the others come back with the messages that brought them first:
+// see deliver). All of the root's: the keeper stores them, and the
+// determinants a PE holds of another's receptions must have no gap (a
+// subset, those of the partials' receptions alone, left recoveries
+// waiting for a reception whose determinant came while an earlier one's
+// was lost). The copies of the partials are dropped: the result stands
+// for them.
 func (s *Causal) keepResultCopy(g, num uint64, result *pe.Envelope) *Message {
 	// piggyback's slice is full: the first append copies it, and
 	// without the partials' it is shared as any piggyback is
@@ -243,8 +250,13 @@ func (s *Causal) storeResult(m *Message) (bool, error) {
 	}
 	st.kept.add(m.Num)
 	s.log(m)
-	if len(m.Dets) > 0 {
-		s.storeDets(m.Dets, m.Sender)
+	// Only the root's own determinants, its list first (keepResultCopy),
+	// are stored here. Its children's, the root stored when their
+	// partials came, and it gets them back from this copy if it fails:
+	// a child failing later, once the root has recovered, finds them
+	// there, and not both at once (ErrConcurrentFailure).
+	if own := m.Dets[:ownRun(m.Dets, m.Sender)]; len(own) > 0 {
+		s.storeDets(own, m.Sender)
 	}
 	return true, nil
 }

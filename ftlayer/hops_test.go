@@ -61,7 +61,12 @@ func (h *hopNet) multicast(t *testing.T, size int) map[int]pe.Envelope {
 	return got
 }
 
+// deliverAcks lets every PE go idle (which sends the acknowledgements it
+// holds back) and delivers the packets that come of it.
 func (h *hopNet) deliverAcks(t *testing.T) {
+	for _, hk := range h.hooks {
+		hk.Idle()
+	}
 	for len(h.acks) > 0 {
 		p := h.acks[0]
 		h.acks = h.acks[1:]
@@ -442,6 +447,8 @@ func TestHopDeterminantsOfPartialsGoUpToTheRoot(t *testing.T) {
 			a, err = h.hooks[0].Arrive(up)
 			require.NoError(t, err)
 			require.Equal(t, Handle, a)
+			require.Empty(t, h.acks, "acknowledgements wait for the root to go idle")
+			h.hooks[0].Idle()
 			acked := map[int32][]pe.Det{}
 			for _, p := range h.acks {
 				require.Equal(t, PktAck, p.Kind)
@@ -476,6 +483,146 @@ func TestHopDeterminantsOfPartialsGoUpToTheRoot(t *testing.T) {
 		}
 		require.Equal(t, want, from, failsAfter)
 	}
+}
+
+// A PE holds its acknowledgements back until it goes idle, or until
+// ackBatch messages' wait, and sends each owner one packet: its
+// determinants in rsn order, once each, though the lists of successive
+// messages overlap. The owner drops them all. A failed owner's are
+// dropped: its new incarnation has not made them yet.
+func TestHopAcknowledgementsGoInBatches(t *testing.T) {
+	send := func(h *hopNet, from, to int) {
+		env := &pe.Envelope{Type: 3, Kind: pe.KindP2P, Payload: []byte{1}}
+		require.NoError(t, h.hooks[from].Send(to, RoleP2P, 0, 0, false, env))
+		a, err := h.hooks[to].Arrive(env)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+	}
+	for _, proto := range []string{"scmel", "camel"} {
+		h := newHopNet(t, 3, 4, proto)
+		for i := 0; i < 3; i++ {
+			send(h, 2, 0) // PE 0: a determinant each
+			send(h, 0, 1) // all of PE 0's so far: 1, then 1-2, then 1-3
+		}
+		require.Len(t, h.hooks[0].Protocol().detBuf, 3)
+		require.Empty(t, h.acks, "%s: held until PE 1 goes idle", proto)
+		h.hooks[1].Idle()
+		require.Len(t, h.acks, 1, proto)
+		ack := h.acks[0]
+		require.Equal(t, PktAck, ack.Kind)
+		require.Equal(t, int32(0), ack.To)
+		require.Equal(t, h.hooks[0].Protocol().detBuf, ack.Dets, "%s: each once, in order", proto)
+		h.deliverAcks(t)
+		require.Empty(t, h.hooks[0].Protocol().detBuf, proto)
+		require.Empty(t, h.acks, "%s: sent once", proto)
+
+		// a busy PE sends them after ackBatch messages
+		for i := 0; i < ackBatch; i++ {
+			send(h, 2, 0)
+			send(h, 0, 1)
+		}
+		require.Len(t, h.acks, 1, proto)
+		require.Len(t, h.acks[0].Dets, ackBatch, proto)
+		h.deliverAcks(t)
+		require.Empty(t, h.hooks[0].Protocol().detBuf, proto)
+
+		send(h, 2, 0)
+		send(h, 0, 1)
+		h.hooks[0].Restart(nil, 1, nil)
+		require.NoError(t, h.hooks[1].PeerFailed(0, 1))
+		h.acks = nil
+		h.hooks[1].Idle()
+		require.Empty(t, h.acks, "%s: none for the failed PE", proto)
+	}
+}
+
+// A CAMEL root's kept copy of a partial carries only the determinants new
+// to the root: a child's list repeats all it has not had acknowledged, and
+// the copies of earlier partials carry the rest. The keeper stores only
+// the root's own; the root gets its children's back from the results if
+// it fails, and hands them to a child that fails after that.
+func TestHopKeptResultsCarryEachDeterminantOnce(t *testing.T) {
+	h := newHopNet(t, 3, 2, "camel") // 0 → 1, 2
+	p2p := func(from, to int) {
+		env := &pe.Envelope{Type: 3, Kind: pe.KindP2P, Payload: []byte{1}}
+		require.NoError(t, h.hooks[from].Send(to, RoleP2P, 0, 0, false, env))
+		a, err := h.hooks[to].Arrive(env)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+	}
+	partial := func(from int, num uint64) {
+		env := &pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: make([]byte, 8)}
+		require.NoError(t, h.hooks[from].Send(0, RolePartial, 1, num, false, env))
+		a, err := h.hooks[0].Arrive(env)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+	}
+	of := func(dets []pe.Det, owner int32) (rsns []uint64) {
+		for _, d := range dets {
+			if d.Recver == owner {
+				rsns = append(rsns, d.RSN)
+			}
+		}
+		return rsns
+	}
+	p2p(1, 2)
+	p2p(1, 2)
+	partial(2, 1) // PE 2's receptions 1 and 2
+	partial(1, 1)
+	p2p(1, 2)
+	partial(2, 2) // 1, 2 again (not yet acknowledged) and 3
+	partial(1, 2)
+	require.Equal(t, []uint64{1, 2, 3}, of(h.hooks[0].Protocol().detLog, 2))
+	h.acks = nil // the root's acknowledgements: PE 2 keeps sending them
+	var results []*Message
+	for num := uint64(1); num <= 2; num++ {
+		h.hooks[0].Reduced(1, num, &pe.Envelope{Type: 7, Kind: pe.KindReduction, Payload: []float64{float64(num)}})
+		require.Len(t, h.acks, 1)
+		require.Equal(t, PktRedResult, h.acks[0].Kind)
+		results = append(results, h.acks[0].Relog...)
+		h.deliverAcks(t)
+	}
+	require.Equal(t, []uint64{1, 2}, of(results[0].Dets, 2))
+	require.Equal(t, []uint64{3}, of(results[1].Dets, 2), "each once")
+	for _, d := range h.hooks[1].Protocol().detLog {
+		require.Equal(t, int32(0), d.Recver, "the keeper stores the root's own")
+	}
+	require.NotEmpty(t, h.hooks[1].Protocol().detLog)
+
+	// The root fails, and gets its child's determinants back.
+	h.hooks[0].Restart(nil, 1, nil)
+	require.NoError(t, h.hooks[1].PeerFailed(0, 1))
+	require.NoError(t, h.hooks[2].PeerFailed(0, 1))
+	for len(h.acks) > 0 {
+		p := h.acks[0]
+		h.acks = h.acks[1:]
+		if p.Kind == PktApp {
+			env := *p.Msg.Env
+			_, err := h.hooks[0].Arrive(&env)
+			require.NoError(t, err)
+		} else {
+			require.NoError(t, h.hooks[p.To].Packet(&p))
+		}
+		var out pe.Envelope
+		for h.hooks[0].Next(&out) {
+		}
+	}
+	require.False(t, h.hooks[0].Recovering(), h.hooks[0].Protocol().Phase())
+	h.hooks[1].PeerRecovered(0)
+	h.hooks[2].PeerRecovered(0)
+	require.ElementsMatch(t, []uint64{1, 2, 3}, of(h.hooks[0].Protocol().detLog, 2))
+
+	// Then the child fails: the root sends them.
+	h.acks = nil
+	h.hooks[2].Restart(nil, 1, nil)
+	require.NoError(t, h.hooks[0].PeerFailed(2, 1))
+	var back []pe.Det
+	for _, p := range h.acks {
+		if p.Kind == PktRecovery {
+			back = append(back, p.Dets...)
+		}
+	}
+	require.ElementsMatch(t, []uint64{1, 2, 3}, of(back, 2))
 }
 
 // A keeper that fails gets its root's results back in its recovery, after

@@ -367,8 +367,13 @@ func (m *Manager) handle(env *pe.Envelope) {
 	}
 }
 
-// Idle implements pe's idle hook: quiescence replies wait for an idle PE.
-func (m *Manager) Idle(p *pe.PE) { m.qdIdle() }
+// Idle implements pe's idle hook: the fault-tolerance hook sends what it
+// batches, and quiescence replies wait for an idle PE (after those
+// sends, which they count).
+func (m *Manager) Idle(p *pe.PE) {
+	m.ft.Idle()
+	m.qdIdle()
+}
 
 func (m *Manager) handleSys(env *pe.Envelope) {
 	switch env.Type {

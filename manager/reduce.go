@@ -467,6 +467,9 @@ func (p *Partial) handOver(red *Reducer, releases bool) []any {
 		}
 		it.own = false
 		if releases && red != nil && red.Recycle != nil {
+			if owned == nil {
+				owned = make([]any, 0, len(p.Items)-i) // one allocation, not a doubling each
+			}
 			owned = append(owned, it.Value)
 		}
 	}

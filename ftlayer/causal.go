@@ -335,25 +335,19 @@ func (s *Causal) piggyback() []Det {
 // stamp makes a message carried hop by hop (point to point, or a
 // collective's hop under SCMEL) and logs it.
 func (s *Causal) stamp(kind MsgKind, g uint64, to int32, num uint64, payload []byte) *Message {
-	m := s.header(kind, g, to, num, payload)
+	m := &Message{}
+	s.number(m, kind, g, to, num, payload)
 	if to != s.me {
 		s.log(m)
 	}
 	return m
 }
 
-// header numbers a hop-by-hop message: ssn, channel number, determinants.
-// A message to itself carries none: this PE's own determinants are only
-// safe once another PE holds them. Nor is it logged: its only reader
-// would be this PE's own recovery, which loses the log and re-sends it
-// anyway.
-func (s *Causal) header(kind MsgKind, g uint64, to int32, num uint64, payload []byte) *Message {
-	m := &Message{}
-	s.number(m, kind, g, to, num, payload)
-	return m
-}
-
-// number is header into a message the caller allocated.
+// number fills in a hop-by-hop message: ssn, channel number,
+// determinants. A message to itself carries none: this PE's own
+// determinants are only safe once another PE holds them. Nor is it
+// logged: its only reader would be this PE's own recovery, which loses
+// the log and re-sends it anyway.
 func (s *Causal) number(m *Message, kind MsgKind, g uint64, to int32, num uint64, payload []byte) {
 	s.ssn++
 	s.sendCSN[to]++
@@ -1047,9 +1041,10 @@ func (s *Causal) holdAck(to int32, dets []Det, own bool) {
 
 // FlushAcks sends the acknowledgements held back (see ackDets): the
 // runtime calls it when its PE runs out of work. Each owner's go in
-// rsn order, each determinant once: the lists of successive messages
-// overlap (each is all the owner has not had acknowledged), and the
-// owner drops an acknowledged prefix without a scan.
+// rsn order, each determinant once, so the owner drops an acknowledged
+// prefix without a scan. holdAck keeps successive lists apart, but one
+// run passed up the tree may itself join two overlapping lists (a
+// child's partials, stashed one after the other): those are sorted.
 func (s *Causal) FlushAcks() []Action {
 	out := s.flushAcks(s.out[:0])
 	s.out = out[:0]

@@ -15,9 +15,10 @@ package chare
 
 import (
 	"fmt"
-	"os"
+	"maps"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -290,7 +291,7 @@ func (h *host) Construct(m *manager.Manager, e *manager.Element, arg manager.Laz
 		h.runThreaded(m, e, "constructor", call, func() {
 			if e.Coll.Kind == manager.CollMain {
 				// main returned: end the run once nothing is left to do.
-				m.StartQD(0)
+				m.StartQD(manager.EndQDTag)
 			}
 		})
 		return
@@ -395,14 +396,9 @@ func (h *host) ResumeFromSync(m *manager.Manager, e *manager.Element) {
 }
 
 func (h *host) Quiescent(m *manager.Manager, tag uint64) {
-	if tag == 0 && os.Getenv("CHARMGO_DEBUG_QD") != "" {
-		for i := 0; i < m.NumPEs(); i++ {
-			manager.Of(m.PE.Node().PE(i)).DumpState(os.Stderr) // diagnostic only: other PEs are idle
-		}
-	}
-	if tag == 0 { // the program went quiet: it ends, unless messages wait for elements nobody made
+	if tag == manager.EndQDTag { // the program went quiet: it ends, unless it left work unfinished
 		node := m.PE.Node()
-		m.CheckStranded(func() { node.Stop(0) })
+		m.CheckQuiet(func() { node.Stop(0) })
 		return
 	}
 	cb, ok := h.qd[tag]
@@ -411,4 +407,15 @@ func (h *host) Quiescent(m *manager.Manager, tag uint64) {
 	}
 	delete(h.qd, tag)
 	m.DeliverCallback(cb, struct{}{})
+}
+
+// Pending implements manager.Host: entry methods blocked on futures.
+func (h *host) Pending(m *manager.Manager) []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(h.futures)) {
+		if st := h.futures[id]; st.waiter != nil {
+			out = append(out, fmt.Sprintf("%s on PE %d waits on future %d, which nothing filled", st.waiter.what, m.Me(), id))
+		}
+	}
+	return out
 }

@@ -2,9 +2,12 @@ package chare
 
 import (
 	"fmt"
+	"maps"
 	"runtime/debug"
+	"slices"
 
 	"github.com/charmgo/charmgo/manager"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Ctx is what an entry method gets: who and where it is, and the runtime's
@@ -99,12 +102,13 @@ type thread struct {
 	resume chan struct{}
 	yield  chan bool // true: finished
 	done   func()    // runs on the PE when the thread finishes
+	what   string    // the entry method, for errors: "ck.Main constructor"
 }
 
 // runThreaded runs f on its own goroutine and waits until it finishes or
 // blocks on a future. done runs on the PE when f finishes.
 func (h *host) runThreaded(m *manager.Manager, e *manager.Element, what string, f func(*Ctx), done func()) {
-	th := &thread{resume: make(chan struct{}), yield: make(chan bool), done: done}
+	th := &thread{resume: make(chan struct{}), yield: make(chan bool), done: done, what: e.Coll.Name + " " + what}
 	ctx := &Ctx{m: m, e: e, th: th}
 	go func() {
 		<-th.resume
@@ -211,4 +215,70 @@ func (h *host) FutureFilled(m *manager.Manager, id uint64, v manager.Lazy) {
 		st.waiter = nil
 		h.switchTo(th)
 	}
+}
+
+// hostRecords is what a checkpoint keeps of a PE's host: the callbacks of
+// the quiescence detections it asked for and its futures (a restored run
+// delivers to them as the checkpoint's run would have).
+type hostRecords struct {
+	NextQD  uint64
+	QD      []qdRecord `msgpack:",omitempty"`
+	NextFut uint64
+	Futures []futureRecord `msgpack:",omitempty"`
+}
+
+type qdRecord struct {
+	Tag uint64
+	CB  manager.Callback
+}
+
+type futureRecord struct {
+	ID     uint64
+	Filled bool
+	V      manager.Lazy
+}
+
+// Records implements manager.Host.
+func (h *host) Records(m *manager.Manager) ([]byte, error) {
+	r := hostRecords{NextQD: h.nextQD, NextFut: h.nextFut}
+	for _, tag := range slices.Sorted(maps.Keys(h.qd)) {
+		r.QD = append(r.QD, qdRecord{Tag: tag, CB: h.qd[tag]})
+	}
+	for _, id := range slices.Sorted(maps.Keys(h.futures)) {
+		st := h.futures[id]
+		if st.waiter != nil {
+			return nil, fmt.Errorf("%s waits on future %d: a blocked threaded entry method cannot be checkpointed (checkpoint from a callback instead)", st.waiter.what, id)
+		}
+		r.Futures = append(r.Futures, futureRecord{ID: id, Filled: st.filled, V: st.v})
+	}
+	if r.NextQD == 0 && r.NextFut == 0 {
+		return nil, nil
+	}
+	return msgpack.Marshal(&r)
+}
+
+// RestoreRecords implements manager.Host.
+func (h *host) RestoreRecords(m *manager.Manager, b []byte) error {
+	h.qd, h.futures, h.nextQD, h.nextFut = nil, nil, 0, 0
+	if len(b) == 0 {
+		return nil
+	}
+	var r hostRecords
+	if err := msgpack.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("the chare layer's records: %w", err)
+	}
+	h.nextQD, h.nextFut = r.NextQD, r.NextFut
+	for _, q := range r.QD {
+		if h.qd == nil {
+			h.qd = map[uint64]manager.Callback{}
+		}
+		h.qd[q.Tag] = q.CB
+	}
+	for _, f := range r.Futures {
+		if h.futures == nil {
+			h.futures = map[uint64]*futureState{}
+		}
+		h.futures[f.ID] = &futureState{filled: f.Filled, v: f.V}
+	}
+	return nil
 }

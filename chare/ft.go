@@ -89,13 +89,21 @@ func ParseKillFile(r io.Reader) ([]Kill, error) {
 	return out, nil
 }
 
-// PEFailure ends a run attempt: a PE failed (fail-stop).
+// PEFailure ends a run attempt: a PE failed (fail-stop). Other PEs may
+// have failed at the same moment (Also): one rollback recovers them all.
 type PEFailure struct {
 	PE   int
 	Kill Kill
+	Also []Kill
 }
 
-func (f *PEFailure) Error() string { return fmt.Sprintf("PE %d failed (injected: %v)", f.PE, f.Kill) }
+func (f *PEFailure) Error() string {
+	msg := fmt.Sprintf("PE %d failed (injected: %v)", f.PE, f.Kill)
+	for _, k := range f.Also {
+		msg += fmt.Sprintf(", and PE %d (injected: %v)", k.PE, k)
+	}
+	return msg
+}
 
 // FTStats is what fault tolerance did in a run.
 type FTStats struct {
@@ -126,6 +134,19 @@ func CheckpointPeriod(ctx *Ctx) (steps int, every time.Duration) {
 // chare, once per step): failures injected at that step happen now.
 func AtStep(ctx *Ctx, step int) { hostOf(ctx.m).run.atStep(step) }
 
+// StepRange tells the runtime which steps the program will report with
+// AtStep from now on, first to last (first > last: none; a program
+// resumed from a checkpoint says where it resumes). The first call of a
+// run checks the failures injected at steps: one at a step outside the
+// range could never happen, and the run ends at once with an input
+// error (exit 2) that names it. A program that never calls it learns of
+// such failures when the run ends (also an input error).
+func StepRange(ctx *Ctx, first, last int) {
+	if err := hostOf(ctx.m).run.stepRange(first, last); err != nil {
+		ctx.m.Fail(InputError{err})
+	}
+}
+
 // runState is what outlives a run's attempts: injected failures (each
 // happens once) and fault-tolerance statistics.
 type runState struct {
@@ -155,11 +176,23 @@ type runState struct {
 	// again
 	awaitStep int
 	failedAt  time.Time
+	// Global rollback: the PEs that failed in this attempt (the first
+	// is the attempt's error; the others failed at the same moment).
+	dead      []int
+	deadKills []Kill
+	// Where a rollback finds the snapshots no surviving PE holds: the
+	// checkpoint directory, and the checkpoint the run was restarted from.
+	ckptDir       string
+	restartDir    string
+	restartEpoch  uint64
+	restartSnaps  [][]byte
+	lastCommitted uint64 // the last checkpoint PE 0 saw committed
+	rangeChecked  bool   // StepRange checked the kills
 }
 
 func newRunState(cfg Config) *runState {
 	rs := &runState{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, recovering: -1, awaitStep: -1,
-		ckptSteps: cfg.CkptSteps, ckptEvery: cfg.CkptEvery}
+		ckptSteps: cfg.CkptSteps, ckptEvery: cfg.CkptEvery, ckptDir: cfg.CheckpointDir, restartDir: cfg.Restart}
 	rs.ft.Protocol = cfg.FT
 	if rs.ft.Protocol == "" {
 		rs.ft.Protocol = "none"
@@ -177,6 +210,7 @@ func (rs *runState) begin(node *pe.Node, initial [][]pe.Envelope) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.node, rs.initial = node, initial
+	rs.dead, rs.deadKills = nil, nil
 	rs.inc = make([]uint32, node.NumPEs()) // the protocol starts afresh
 	rs.window, rs.recovering, rs.waiting, rs.recovered = false, -1, nil, nil
 	for i, k := range rs.kills {
@@ -260,7 +294,22 @@ func (rs *runState) fire(node *pe.Node, i int) {
 		go rs.replace(node, k.PE, inc, initial, recovered)
 		return
 	}
+	if node.Stopped() && len(rs.dead) == 0 {
+		rs.mu.Unlock()
+		return // the run is ending: the kill did not happen
+	}
 	rs.fired[i] = true
+	rs.ft.Failures++
+	if !slices.Contains(rs.dead, k.PE) {
+		rs.dead = append(rs.dead, k.PE)
+	}
+	rs.deadKills = append(rs.deadKills, k)
+	if len(rs.deadKills) > 1 {
+		// the same moment: one rollback recovers both
+		fmt.Fprintf(rs.notices, "charmgo: %v, at the same moment as the failure before\n", &PEFailure{PE: k.PE, Kill: k})
+		rs.mu.Unlock()
+		return
+	}
 	rs.failed = time.Now()
 	if k.Step >= 0 && k.Checkpoint == 0 {
 		rs.awaitStep, rs.failedAt = k.Step, rs.failed
@@ -311,6 +360,7 @@ func (h *host) CheckpointStarting(m *manager.Manager, epoch uint64) bool {
 func (h *host) CheckpointCommitted(m *manager.Manager, epoch uint64) {
 	h.run.mu.Lock()
 	h.run.window = false
+	h.run.lastCommitted = max(h.run.lastCommitted, epoch)
 	h.run.mu.Unlock()
 }
 
@@ -341,22 +391,71 @@ func (h *host) LocalRecovered(m *manager.Manager) {
 	}
 }
 
-func (rs *runState) rolledBack(f *PEFailure, snaps [][]byte) {
+func (rs *runState) rolledBack(f *PEFailure, back rollbackPoint) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	rs.ft.Failures++
 	rs.ft.PEsRolledBack += rs.node.NumPEs()
-	epoch := uint64(0)
-	if snaps != nil {
-		if s, err := manager.DecodeSnapshot(snaps[0]); err == nil {
-			epoch = s.Epoch
+	rs.ft.Restored = append(rs.ft.Restored, back.epoch)
+	if back.snaps == nil { // back to the start: recovered once it restarted
+		rs.ft.Recovery += time.Since(rs.failed)
+		fmt.Fprintf(rs.notices, "charmgo: %v; every PE starts the run again (no checkpoint was taken yet)\n", f)
+		return
+	}
+	fmt.Fprintf(rs.notices, "charmgo: %v; every PE rolls back to checkpoint %d (%s)\n", f, back.epoch, back.from)
+}
+
+// failure is the error that ended the attempt on node, with every PE that
+// failed at the same moment.
+func (rs *runState) failure(f *PEFailure) (*PEFailure, []int) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	out := *f
+	if len(rs.deadKills) > 1 {
+		out.Also = slices.Clone(rs.deadKills[1:])
+	}
+	dead := slices.Clone(rs.dead)
+	if len(dead) == 0 {
+		dead = []int{f.PE}
+	}
+	return &out, dead
+}
+
+// stepRange checks, once a run, the failures injected at steps against
+// the steps the program will run.
+func (rs *runState) stepRange(first, last int) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.rangeChecked {
+		return nil
+	}
+	rs.rangeChecked = true
+	for i, k := range rs.kills {
+		if rs.fired[i] || k.Checkpoint > 0 || k.Step < 0 || (k.Step >= first && k.Step <= last) {
+			continue
+		}
+		where := fmt.Sprintf("the program runs steps %d to %d", first, last)
+		if first > last {
+			where = "the program runs no more steps"
+		}
+		if rs.restartDir != "" {
+			where += fmt.Sprintf(" after resuming from %s", rs.restartDir)
+		}
+		return fmt.Errorf("flag --kill: %v can never happen: %s", k, where)
+	}
+	return nil
+}
+
+// unfired names the first injected failure that never happened, once the
+// run ended: a test counting on it would pass without a failure.
+func (rs *runState) unfired() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for i, k := range rs.kills {
+		if !rs.fired[i] {
+			return fmt.Errorf("flag --kill: %v never happened: the run ended first (after %v)", k, time.Since(rs.start).Round(time.Millisecond))
 		}
 	}
-	rs.ft.Restored = append(rs.ft.Restored, epoch)
-	if snaps == nil { // back to the start: recovered once it restarted
-		rs.ft.Recovery += time.Since(rs.failed)
-	}
-	fmt.Fprintf(rs.notices, "charmgo: %v; every PE rolls back to checkpoint %d\n", f, epoch)
+	return nil
 }
 
 // restored: the program resumes from the checkpoint it rolled back to.
@@ -383,39 +482,90 @@ func (rs *runState) stats() FTStats {
 
 func (h *host) Restored(m *manager.Manager) { h.run.restored() }
 
-// rollback gathers, after PE dead failed, every PE's snapshot of the last
-// checkpoint from the memory of the PEs still alive — the dead PE's from
-// its buddy — or nil when no checkpoint was taken yet. A checkpoint the
-// coordinator decided is used even where its commit had not arrived (the
-// tentative copies hold it).
-func rollback(node *pe.Node, dead int) ([][]byte, error) {
+// rollbackPoint is where a global rollback takes every PE: the encoded
+// snapshots of one checkpoint (nil: the start of the run) and where they
+// were found.
+type rollbackPoint struct {
+	epoch uint64
+	snaps [][]byte
+	from  string
+}
+
+// rollback finds, after the PEs in dead failed, every PE's snapshot of the
+// last checkpoint: in the memory of the PEs still alive (a dead PE's from
+// its buddy; a checkpoint the coordinator decided is used even where its
+// commit had not arrived: the tentative copies hold it), else in the
+// checkpoint directory, else the checkpoint the run was restarted from.
+// A run that was not restarted and took no checkpoint starts again from
+// its beginning. When none of these holds a copy (one PE, or both holders
+// of a snapshot failed, with no directory), rollback says so: a run never
+// starts afresh from other arguments than the ones it restored.
+func (rs *runState) rollback(node *pe.Node, dead []int) (rollbackPoint, error) {
 	n := node.NumPEs()
 	cks := make([]*ftlayer.Checkpointer, n)
-	var epoch uint64
+	rs.mu.Lock()
+	epoch := max(rs.lastCommitted, rs.restartEpoch)
+	rs.mu.Unlock()
 	for i := range cks {
-		if i == dead {
+		if slices.Contains(dead, i) {
 			continue // its memory is gone
 		}
 		cks[i] = manager.Of(node.PE(i)).Checkpointer()
 		epoch = max(epoch, cks[i].LastCommitted())
 	}
 	if epoch == 0 {
-		return nil, nil
+		return rollbackPoint{}, nil // nothing to go back to but the start, which the arguments make again
 	}
 	out := make([][]byte, n)
+	missing := -1
 	for p := range out {
 		holder := cks[p]
-		if p == dead {
+		if holder == nil {
 			holder = cks[ftlayer.Buddy(int32(p), n)]
 		}
-		s := holder.Committed(int32(p))
-		if s == nil || s.Epoch != epoch {
-			s = holder.Tentative(int32(p))
+		var s *ftlayer.Snapshot
+		if holder != nil {
+			if s = holder.Committed(int32(p)); s == nil || s.Epoch != epoch {
+				s = holder.Tentative(int32(p))
+			}
 		}
 		if s == nil || s.Epoch != epoch {
-			return nil, fmt.Errorf("PE %d failed and checkpoint %d of PE %d survives nowhere", dead, epoch, p)
+			missing = p
+			break
 		}
 		out[p] = s.App
 	}
-	return out, nil
+	if missing < 0 {
+		return rollbackPoint{epoch: epoch, snaps: out, from: "from the PEs' memory"}, nil
+	}
+	if rs.ckptDir != "" {
+		snaps, err := readCheckpointFiles(rs.ckptDir, epoch, n)
+		if err != nil {
+			return rollbackPoint{}, fmt.Errorf("%s failed and no PE holds PE %d's snapshot of checkpoint %d; reading it from --ckpt-dir: %w", peList(dead), missing, epoch, err)
+		}
+		return rollbackPoint{epoch: epoch, snaps: snaps, from: "from " + rs.ckptDir}, nil
+	}
+	if rs.restartSnaps != nil {
+		return rollbackPoint{epoch: rs.restartEpoch, snaps: rs.restartSnaps, from: "the one the run was restarted from, in " + rs.restartDir}, nil
+	}
+	return rollbackPoint{}, fmt.Errorf("%s failed and no copy of PE %d's snapshot of checkpoint %d survives (each PE's snapshot is held by it and its buddy); give --ckpt-dir to keep one on disk", peList(dead), missing, epoch)
+}
+
+// peList names PEs: "PE 3", "PEs 0 and 1", "PEs 0, 1 and 2".
+func peList(ps []int) string {
+	if len(ps) == 1 {
+		return fmt.Sprintf("PE %d", ps[0])
+	}
+	s := "PEs "
+	for i, p := range ps {
+		switch {
+		case i == 0:
+		case i == len(ps)-1:
+			s += " and "
+		default:
+			s += ", "
+		}
+		s += strconv.Itoa(p)
+	}
+	return s
 }

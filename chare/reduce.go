@@ -223,10 +223,11 @@ func Set[T any]() Reducer[T, []Indexed[T]] {
 }
 
 // NewReducer registers a user reducer (at package level: the name must be
-// the same in every process). combine must not modify its arguments. When
-// exact is true combine must be associative and commutative to the bit, and
-// partial results are combined anywhere in the tree; otherwise contributions
-// are folded left to right in contributor-index order, at the root.
+// the same in every process, and no other reducer's; registering a name
+// twice panics). combine must not modify its arguments. When exact is true
+// combine must be associative and commutative to the bit, and partial
+// results are combined anywhere in the tree; otherwise contributions are
+// folded left to right in contributor-index order, at the root.
 func NewReducer[T any](name string, combine func(a, b T) T, exact bool) Reducer[T, T] {
 	r := &manager.Reducer{Name: "user." + name, Codec: manager.MsgpackCodec[T](), Exact: exact}
 	if exact {
@@ -241,7 +242,11 @@ func NewReducer[T any](name string, combine func(a, b T) T, exact bool) Reducer[
 			return acc, nil
 		}
 	}
-	return Reducer[T, T]{manager.RegisterReducer(r)}
+	id, err := manager.RegisterNewReducer(r)
+	if err != nil {
+		panic("chare.NewReducer: " + err.Error())
+	}
+	return Reducer[T, T]{id}
 }
 
 // Contribute adds the running element's value to the next reduction over its

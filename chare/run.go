@@ -14,7 +14,6 @@ import (
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Config is a run's runtime settings; ParseFlags fills it from the command
@@ -47,7 +46,13 @@ type Config struct {
 	FT string
 	// Notices receives one line per failure and recovery (default: none).
 	Notices io.Writer
-	Args    []string
+	// Watchdog ends the run with exit code 3 and a dump of every PE once
+	// no PE made progress for this long (0: DefaultWatchdog, or
+	// TestWatchdog in a test binary; negative: never).
+	Watchdog time.Duration
+	// DumpTo receives the dump SIGQUIT asks for (default: standard error).
+	DumpTo io.Writer
+	Args   []string
 }
 
 // MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per
@@ -78,6 +83,10 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          or "PE @STEP". Under --ft none every PE rolls back to
                          the last checkpoint; under scmel and camel the failed
                          PE alone does, and the others replay its messages
+  --watchdog D           end a run in which no PE makes progress for D (10s,
+                         2m; default 10m; 0: never) with exit code 3 and a
+                         dump of every PE's state; SIGQUIT prints the same
+                         dump and the run goes on
   --help                 this text
 `
 
@@ -179,6 +188,10 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 					cfg.Kills = append(cfg.Kills, ks...)
 				}
 			}
+		case "--watchdog":
+			if v, err = value(); err == nil {
+				cfg.Watchdog, err = watchdogFlag(v)
+			}
 		case "--restart", "+restart":
 			if v, err = value(); err == nil && v == "" {
 				err = fmt.Errorf("flag --restart: empty directory name")
@@ -253,6 +266,18 @@ func ckptPeriod(v string) (int, time.Duration, error) {
 		return 0, 0, fmt.Errorf("flag --ckpt-period: %v: want a positive duration", d)
 	}
 	return 0, d, nil
+}
+
+// watchdogFlag reads --watchdog's value: a duration, or 0 / off.
+func watchdogFlag(v string) (time.Duration, error) {
+	if v == "0" || strings.EqualFold(v, "off") {
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("flag --watchdog: %q is not a positive duration (10s, 2m) or 0 (off)", v)
+	}
+	return d, nil
 }
 
 func protocolName(v string) (string, error) {
@@ -373,12 +398,24 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 	rs := newRunState(cfg)
 	rs.mk = func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
 	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
+	from := ""         // where start was read, for errors
 	if cfg.Restart != "" {
 		var err error
-		if start, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
+		var epoch uint64
+		if start, epoch, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --restart: %w", err)}}
 		}
+		rs.restartEpoch, rs.restartSnaps = epoch, start
+		from = fmt.Sprintf("checkpoint %d in %s", epoch, cfg.Restart)
 	}
+	limit := watchdogLimit(cfg)
+	stopDumps := make(chan struct{})
+	defer close(stopDumps)
+	dumpTo := cfg.DumpTo
+	if dumpTo == nil {
+		dumpTo = os.Stderr
+	}
+	rs.dumpOnSignal(dumpTo, stopDumps)
 	var res Result
 	for {
 		node, err := pe.NewNode(pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls},
@@ -394,13 +431,16 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 			}}
 			if start != nil {
 				prev := start[(p+len(start)-1)%len(start)]
-				env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev}}
+				env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev, From: from}}
 			}
 			initial[p] = []pe.Envelope{env}
 			node.Inject(p, env)
 		}
 		rs.begin(node, initial)
 		node.Start()
+		if limit > 0 {
+			go watch(node, limit)
+		}
 		code, err := node.Wait()
 		res.Code, res.Err = code, err
 		for i := 0; i < node.NumPEs(); i++ {
@@ -416,77 +456,34 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 		if !errors.As(err, &f) {
 			break
 		}
-		// fail-stop: PE f.PE is gone with everything it held; roll every PE
-		// back to the last checkpoint the others hold
-		if start, err = rollback(node, f.PE); err != nil {
+		// fail-stop: the failed PEs are gone with everything they held;
+		// roll every PE back to the last checkpoint
+		f, dead := rs.failure(f)
+		back, err := rs.rollback(node, dead)
+		if err != nil {
 			res.Err = err
 			break
 		}
-		rs.rolledBack(f, start)
+		start = back.snaps
+		from = fmt.Sprintf("checkpoint %d %s", back.epoch, back.from)
+		rs.rolledBack(f, back)
+	}
+	if res.Err == nil && res.Code == 0 {
+		if err := rs.unfired(); err != nil {
+			res.Code, res.Err = 2, InputError{err}
+		}
+	}
+	if errors.As(res.Err, new(InputError)) {
+		res.Code = 2
+	}
+	if errors.As(res.Err, new(*StallError)) {
+		res.Code = 3
 	}
 	res.Stats.FT = rs.stats()
 	rs.mu.Lock()
 	res.Stats.Ops.Add(rs.lostOps)
 	rs.mu.Unlock()
 	return res
-}
-
-// loadCheckpoint reads the last complete checkpoint in dir, one snapshot
-// per PE, and checks that it is this program's, for this many PEs.
-func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, error) {
-	latest, err := manager.ReadLatest(dir)
-	if err != nil {
-		return nil, err
-	}
-	old := int(latest.NumPEs)
-	snaps := make([][]byte, old)
-	decoded := make([]*manager.PESnapshot, old)
-	var first *manager.PESnapshot
-	for p := range snaps {
-		file := manager.SnapshotFile(dir, latest.Epoch, p)
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, err
-		}
-		s, err := manager.DecodeSnapshot(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		if int(s.PE) != p || s.Epoch != latest.Epoch || int(s.NumPEs) != old {
-			return nil, fmt.Errorf("%s holds PE %d of %d, epoch %d: want PE %d of %d, epoch %d", file, s.PE, s.NumPEs, s.Epoch, p, old, latest.Epoch)
-		}
-		for _, c := range s.Collections {
-			ti := lookupType(c.Type)
-			if c.Kind == manager.CollMain && c.Name != main.name {
-				return nil, fmt.Errorf("%s is a checkpoint of %s, this program runs %s", dir, c.Name, main.name)
-			}
-			if ti == nil || ti.name != c.Name {
-				return nil, fmt.Errorf("%s: collection %d holds chares of type %s, which this program does not define the same way", file, c.Coll, c.Name)
-			}
-		}
-		snaps[p], decoded[p] = b, s
-		if p == 0 {
-			first = s
-		}
-	}
-	if first.Resume == nil {
-		return nil, fmt.Errorf("%s: PE 0's snapshot has no callback to resume with", dir)
-	}
-	if old == pes && int(first.Branching) == branching {
-		return snaps, nil
-	}
-	// another PE count (or other trees): every element finds a new place
-	moved, err := manager.Redistribute(decoded, pes, branching, mapFns)
-	if err != nil {
-		return nil, fmt.Errorf("restarting the %d-PE checkpoint in %s on %d PEs: %w", old, dir, pes, err)
-	}
-	out := make([][]byte, pes)
-	for p, s := range moved {
-		if out[p], err = msgpack.Marshal(s); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
 
 // Main is a program's whole main function: it parses the runtime flags from
@@ -506,6 +503,7 @@ func Main[C any](main *Type[C, []string]) {
 	cfg.Notices = os.Stderr
 	res := Run(main, cfg)
 	if res.Err != nil {
+		os.Stderr.WriteString(DumpOf(res.Err))
 		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, res.Err)
 		if res.Code == 0 {
 			res.Code = 1

@@ -2,6 +2,7 @@ package ftlayer
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -80,6 +81,9 @@ type Hook interface {
 	// keeps them until then: the runtime copies what it contributes to
 	// them instead (Reducer.Detach), so its pool stays in use.
 	Releases() bool
+	// Describe writes, for a dump of a stalled run, what the hook holds
+	// and waits for (one or a few indented lines; nothing for none).
+	Describe(w io.Writer)
 }
 
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
@@ -103,6 +107,7 @@ func (NopHook) PeerRecovered(int)                                        {}
 func (NopHook) LogsSent() bool                                           { return false }
 func (NopHook) OnRelease(func(*pe.Envelope))                             {}
 func (NopHook) Releases() bool                                           { return false }
+func (NopHook) Describe(io.Writer)                                       {}
 
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
@@ -272,3 +277,22 @@ func (h *CausalHook) Prepare() Counters { return h.s.Prepare() }
 func (h *CausalHook) Checkpoint()       { h.s.Checkpoint() }
 func (h *CausalHook) Abort()            { h.s.Abort() }
 func (h *CausalHook) Stats() Stats      { return h.s.Stats() }
+
+// Describe implements Hook.
+func (h *CausalHook) Describe(w io.Writer) {
+	s := h.s
+	fmt.Fprintf(w, "  %s: incarnation %d; sent %d, received %d; log %d messages; %d own determinants unacknowledged, %d held for others\n",
+		h.Name(), s.inc, s.ssn, s.rsn, len(s.msgLog), len(s.detBuf), len(s.detLog))
+	if s.failing >= 0 {
+		fmt.Fprintf(w, "  PE %d is recovering: this PE replays to it\n", s.failing)
+	}
+	if s.sealed {
+		fmt.Fprintf(w, "  a checkpoint is being taken: arrivals are held until its commit (%d held)\n", len(s.held))
+	}
+	if s.recovering {
+		fmt.Fprintf(w, "  recovering: determinants from %d of %d peers, replay complete from %d; %d messages held for their turn (last recorded reception %d)\n",
+			s.detsIn, s.n-1, s.replayedIn, len(s.held), s.lastRecorded)
+	} else if len(s.held) > 0 && !s.sealed {
+		fmt.Fprintf(w, "  %d messages held for their turn\n", len(s.held))
+	}
+}

@@ -51,6 +51,8 @@ type PESnapshot struct {
 	// on from them.
 	Sent, Processed uint64
 	QDAsked         []uint64 `msgpack:",omitempty"`
+	// Host is the chare layer's records of this PE (Host.Records).
+	Host []byte `msgpack:",omitempty"`
 }
 
 // CollSnapshot is one collection's state on one PE: its definition (as
@@ -326,6 +328,10 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Branching: int32(m.opt.Branching),
 		Epoch: epoch, NextColl: m.nextColl, NextSec: m.nextSec, Sent: m.Sent, Processed: m.Processed}
 	s.QDAsked = slices.Clone(m.qdAsked)
+	var err error
+	if s.Host, err = m.host.Records(m); err != nil {
+		return nil, fmt.Errorf("PE %d: %w", m.Me(), err)
+	}
 	if m.Me() == 0 && m.ckpt.epoch == epoch {
 		cb := m.ckpt.cb
 		s.Resume = &cb
@@ -397,6 +403,12 @@ func (m *Manager) Restore(s *PESnapshot) error {
 	if err := m.restore(s); err != nil {
 		return err
 	}
+	// the quiescence detections the checkpoint's run waited for — the
+	// end-of-run one among them, which a restored run's main, whose
+	// constructor returned long ago, never asks for again
+	for _, tag := range s.QDAsked {
+		m.StartQD(tag)
+	}
 	m.sendSys(0, tRestored, &RestoredMsg{Resume: s.Resume})
 	return nil
 }
@@ -407,6 +419,9 @@ func (m *Manager) restore(s *PESnapshot) error {
 		return fmt.Errorf("PE %d of %d: given the snapshot of PE %d of %d", m.Me(), m.NumPEs(), s.PE, s.NumPEs)
 	}
 	m.nextColl, m.nextSec = s.NextColl, s.NextSec
+	if err := m.host.RestoreRecords(m, s.Host); err != nil {
+		return err
+	}
 	for _, r := range s.SecRoots {
 		if m.secRoots == nil {
 			m.secRoots = map[uint64]int{}
@@ -482,8 +497,11 @@ func (m *Manager) onRestored(msg *RestoredMsg) {
 
 // RestoreMsg asks a PE to rebuild itself from Own, its encoded snapshot,
 // and to hold Prev, its neighbour's, as the checkpoint's second copy.
+// From says where the snapshots were found (a file, a rollback), for
+// errors.
 type RestoreMsg struct {
 	Own, Prev []byte
+	From      string `msgpack:",omitempty"`
 }
 
 // RestoreType is the message type of RestoreMsg.
@@ -495,7 +513,7 @@ func (m *Manager) onRestore(msg *RestoreMsg) {
 		err = m.Restore(s)
 	}
 	if err != nil {
-		m.Fail(fmt.Errorf("restart: PE %d: %w", m.Me(), err))
+		m.Fail(fmt.Errorf("restart from %s: PE %d: %w", restoreSource(msg), m.Me(), err))
 		return
 	}
 	me, n := int32(m.Me()), m.NumPEs()
@@ -507,6 +525,14 @@ func (m *Manager) onRestore(msg *RestoreMsg) {
 	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, n, own, held)
 	m.ckpt.last = s.Epoch
 	m.rec.base = s.Epoch
+}
+
+// restoreSource names where a RestoreMsg's snapshot came from.
+func restoreSource(msg *RestoreMsg) string {
+	if msg.From == "" {
+		return "a checkpoint"
+	}
+	return msg.From
 }
 
 // Checkpointer is this PE's side of the coordinated checkpoints: the
@@ -628,6 +654,20 @@ func ReadLatest(dir string) (Latest, error) {
 		return l, fmt.Errorf("%s: LATEST is not a charmgo checkpoint marker", filepath.Join(dir, "LATEST"))
 	}
 	return l, nil
+}
+
+// ReadSnapshotFile reads and checks one PE's checkpoint file; errors name
+// the file.
+func ReadSnapshotFile(file string) ([]byte, *PESnapshot, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := DecodeSnapshot(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return b, s, nil
 }
 
 func writeWhole(path string, b []byte) error {

@@ -3,57 +3,198 @@ package manager
 import (
 	"fmt"
 	"io"
-	"sort"
+	"slices"
+	"strings"
 
 	"github.com/charmgo/charmgo/pe"
 )
 
-// DumpState writes what this PE is waiting for: buffered messages, sections
-// being built, and reduction rounds not yet reported. It is for diagnosing a
-// run that went quiet without finishing; call it on the PE's goroutine (or
-// after the run stopped).
-func (m *Manager) DumpState(w io.Writer) {
-	fmt.Fprintf(w, "PE %d: sent %d processed %d\n", m.Me(), m.Sent, m.Processed)
-	for id, buf := range m.pendingColl {
-		fmt.Fprintf(w, "  %d messages wait for collection %d (first: %s flags %d from PE %d)\n", len(buf), id, pe.TypeName(buf[0].Type), buf[0].Flags, buf[0].Src)
-	}
-	for id, buf := range m.pendingSec {
-		fmt.Fprintf(w, "  %d messages wait for section %d\n", len(buf), id)
-	}
-	for id, b := range m.building {
-		fmt.Fprintf(w, "  section %d waits for %d member locations\n", id, b.missing)
-	}
-	ids := make([]uint64, 0, len(m.secs))
-	for id := range m.secs {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for _, id := range ids {
-		s := m.secs[id]
-		fmt.Fprintf(w, "  section %d: %d members here; %s\n", id, len(s.Members), s.red.describe())
-	}
-	for _, c := range m.colls {
-		if len(c.red.rounds) > 0 {
-			fmt.Fprintf(w, "  %s: %s\n", c.Name, c.red.describe())
+// DumpMsg asks a PE for its description, sent back on Reply: the
+// watchdog's and SIGQUIT's dumps. It is injected in the process
+// (Node.InjectControl), never sent between PEs.
+type DumpMsg struct{ Reply chan<- PEDump }
+
+// PEDump is one PE's answer to a DumpMsg.
+type PEDump struct {
+	PE      int
+	Text    string   // Describe
+	Pending []string // Pending
+}
+
+var tDump = RegisterMsgpackType[*DumpMsg]("mgr.dump")
+
+// DumpType is the message type of DumpMsg.
+func DumpType() uint32 { return tDump }
+
+func (m *Manager) onDump(msg *DumpMsg) {
+	var b strings.Builder
+	m.Describe(&b)
+	msg.Reply <- PEDump{PE: m.Me(), Text: b.String(), Pending: m.Pending()}
+}
+
+// Describe writes this PE's state for a dump of a run that stalled (the
+// watchdog, SIGQUIT) or went quiet with work unfinished: its queues, the
+// work it has begun and not finished (Pending), quiescence detection,
+// checkpoints and recovery, and the fault-tolerance hook's state. Call it
+// on the PE's goroutine.
+func (m *Manager) Describe(w io.Writer) {
+	sys, app := m.PE.QueueLens()
+	fmt.Fprintf(w, "PE %d: %d system and %d application messages queued; sent %d, processed %d (quiescence counts)\n", m.Me(), sys, app, m.Sent, m.Processed)
+	if m.Me() == 0 {
+		q := &m.qd
+		if q.running || len(q.waiters) > 0 {
+			tags := make([]string, len(q.waiters))
+			for i, x := range q.waiters {
+				tags[i] = qdTagName(x.tag, x.pe)
+			}
+			fmt.Fprintf(w, "  quiescence detection: wave %d (in a wave: %v, %d replies), waiting: %s\n", q.wave, q.inWave, q.replies, strings.Join(tags, ", "))
 		}
+	}
+	for _, tag := range m.qdAsked {
+		fmt.Fprintf(w, "  asked for %s\n", qdTagName(tag, m.Me()))
+	}
+	if c := &m.ckpt; c.epoch != 0 || len(c.queued) > 0 || len(c.pending) > 0 {
+		fmt.Fprintf(w, "  checkpoint %d in progress: %d of %d PEs committed; %d more asked for; %d packets of a later epoch held\n", c.epoch, c.done, m.NumPEs(), len(c.queued), len(c.pending))
+	}
+	if r := &m.rec; r.reviving || r.recovering {
+		fmt.Fprintf(w, "  a new incarnation (%d): waiting for its snapshot %v, replaying %v; %d messages kept until its snapshot is in\n", r.inc, r.reviving, r.recovering, len(r.stash))
+	}
+	m.ft.Describe(w)
+	for _, line := range m.Pending() {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+}
+
+// qdTagName says what a quiescence detection is for.
+func qdTagName(tag uint64, p int) string {
+	switch {
+	case tag == EndQDTag:
+		return "the end of the run (main returned)"
+	case tag&ckptQDTag != 0:
+		return fmt.Sprintf("checkpoint %d", tag&^ckptQDTag)
+	}
+	return fmt.Sprintf("the program's detection %d on PE %d", tag, p)
+}
+
+// Pending lists the work this PE has begun and not finished: messages
+// waiting for a collection, a section or an element that does not exist
+// here (yet), sections being set up, broadcasts held, reductions that some
+// contributions reached (naming the contributors still missing), and the
+// chare layer's own (futures waited on). A run that went quiet with any
+// of it will never finish it. Call it on the PE's goroutine.
+func (m *Manager) Pending() []string {
+	var out []string
+	for _, id := range sortedKeys(m.colls) {
+		c := m.colls[id]
+		ixs := make([]pe.Index, 0, len(c.homeBuf))
 		for ix, buf := range c.homeBuf {
-			fmt.Fprintf(w, "  %d messages for %s%v wait at its home\n", len(buf), c.Name, ix)
+			if len(buf) > 0 {
+				ixs = append(ixs, ix)
+			}
+		}
+		slices.SortFunc(ixs, pe.Index.Compare)
+		for _, ix := range ixs {
+			buf := c.homeBuf[ix]
+			if _, known := c.getLoc(ix); known {
+				out = append(out, fmt.Sprintf("%d messages for %s%v wait at its home, PE %d", len(buf), c.Name, ix, m.Me()))
+			} else if buf[0].Type == tLocQuery {
+				out = append(out, fmt.Sprintf("section of %s: member %v does not exist", c.Name, ix))
+			} else {
+				out = append(out, fmt.Sprintf("message %s to %s%v: no such element (never inserted)", pe.TypeName(buf[0].Type), c.Name, ix))
+			}
 		}
 	}
-}
-
-func (s *Reduction) describe() string {
-	out := fmt.Sprintf("next report %d, parent %d, children %v;", s.nextReport, s.Parent, s.Children)
-	for r, rd := range s.rounds {
-		out += fmt.Sprintf(" round %d: %d of %d local, children in %v, counts %v;", r, rd.got, s.local.at(r), rd.children, s.childCountsAt(r))
+	for _, id := range sortedKeys(m.pendingColl) {
+		buf := m.pendingColl[id]
+		out = append(out, fmt.Sprintf("%d messages wait on PE %d for collection %d, which never reached it (first: %s from PE %d)", len(buf), m.Me(), id, pe.TypeName(buf[0].Type), buf[0].Src))
 	}
-	return out
+	for _, id := range sortedKeys(m.pendingSec) {
+		out = append(out, fmt.Sprintf("%d messages wait on PE %d for section %d, which was never set up here", len(m.pendingSec[id]), m.Me(), id))
+	}
+	for _, id := range sortedKeys(m.building) {
+		out = append(out, fmt.Sprintf("section %d: being set up on PE %d, waiting for %d member locations", id, m.Me(), m.building[id].missing))
+	}
+	for _, id := range sortedKeys(m.colls) {
+		c := m.colls[id]
+		if len(c.bcastHeld) > 0 {
+			out = append(out, fmt.Sprintf("%d broadcasts to %s held on PE %d until its insertions are all in (DoneInserting)", len(c.bcastHeld), c.Name, m.Me()))
+		}
+		out = m.pendingRounds(out, c.red, c.Name, func(r uint32) []string {
+			var miss []string
+			for _, e := range c.Locals() {
+				if int(e.RedHome) == m.Me() && e.RedNo <= r {
+					miss = append(miss, fmt.Sprintf("%s%v", c.Name, e.Index))
+				}
+			}
+			return miss
+		})
+	}
+	for _, id := range sortedKeys(m.secs) {
+		s := m.secs[id]
+		c := s.coll(m)
+		out = m.pendingRounds(out, s.red, fmt.Sprintf("section %d of %s", id, c.Name), func(r uint32) []string {
+			var miss []string
+			for _, ix := range slices.Compact(slices.Clone(s.Members)) {
+				e := c.get(ix)
+				if e == nil {
+					miss = append(miss, fmt.Sprintf("%s%v (not on this PE)", c.Name, ix))
+					continue
+				}
+				if ms := e.Secs[id]; ms == nil || ms.RedNo <= r {
+					miss = append(miss, fmt.Sprintf("%s%v", c.Name, ix))
+				}
+			}
+			return miss
+		})
+	}
+	return append(out, m.host.Pending(m)...)
 }
 
-func (s *Reduction) childCountsAt(r uint32) []int64 {
-	out := make([]int64, len(s.childCount))
-	for i := range s.childCount {
-		out[i] = s.childCount[i].at(r)
+// MostTelling picks, of the unfinished work several PEs listed (Pending),
+// the line that best says what went wrong: one naming a contributor that
+// is missing, else the first.
+func MostTelling(pending []string) string {
+	for _, p := range pending {
+		if strings.Contains(p, "; missing: ") {
+			return p
+		}
+	}
+	if len(pending) == 0 {
+		return ""
+	}
+	return pending[0]
+}
+
+// pendingRounds adds a line for every round of red that has begun on this
+// PE and not completed: how many contributions it has of how many, who is
+// missing (missing lists this PE's contributors that have not contributed
+// to round r) and which tree children have not reported.
+func (m *Manager) pendingRounds(out []string, red *Reduction, what string, missing func(r uint32) []string) []string {
+	if red == nil {
+		return out
+	}
+	for _, r := range sortedKeys(red.rounds) {
+		rd := red.rounds[r]
+		line := fmt.Sprintf("reduction %d over %s waits on PE %d: %d of %d contributions made here", r, what, m.Me(), rd.got, red.local.at(r))
+		if rd.have {
+			line += fmt.Sprintf(" (reducer %s)", reducerName(rd.p.Reducer))
+		}
+		if miss := missing(r); len(miss) > 0 {
+			if len(miss) > 8 {
+				miss = append(miss[:8], fmt.Sprintf("and %d more", len(miss)-8))
+			}
+			line += "; missing: " + strings.Join(miss, ", ")
+		}
+		var kids []string
+		for i, in := range rd.children {
+			if !in && red.childCount[i].at(r) > 0 {
+				kids = append(kids, fmt.Sprint(red.Children[i]))
+			}
+		}
+		if len(kids) > 0 {
+			line += "; no partial yet from tree children " + strings.Join(kids, ", ")
+		}
+		out = append(out, line)
 	}
 	return out
 }

@@ -54,6 +54,15 @@ type Host interface {
 	// Quiescent runs when quiescence detection that this PE asked for
 	// (StartQD) finds the run quiescent.
 	Quiescent(m *Manager, tag uint64)
+	// Records packs this PE's records of the chare layer for a
+	// checkpoint (the callbacks of its quiescence detections, its
+	// futures), or says why no checkpoint can be taken now.
+	Records(m *Manager) ([]byte, error)
+	// RestoreRecords rebuilds them from a checkpoint (nil: none).
+	RestoreRecords(m *Manager, b []byte) error
+	// Pending lists the chare layer's unfinished work on this PE (entry
+	// methods blocked on futures), for Manager.Pending.
+	Pending(m *Manager) []string
 }
 
 // Options configure every manager of a run.
@@ -164,7 +173,7 @@ type Manager struct {
 	acts     []RedAction
 
 	qd       qdState
-	stranded strandedState
+	quiet    quietCheck
 	ckpt     ckptState
 	secRoots map[uint64]int // sections rooted elsewhere than their id says (after a restart)
 	ft       ftlayer.Hook
@@ -299,10 +308,16 @@ func (m *Manager) sendSys(dst int, typ uint32, payload any) {
 func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 	switch env.Type {
 	case tQDProbe:
+		p.Bookkeeping()
 		m.onQDProbe(env.Payload.(*QDProbeMsg))
 		return
 	case tQDReply:
+		p.Bookkeeping()
 		m.onQDReply(env.Payload.(*QDReplyMsg))
+		return
+	case tDump:
+		p.Bookkeeping()
+		m.onDump(env.Payload.(*DumpMsg))
 		return
 	}
 	if m.rec.reviving {
@@ -411,7 +426,7 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 	case tResume:
 		m.onResume(env.Payload.(*ResumeMsg))
 	case tStranded:
-		m.onStranded(env.Payload.(*StrandedMsg))
+		m.onStranded(env)
 	case tCkptStart:
 		m.onCkptStart(env.Payload.(*CkptStartMsg))
 	case tCkptTake:

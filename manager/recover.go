@@ -195,7 +195,7 @@ func (m *Manager) onRecover(msg *RecoverMsg) {
 					err = m.restoreLocal(s, rm.Own)
 				}
 				if err != nil {
-					m.Fail(fmt.Errorf("recovery of PE %d: %w", m.Me(), err))
+					m.Fail(fmt.Errorf("recovery of PE %d from %s: %w", m.Me(), restoreSource(rm), err))
 					return
 				}
 				m.rec.base, resume = s.Epoch, s.Resume

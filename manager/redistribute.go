@@ -32,6 +32,13 @@ func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, er
 		if s.Resume != nil {
 			out[0].Resume = s.Resume
 		}
+		// quiescence detections and the chare layer's records stay on
+		// their PE (the end-of-run detection is PE 0's, with main)
+		if int(s.PE) < n {
+			out[s.PE].QDAsked, out[s.PE].Host = s.QDAsked, s.Host
+		} else if len(s.QDAsked) > 0 || len(s.Host) > 0 {
+			return nil, fmt.Errorf("PE %d's checkpoint holds quiescence detections or futures it waits for: it cannot be restarted on %d PEs", s.PE, n)
+		}
 	}
 	where := map[uint32]map[pe.Index]int32{} // collection -> element -> new PE
 	tree := PETree(n, 0, k)

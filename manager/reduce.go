@@ -78,6 +78,19 @@ func RegisterReducer(r *Reducer) uint32 {
 	return id
 }
 
+// RegisterNewReducer adds a reducer under a name nothing registered yet
+// (a user's: two reducers must never share a name, or one would silently
+// stand for the other).
+func RegisterNewReducer(r *Reducer) (uint32, error) {
+	reducersMu.Lock()
+	_, dup := reducerIDs[r.Name]
+	reducersMu.Unlock()
+	if dup {
+		return 0, fmt.Errorf("a reducer named %q is registered already", r.Name)
+	}
+	return RegisterReducer(r), nil
+}
+
 // LookupReducer returns the reducer with this id.
 func LookupReducer(id uint32) *Reducer {
 	t := reducers.Load()

@@ -172,7 +172,7 @@ func (m *Manager) forward(c *Collection, env *pe.Envelope) {
 	// Unknown here even after DoneInserting: its insertion's notice may
 	// still be on its way (it comes from the inserting PE, DoneInserting
 	// from another). Whether it exists is settled when the run goes quiet
-	// (CheckStranded).
+	// (CheckQuiet).
 	c.homeBuf[ix] = append(c.homeBuf[ix], *env)
 }
 

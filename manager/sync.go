@@ -1,7 +1,9 @@
 package manager
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -189,6 +191,11 @@ type qdWaiter struct {
 	tag uint64
 }
 
+// EndQDTag is the quiescence detection that ends a run which went quiet
+// (asked for once main's constructor returned). It is released only at a
+// quiet moment that releases no other detection.
+const EndQDTag uint64 = 0
+
 // StartQD asks PE 0 to detect quiescence and then call Host.Quiescent(tag)
 // on this PE.
 func (m *Manager) StartQD(tag uint64) {
@@ -269,20 +276,24 @@ func (m *Manager) onQDReply(r *QDReplyMsg) {
 	ok := m.qd.sent == m.qd.proc
 	if ok && m.qd.prevOK && m.qd.sent == m.qd.prevSent && m.qd.proc == m.qd.prevProc {
 		w := m.qd.waiters
+		end := func(x qdWaiter) bool { return x.tag == EndQDTag }
 		if i := slices.IndexFunc(w, func(x qdWaiter) bool { return x.tag&ckptQDTag != 0 }); i >= 0 {
 			// A checkpoint waiting for this quiet moment goes alone: it
-			// resumes the program, so the others (the end-of-run
-			// detection) wait for the next one.
+			// resumes the program, so the others wait for the next one.
 			w, m.qd.waiters = w[i:i+1], slices.Delete(slices.Clone(w), i, i+1)
+		} else if i := slices.IndexFunc(w, end); i >= 0 && len(w) > 1 {
+			// The program's own detections go first: their callbacks
+			// may give it more to do, so the run ends at a quiet
+			// moment that releases nothing else.
+			w, m.qd.waiters = slices.DeleteFunc(slices.Clone(w), end), w[i:i+1]
+		} else {
+			m.qd.waiters = nil
+		}
+		if len(m.qd.waiters) > 0 {
 			m.qd.prevOK = false
-			if len(m.qd.waiters) > 0 {
-				m.armQD()
-			} else {
-				m.qd.running = false
-			}
+			m.armQD()
 		} else {
 			m.qd.running = false
-			m.qd.waiters = nil
 		}
 		for _, x := range w {
 			m.PE.Send(x.pe, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Done: true, Tag: x.tag}})
@@ -297,51 +308,81 @@ func (m *Manager) onQDReply(r *QDReplyMsg) {
 	}
 }
 
-// CheckStranded runs when the program has gone quiet (PE 0): every PE
-// looks for messages still waiting at an element's home for an element
-// nobody inserted — with nothing in flight, none will come — and fails the
-// run naming the first; if there are none, then runs.
-func (m *Manager) CheckStranded(then func()) {
-	m.stranded.then, m.stranded.ok = then, 0
+// CheckQuiet runs on PE 0 when the program has gone quiet and its run
+// would end: with nothing in flight, no unfinished work will ever be
+// finished, so every PE reports its own (Pending). If there is none, then
+// runs; otherwise the run fails with a QuietError naming the first piece
+// and holding every PE's description.
+func (m *Manager) CheckQuiet(then func()) {
+	m.quiet = quietCheck{then: then, pending: make([][]string, m.NumPEs()), dumps: make([]string, m.NumPEs())}
 	for p := 0; p < m.NumPEs(); p++ {
 		m.PE.Send(p, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{}})
 	}
 }
 
-// StrandedMsg asks a PE to check for stranded messages (Reply: it has none).
-type StrandedMsg struct{ Reply bool }
-
-type strandedState struct {
-	then func()
-	ok   int
+// StrandedMsg asks a PE for its unfinished work (Reply: here it is, and
+// its description if there is any).
+type StrandedMsg struct {
+	Reply   bool
+	Pending []string `msgpack:",omitempty"`
+	Dump    string   `msgpack:",omitempty"`
 }
 
-func (m *Manager) onStranded(s *StrandedMsg) {
-	if s.Reply {
-		if m.stranded.ok++; m.stranded.ok == m.NumPEs() && m.stranded.then != nil {
-			m.stranded.then()
+type quietCheck struct {
+	then    func()
+	replies int
+	pending [][]string
+	dumps   []string
+}
+
+// QuietError ends a run that went quiet with work unfinished. Its message
+// is one line; Dump describes every PE that had some.
+type QuietError struct {
+	First string // the first unfinished piece of work found
+	More  int    // how many more there are
+	State string // every PE's description that had some
+}
+
+// Dump is the state of the PEs that had unfinished work.
+func (e *QuietError) Dump() string { return e.State }
+
+func (e *QuietError) Error() string {
+	msg := "the run went quiet with work unfinished: " + e.First
+	if e.More > 0 {
+		msg += fmt.Sprintf(" (and %d more: see the dump)", e.More)
+	}
+	return msg
+}
+
+func (m *Manager) onStranded(env *pe.Envelope) {
+	s := env.Payload.(*StrandedMsg)
+	if !s.Reply {
+		r := &StrandedMsg{Reply: true, Pending: m.Pending()}
+		if len(r.Pending) > 0 {
+			var b strings.Builder
+			m.Describe(&b)
+			r.Dump = b.String()
 		}
+		m.PE.Send(0, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: r})
 		return
 	}
-	for _, id := range sortedKeys(m.colls) {
-		c := m.colls[id]
-		ixs := make([]pe.Index, 0, len(c.homeBuf))
-		for ix := range c.homeBuf {
-			ixs = append(ixs, ix)
-		}
-		slices.SortFunc(ixs, pe.Index.Compare)
-		for _, ix := range ixs {
-			buf := c.homeBuf[ix]
-			if _, known := c.getLoc(ix); known || len(buf) == 0 {
-				continue
-			}
-			if buf[0].Type == tLocQuery {
-				m.failf("section of %s: member %v does not exist", c.Name, ix)
-			} else {
-				m.failf("message %s to %s%v: no such element (never inserted)", pe.TypeName(buf[0].Type), c.Name, ix)
-			}
-			return
-		}
+	q := &m.quiet
+	if q.then == nil {
+		return
 	}
-	m.PE.Send(0, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{Reply: true}})
+	q.pending[env.Src], q.dumps[env.Src] = s.Pending, s.Dump
+	if q.replies++; q.replies < m.NumPEs() {
+		return
+	}
+	then := q.then
+	q.then = nil
+	var all []string
+	for _, p := range q.pending {
+		all = append(all, p...)
+	}
+	if len(all) == 0 {
+		then()
+		return
+	}
+	m.Fail(&QuietError{First: MostTelling(all), More: len(all) - 1, State: strings.Join(q.dumps, "")})
 }

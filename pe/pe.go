@@ -266,6 +266,41 @@ func (n *Node) ArmIdleNotice(dst int, env Envelope) {
 // Injected is the number of envelopes handed in with Inject.
 func (n *Node) Injected() uint64 { return n.injected.Load() }
 
+// Progress is a count that grows whenever any PE of the node handles
+// messages or reports work inside one (PE.Progress). Safe from any
+// goroutine. Each PE publishes its part when it hands its buffered
+// messages over — at least every FlushEvery messages, and before it
+// parks — so a count that stays the same for a while means no PE got
+// past a message boundary meanwhile: every PE parked with nothing to do,
+// or stuck inside one handler.
+func (n *Node) Progress() uint64 {
+	t := n.injected.Load()
+	for _, p := range n.pes {
+		t += p.progress.Load()
+	}
+	return t
+}
+
+// Parked reports whether PE i is blocked waiting for messages. Safe from
+// any goroutine (a snapshot: it may wake at once).
+func (n *Node) Parked(i int) bool { return n.pes[i].in.parked.Load() }
+
+// QueueLens is how many envelopes wait for this PE: in its system lane and
+// its application lane, taken from its inbox or not yet. Call it on the
+// PE's goroutine.
+func (p *PE) QueueLens() (sys, app int) {
+	p.in.mu.Lock()
+	sys, app = len(p.in.sys), len(p.in.app)
+	p.in.mu.Unlock()
+	return sys + p.sysq.len(), app + p.appq.len()
+}
+
+// Bookkeeping says that the envelope this PE is handling is the
+// runtime's own bookkeeping (a quiescence wave, a dump request): it does
+// not count as progress (Node.Progress), so a run whose only activity is
+// bookkeeping is seen to be stuck. Call it on the PE's goroutine.
+func (p *PE) Bookkeeping() { p.units-- }
+
 // Transport carries batches between PEs. The in-process one hands batches
 // straight to the destination's inbox; a later one carries them to PEs of
 // other processes. Deliver may take *batch (then it leaves an empty slice
@@ -414,6 +449,12 @@ type PE struct {
 	spin       int
 	wire       bool
 	Stats      Stats
+	// units counts Progress calls; progress publishes Processed + units
+	// at every flush (so at least every FlushEvery messages, and before
+	// the PE parks) for watchdogs on other goroutines, without an atomic
+	// operation per message.
+	units    uint64
+	progress atomic.Uint64
 	// life: peDying once Replace failed this incarnation; its goroutine
 	// stops at the next message boundary, sending nothing more, and
 	// closes exited.
@@ -482,6 +523,7 @@ func (p *PE) Send(dst int, env *Envelope) {
 // other PEs as often as if each had been a message of its own, and the
 // PEs waiting for it are not left idle until it returns.
 func (p *PE) Progress() {
+	p.units++
 	if p.sinceFlush++; p.sinceFlush >= p.flushEvery && !p.dead() {
 		p.Flush()
 	}
@@ -489,6 +531,7 @@ func (p *PE) Progress() {
 
 // Flush hands every buffered cross-PE message over now.
 func (p *PE) Flush() {
+	p.progress.Store(p.Stats.Processed + p.units)
 	for _, dst := range p.dirtyList {
 		if p.dirty[dst] {
 			p.flushTo(dst)

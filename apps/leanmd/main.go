@@ -43,9 +43,13 @@ func run(args []string) int {
 	cfg.Notices = os.Stderr
 	r, err := md.Run(p, cfg, os.Stdout)
 	if err != nil {
+		os.Stderr.WriteString(chare.DumpOf(err))
 		fmt.Fprintf(os.Stderr, "leanmd: %v\n", err)
-		if errors.As(err, new(chare.InputError)) {
+		switch {
+		case errors.As(err, new(chare.InputError)):
 			return 2
+		case errors.As(err, new(*chare.StallError)):
+			return 3
 		}
 		return 1
 	}

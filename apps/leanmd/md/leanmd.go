@@ -152,7 +152,7 @@ type Main struct {
 	CellFin    []chare.Indexed[CellFinal]
 	CompEnergy []float64
 	StepMs     []float64
-	got        int
+	Got        int // of the three final reports (checkpointed: a restart may come between them)
 	start      time.Time
 }
 
@@ -268,6 +268,7 @@ func (m *Main) Init(ctx *chare.Ctx, args []string) {
 		m.P.CkptPeriod, m.P.CkptEvery = 1, every
 	}
 	p := m.P
+	chare.StepRange(ctx, 1, p.Steps) // failures injected at other steps are refused
 	printf("\nLENNARD JONES MOLECULAR DYNAMICS START UP ...\n")
 	printf("\nInput Parameters...\n")
 	if p.Given >= 3 {
@@ -312,13 +313,16 @@ func (m *Main) StepTimes(ctx *chare.Ctx, v []float64) {
 }
 
 func (m *Main) finish(ctx *chare.Ctx) {
-	if m.got++; m.got < 3 {
+	if m.Got++; m.Got < 3 {
 		return
 	}
 	r := active
 	if r == nil {
 		r = &Report{}
 	}
+	// the run's own parameters: after --restart, the checkpoint's, not
+	// the command line's
+	r.Params = m.P
 	r.StepMs, r.Cells, r.Computes = m.StepMs, m.P.cells(), (NumNbrs/2+1)*m.P.cells()
 	h := uint64(14695981039346656037)
 	for i, c := range m.CellFin { // index order: the canonical order of the energy sums
@@ -410,6 +414,9 @@ func (c *Cell) CreateComputes(ctx *chare.Ctx, s SetupMsg) {
 func (c *Cell) Run(ctx *chare.Ctx, _ struct{}) {
 	c.Sec = chare.ArrayProxy[Compute]{Coll: c.Sec.Coll}.Section(ctx, c.Computes)
 	c.last = time.Now()
+	if c.origin(ctx) {
+		chare.AtStep(ctx, 1) // failures injected at step 1 happen now
+	}
 	c.sendPositions(ctx)
 }
 
@@ -630,6 +637,9 @@ func (c *Cell) StartCheckpoint(ctx *chare.Ctx, _ struct{}) {
 func (c *Cell) CheckpointDone(ctx *chare.Ctx, _ struct{}) {
 	if c.last.IsZero() {
 		c.last = time.Now()
+		if c.origin(ctx) { // resumed from the checkpoint: the steps still to run
+			chare.StepRange(ctx, c.Step+1, c.P.Steps)
+		}
 	}
 	c.nextStep(ctx)
 }

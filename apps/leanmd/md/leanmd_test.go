@@ -292,11 +292,11 @@ func randomSchedules(seed uint64, pes int) []schedule {
 	for i := 0; i < n; i++ {
 		var ks []chare.Kill
 		for k := 0; k < 1+rng.IntN(3); k++ {
-			// LeanMD reports steps as they begin from 2 on (step 1
-			// begins with the run): a kill at step 1 would never
-			// fire. Kills at one step are one failure of several
-			// PEs under none, so the steps differ.
-			kill := chare.Kill{PE: rng.IntN(pes), Step: 2 + rng.IntN(12)}
+			// Kills at one step are one failure of several PEs
+			// under none (with no checkpoint directory, one whose
+			// PEs hold both copies of a snapshot cannot be
+			// recovered), so the steps differ.
+			kill := chare.Kill{PE: rng.IntN(pes), Step: 1 + rng.IntN(13)}
 			if !slices.ContainsFunc(ks, func(o chare.Kill) bool { return o.Step == kill.Step }) {
 				ks = append(ks, kill)
 			}
@@ -411,5 +411,109 @@ func TestCheckpointPeriodFlag(t *testing.T) {
 		require.Equal(t, math.Float64bits(base.KE1), math.Float64bits(r.KE1))
 		require.Equal(t, 1, r.Ops.FT.Failures)
 		require.GreaterOrEqual(t, r.Ops.Ops.Checkpoints, c.want-1, "%+v", c.cfg) // one may be rolled back
+	}
+}
+
+// requireSameEnergies checks a run's energies and final atoms against the
+// failure-free run's, bitwise.
+func requireSameEnergies(t *testing.T, base, r Report, msg string) {
+	t.Helper()
+	for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+		require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies: %s", msg)
+	}
+	require.Equal(t, base.StateHash, r.StateHash, "final atoms: %s", msg)
+}
+
+// A failure after --restart resumes the restored run — from the PEs'
+// memory, or, where no PE holds a copy (one PE; both holders failed),
+// from the checkpoint directory or the checkpoint the run was restarted
+// from — and never starts the command line's (here the default 3×3×3,
+// 1001-step) problem afresh: the energies are the uninterrupted run's and
+// the summary reports the restored run's parameters. Where no copy is
+// anywhere, the run ends with an error that says so.
+func TestAFailureAfterARestartResumesTheRestoredRun(t *testing.T) {
+	p := params(2, 2, 2, 25)
+	p.CkptPeriod, p.Given = 10, 7
+	base := run(t, p, chare.Config{PEs: 2})
+	dir := t.TempDir()
+	r := run(t, p, chare.Config{PEs: 2, FT: "camel", CheckpointDir: dir}) // the last checkpoint: step 20
+	requireSameEnergies(t, base, r, "with checkpoints")
+	for _, c := range []struct {
+		name string
+		cfg  chare.Config
+	}{
+		{"1 PE, none", chare.Config{PEs: 1, Kills: []chare.Kill{{PE: 0, Step: 23}}}},
+		{"1 PE, camel", chare.Config{PEs: 1, FT: "camel", Kills: []chare.Kill{{PE: 0, Step: 23}}}},
+		{"2 PEs, none, both at once", chare.Config{PEs: 2, Kills: []chare.Kill{{PE: 0, Step: 23}, {PE: 1, Step: 23}}}},
+		{"2 PEs, camel", chare.Config{PEs: 2, FT: "camel", Kills: []chare.Kill{{PE: 1, Step: 23}}}},
+		{"3 PEs, scmel", chare.Config{PEs: 3, FT: "scmel", Kills: []chare.Kill{{PE: 0, Step: 22}}}},
+	} {
+		c.cfg.Restart = dir
+		r := run(t, DefaultParams(), c.cfg) // the command line's parameters: a restart ignores them
+		requireSameEnergies(t, base, r, c.name)
+		require.Equal(t, len(c.cfg.Kills), r.Ops.FT.Failures, c.name)
+		require.Equal(t, []uint64{2}, r.Ops.FT.Restored[:1], c.name)
+		require.Equal(t, [4]int{2, 2, 2, 25}, [4]int{r.Params.X, r.Params.Y, r.Params.Z, r.Params.Steps}, "%s: the restored run's parameters", c.name)
+		require.Equal(t, 1322, r.Atoms, c.name)
+	}
+
+	// not restarted: both PEs fail at once after checkpoint 2; the
+	// directory holds it, and without one nothing does
+	r = run(t, p, chare.Config{PEs: 2, CheckpointDir: t.TempDir(), Kills: []chare.Kill{{PE: 0, Step: 23}, {PE: 1, Step: 23}}})
+	requireSameEnergies(t, base, r, "both PEs, the directory's copy")
+	require.Equal(t, []uint64{2}, r.Ops.FT.Restored)
+	require.Equal(t, 2, r.Ops.FT.Failures)
+	for _, cfg := range []chare.Config{
+		{PEs: 2, Kills: []chare.Kill{{PE: 0, Step: 23}, {PE: 1, Step: 23}}},
+		{PEs: 1, FT: "camel", Kills: []chare.Kill{{PE: 0, Step: 23}}},
+	} {
+		_, err := Run(p, cfg, io.Discard)
+		require.ErrorContains(t, err, "no copy of PE 0's snapshot of checkpoint 2 survives", "%+v", cfg)
+		require.ErrorContains(t, err, "give --ckpt-dir to keep one on disk")
+	}
+	// restarting from a checkpoint of the last step ends at once, with
+	// the uninterrupted run's energies
+	last := t.TempDir()
+	p20 := p
+	p20.Steps = 20
+	base20 := run(t, p20, chare.Config{PEs: 2})
+	run(t, p20, chare.Config{PEs: 2, CheckpointDir: last})
+	requireSameEnergies(t, base20, run(t, DefaultParams(), chare.Config{PEs: 3, Restart: last}), "restarted at the last step")
+}
+
+// Failures injected where they cannot happen — step 0, past the last
+// step, at or before the step a restart resumes after — are refused with
+// one line and exit 2 before the run does any work; one at step 1
+// happens (every PE starts again under none; the PE alone under camel).
+// Two at one step are each counted, under every protocol; a time that
+// comes after the run ended is an error too.
+func TestInjectedFailuresHappenOrAreRefused(t *testing.T) {
+	p := params(2, 2, 2, 12)
+	p.CkptPeriod, p.Given = 5, 7
+	dir := t.TempDir()
+	base := run(t, p, chare.Config{PEs: 2, CheckpointDir: dir}) // restarts resume after step 10
+	for _, c := range []struct {
+		cfg  chare.Config
+		want string
+	}{
+		{chare.Config{PEs: 2, Kills: []chare.Kill{{PE: 1, Step: 0}}}, "flag --kill: PE 1 at step 0 can never happen: the program runs steps 1 to 12"},
+		{chare.Config{PEs: 2, FT: "camel", Kills: []chare.Kill{{PE: 1, Step: 13}}}, "PE 1 at step 13 can never happen: the program runs steps 1 to 12"},
+		{chare.Config{PEs: 2, Restart: dir, Kills: []chare.Kill{{PE: 0, Step: 10}}}, "PE 0 at step 10 can never happen: the program runs steps 11 to 12 after resuming from " + dir},
+		{chare.Config{PEs: 2, Kills: []chare.Kill{{PE: 0, Step: -1, After: time.Hour}}}, "flag --kill: PE 0 after 1h0m0s never happened: the run ended first"},
+	} {
+		res, err := Run(p, c.cfg, io.Discard)
+		require.ErrorContains(t, err, c.want)
+		require.ErrorAs(t, err, new(chare.InputError))
+		if c.cfg.Kills[0].Step >= 0 {
+			require.Less(t, res.Ops.Ops.Multicasts, uint64(8), "refused before a step ran")
+		}
+	}
+	for _, ft := range []string{"none", "scmel", "camel"} {
+		r := run(t, p, chare.Config{PEs: 2, FT: ft, Kills: []chare.Kill{{PE: 1, Step: 1}}})
+		requireSameEnergies(t, base, r, ft+" at step 1")
+		require.Equal(t, []uint64{0}, r.Ops.FT.Restored, ft)
+		r = run(t, p, chare.Config{PEs: 2, FT: ft, Kills: []chare.Kill{{PE: 0, Step: 3}, {PE: 1, Step: 3}, {PE: 1, Step: 3}}})
+		requireSameEnergies(t, base, r, ft+", three at one step")
+		require.Equal(t, 3, r.Ops.FT.Failures, ft)
 	}
 }

@@ -1,0 +1,161 @@
+package chare_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/manager"
+	"github.com/stretchr/testify/require"
+)
+
+// A program that leaves one element out of a reduction: HkElem 3 never
+// contributes. With Args "wait" main's constructor blocks on the
+// reduction's future (the run can never end: the watchdog ends it); with
+// no arguments main returns and the run goes quiet with the reduction
+// unfinished. With Args "block" element 1 blocks its PE inside an entry
+// method until hkRelease is closed (for SIGQUIT's dump).
+
+type HkMain struct{}
+
+type HkElem struct{}
+
+type hkGoMsg struct {
+	SkipThree bool // element 3 never contributes
+	Block     bool // element 1 blocks its PE until hkRelease is closed
+	CB        chare.Callback[int64]
+}
+
+var (
+	hkMain    = chare.NewMainType[HkMain]("hk.Main")
+	hkElemT   = chare.NewType[HkElem, int]("hk.Elem")
+	hkGo      = chare.NewEntry[hkGoMsg](hkElemT, "Go")
+	hkDone    = chare.NewEntry[int64](hkMain, "Done")
+	hkEntered chan struct{} // closed once element 1 is blocked
+	hkRelease chan struct{}
+)
+
+func (m *HkMain) Init(ctx *chare.Ctx, args []string) {
+	arr := hkElemT.NewArray(ctx, []int{6}, 0)
+	switch strings.Join(args, " ") {
+	case "wait":
+		f := chare.NewFuture[int64](ctx)
+		hkGo.Broadcast(ctx, arr, hkGoMsg{SkipThree: true, CB: f.Callback()})
+		_, _ = f.Get(ctx) // never filled
+	case "block":
+		hkGo.Broadcast(ctx, arr, hkGoMsg{Block: true, CB: hkDone.CallbackTo(hkMain.MainProxy())})
+	default:
+		hkGo.Broadcast(ctx, arr, hkGoMsg{SkipThree: true, CB: hkDone.CallbackTo(hkMain.MainProxy())})
+	}
+}
+
+func (e *HkElem) Init(ctx *chare.Ctx, _ int) {}
+
+func (e *HkElem) Go(ctx *chare.Ctx, m hkGoMsg) {
+	i := ctx.Index().C[0]
+	if m.Block && i == 1 {
+		close(hkEntered)
+		<-hkRelease // the PE is stuck inside this entry method until the test lets go
+	}
+	if m.SkipThree && i == 3 {
+		return // never contributes
+	}
+	chare.Contribute(ctx, chare.SumInt64, int64(i), m.CB)
+}
+
+func (m *HkMain) Done(ctx *chare.Ctx, v int64) { ctx.Exit(0) }
+
+// A run that goes quiet (main returned) with a reduction unfinished ends
+// with an error that names the reduction and the element that never
+// contributed, not with exit 0; its dump describes the PE.
+func TestQuietRunWithAReductionUnfinishedFails(t *testing.T) {
+	for _, pes := range []int{1, 3} {
+		res := chare.Run(hkMain, chare.Config{PEs: pes})
+		require.NotEqual(t, 0, res.Code)
+		var q *manager.QuietError
+		require.True(t, errors.As(res.Err, &q), "%v", res.Err)
+		require.Contains(t, res.Err.Error(), "reduction 0 over hk.Elem waits on PE")
+		require.Contains(t, res.Err.Error(), "missing: hk.Elem[3]")
+		require.NotContains(t, res.Err.Error(), "\n", "one line")
+		require.Contains(t, chare.DumpOf(res.Err), "reducer sum.int64")
+	}
+}
+
+// A run that can never end — main waits on a reduction one element never
+// contributes to — is ended by the watchdog with exit 3; its one line
+// names the reduction and the missing contributor, and the dump says who
+// waits on what on every PE.
+func TestWatchdogEndsAStalledRunWithADump(t *testing.T) {
+	res := chare.Run(hkMain, chare.Config{PEs: 2, Args: []string{"wait"}, Watchdog: 300 * time.Millisecond})
+	require.Equal(t, 3, res.Code)
+	var st *chare.StallError
+	require.True(t, errors.As(res.Err, &st), "%v", res.Err)
+	require.Contains(t, res.Err.Error(), "no progress for 300ms (watchdog)")
+	require.Contains(t, res.Err.Error(), "missing: hk.Elem[3]")
+	dump := chare.DumpOf(res.Err)
+	for _, want := range []string{"[parked] PE 0:", "[parked] PE 1:", "hk.Main constructor on PE 0 waits on future 1", "reduction 0 over hk.Elem"} {
+		require.Contains(t, dump, want)
+	}
+	require.NotContains(t, dump, "asked for the end of the run", "main never returned")
+}
+
+// syncWriter hands what is written to it to the test, one write a value.
+type syncWriter struct {
+	mu   sync.Mutex
+	b    strings.Builder
+	note chan struct{}
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.b.Write(p)
+	w.mu.Unlock()
+	select {
+	case w.note <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// SIGQUIT prints the dump and the run goes on: here PE 1 is stuck inside
+// an entry method (it does not answer, and the goroutines' stacks say
+// where), the others describe themselves, and once the entry method
+// returns the run ends normally.
+func TestSIGQUITDumpsAndTheRunGoesOn(t *testing.T) {
+	hkEntered, hkRelease = make(chan struct{}), make(chan struct{})
+	w := &syncWriter{note: make(chan struct{}, 1)}
+	done := make(chan chare.Result)
+	go func() { done <- chare.Run(hkMain, chare.Config{PEs: 2, Args: []string{"block"}, DumpTo: w}) }()
+	<-hkEntered // Run installed its handler before it started the PEs
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGQUIT))
+	select {
+	case <-w.note:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no dump after SIGQUIT")
+	}
+	w.mu.Lock()
+	s := w.b.String()
+	w.mu.Unlock()
+	require.Contains(t, s, "SIGQUIT: the state of every PE (the run goes on)")
+	require.Contains(t, s, "PE 0: did not answer", "element 1 blocks PE 0")
+	require.Contains(t, s, "[parked] PE 1:")
+	require.Contains(t, s, "chare_test.(*HkElem).Go", "the stuck PE's stack")
+	close(hkRelease)
+	res := <-done
+	require.NoError(t, res.Err)
+	require.Equal(t, 0, res.Code)
+}
+
+// A second reducer under a name already registered is refused at
+// registration: it used to stand silently for the first (a product of
+// 2, 3, 4 and 5 registered after a sum under one name came out as 14).
+func TestReducerNamesAreUnique(t *testing.T) {
+	chare.NewReducer("hk.combine", func(a, b int64) int64 { return a + b }, true)
+	require.PanicsWithValue(t, `chare.NewReducer: a reducer named "user.hk.combine" is registered already`, func() {
+		chare.NewReducer("hk.combine", func(a, b int64) int64 { return a * b }, true)
+	})
+}

@@ -76,16 +76,14 @@ func TestCheckpointHoldsEveryChare(t *testing.T) {
 
 		latest, err := manager.ReadLatest(dir)
 		require.NoError(t, err)
-		require.Equal(t, manager.Latest{Epoch: 2, NumPEs: int32(pes)}, latest)
+		require.Equal(t, [2]int64{2, int64(pes)}, [2]int64{int64(latest.Epoch), int64(latest.NumPEs)})
 		entries, _ := os.ReadDir(dir)
 		require.Len(t, entries, 2, "LATEST and the last epoch only")
 
 		values := map[[2]int32]int64{}
 		tags := 0
 		for p := 0; p < pes; p++ {
-			b, err := os.ReadFile(manager.SnapshotFile(dir, 2, p))
-			require.NoError(t, err)
-			s, err := manager.DecodeSnapshot(b)
+			_, s, err := manager.ReadSnapshotFile(dir, latest, p)
 			require.NoError(t, err)
 			require.Equal(t, int32(p), s.PE)
 			for _, c := range s.Collections {

@@ -55,7 +55,7 @@ func (m *QtMain) Init(ctx *chare.Ctx, args []string) {
 }
 
 func (m *QtMain) next(ctx *chare.Ctx) {
-	if m.Step == qtSteps {
+	if m.Step >= qtSteps {
 		return // nothing more to send: the run goes quiet and ends
 	}
 	m.Step++

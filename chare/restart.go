@@ -10,48 +10,53 @@ import (
 // loadCheckpoint reads the last complete checkpoint in dir, one snapshot
 // per PE, checks that it is this program's, and places its elements on
 // pes PEs (redistributing them if the checkpoint was taken on another
-// count or with other trees). It returns each PE's encoded snapshot and
-// the checkpoint's epoch.
-func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, uint64, error) {
+// count or with other trees). It returns each PE's encoded snapshot, the
+// checkpoint's epoch, and where each snapshot came from (for errors).
+func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, uint64, []string, error) {
 	latest, err := manager.ReadLatest(dir)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	old := int(latest.NumPEs)
-	snaps, decoded, err := readSnapshots(dir, latest.Epoch, old)
+	snaps, decoded, err := readSnapshots(dir, latest)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
+	}
+	if err := manager.CheckCheckpoint(decoded, mapFns); err != nil {
+		return nil, 0, nil, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
 	}
 	for p, s := range decoded {
 		file := manager.SnapshotFile(dir, latest.Epoch, p)
 		for _, c := range s.Collections {
 			ti := lookupType(c.Type)
 			if c.Kind == manager.CollMain && c.Name != main.name {
-				return nil, 0, fmt.Errorf("%s is a checkpoint of %s, this program runs %s", dir, c.Name, main.name)
+				return nil, 0, nil, fmt.Errorf("%s is a checkpoint of %s, this program runs %s", dir, c.Name, main.name)
 			}
 			if ti == nil || ti.name != c.Name {
-				return nil, 0, fmt.Errorf("%s: collection %d holds chares of type %s, which this program does not define the same way", file, c.Coll, c.Name)
+				return nil, 0, nil, fmt.Errorf("%s: collection %d holds chares of type %s, which this program does not define the same way", file, c.Coll, c.Name)
 			}
 		}
 	}
-	if decoded[0].Resume == nil {
-		return nil, 0, fmt.Errorf("%s: PE 0's snapshot has no callback to resume with", manager.SnapshotFile(dir, latest.Epoch, 0))
-	}
+	from := make([]string, pes)
 	if old == pes && int(decoded[0].Branching) == branching {
-		return snaps, latest.Epoch, nil
+		for p := range from {
+			from[p] = manager.SnapshotFile(dir, latest.Epoch, p)
+		}
+		return snaps, latest.Epoch, from, nil
 	}
 	// another PE count (or other trees): every element finds a new place
 	moved, err := manager.Redistribute(decoded, pes, branching, mapFns)
 	if err != nil {
-		return nil, 0, fmt.Errorf("restarting the %d-PE checkpoint in %s on %d PEs: %w", old, dir, pes, err)
+		return nil, 0, nil, fmt.Errorf("restarting the %d-PE checkpoint in %s on %d PEs: %w", old, dir, pes, err)
 	}
 	out := make([][]byte, pes)
 	for p, s := range moved {
 		if out[p], err = msgpack.Marshal(s); err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
+		from[p] = fmt.Sprintf("checkpoint %d in %s (its %d PEs' snapshots placed on %d)", latest.Epoch, dir, old, pes)
 	}
-	return out, latest.Epoch, nil
+	return out, latest.Epoch, from, nil
 }
 
 // readCheckpointFiles reads checkpoint epoch of a run of n PEs from dir
@@ -64,22 +69,25 @@ func readCheckpointFiles(dir string, epoch uint64, n int) ([][]byte, error) {
 	if latest.Epoch != epoch || int(latest.NumPEs) != n {
 		return nil, fmt.Errorf("%s holds checkpoint %d of %d PEs, not checkpoint %d of %d", dir, latest.Epoch, latest.NumPEs, epoch, n)
 	}
-	snaps, _, err := readSnapshots(dir, epoch, n)
-	return snaps, err
+	snaps, decoded, err := readSnapshots(dir, latest)
+	if err != nil {
+		return nil, err
+	}
+	if err := manager.CheckCheckpoint(decoded, mapFns); err != nil {
+		return nil, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
+	}
+	return snaps, nil
 }
 
-// readSnapshots reads and checks the n snapshot files of epoch in dir.
-func readSnapshots(dir string, epoch uint64, n int) ([][]byte, []*manager.PESnapshot, error) {
-	snaps := make([][]byte, n)
-	decoded := make([]*manager.PESnapshot, n)
+// readSnapshots reads and checks the snapshot files of the checkpoint
+// latest names in dir.
+func readSnapshots(dir string, latest manager.Latest) ([][]byte, []*manager.PESnapshot, error) {
+	snaps := make([][]byte, latest.NumPEs)
+	decoded := make([]*manager.PESnapshot, latest.NumPEs)
 	for p := range snaps {
-		file := manager.SnapshotFile(dir, epoch, p)
-		b, s, err := manager.ReadSnapshotFile(file)
+		b, s, err := manager.ReadSnapshotFile(dir, latest, p)
 		if err != nil {
 			return nil, nil, err
-		}
-		if int(s.PE) != p || s.Epoch != epoch || int(s.NumPEs) != n {
-			return nil, nil, fmt.Errorf("%s holds PE %d of %d, epoch %d: want PE %d of %d, epoch %d", file, s.PE, s.NumPEs, s.Epoch, p, n, epoch)
 		}
 		snaps[p], decoded[p] = b, s
 	}

@@ -398,15 +398,14 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 	rs := newRunState(cfg)
 	rs.mk = func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
 	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
-	from := ""         // where start was read, for errors
+	var from []string  // where each came from, for errors
 	if cfg.Restart != "" {
 		var err error
 		var epoch uint64
-		if start, epoch, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
+		if start, epoch, from, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --restart: %w", err)}}
 		}
 		rs.restartEpoch, rs.restartSnaps = epoch, start
-		from = fmt.Sprintf("checkpoint %d in %s", epoch, cfg.Restart)
 	}
 	limit := watchdogLimit(cfg)
 	stopDumps := make(chan struct{})
@@ -431,7 +430,7 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 			}}
 			if start != nil {
 				prev := start[(p+len(start)-1)%len(start)]
-				env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev, From: from}}
+				env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev, From: from[p]}}
 			}
 			initial[p] = []pe.Envelope{env}
 			node.Inject(p, env)
@@ -465,7 +464,10 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 			break
 		}
 		start = back.snaps
-		from = fmt.Sprintf("checkpoint %d %s", back.epoch, back.from)
+		from = make([]string, len(start))
+		for p := range from {
+			from[p] = fmt.Sprintf("PE %d's snapshot of checkpoint %d, %s", p, back.epoch, back.from)
+		}
 		rs.rolledBack(f, back)
 	}
 	if res.Err == nil && res.Code == 0 {

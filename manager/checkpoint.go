@@ -3,10 +3,7 @@ package manager
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -26,7 +23,7 @@ import (
 // delivers the program's callback.
 
 // SnapshotVersion is the version of PESnapshot's encoding.
-const SnapshotVersion = 2
+const SnapshotVersion = 3
 
 // PESnapshot is one PE's part of a coordinated checkpoint: enough to
 // rebuild the PE (Restore) at the point the checkpoint was taken.
@@ -105,10 +102,12 @@ type CkptPacketMsg struct {
 	App   []byte // PktCkptData: the encoded PESnapshot
 }
 
-// CkptDoneMsg tells PE 0 that a PE committed Epoch.
+// CkptDoneMsg tells PE 0 that a PE committed Epoch (and, with a
+// checkpoint directory, wrote File).
 type CkptDoneMsg struct {
 	Epoch uint64
 	Bytes uint64
+	File  FileRecord
 	Err   string // writing to the checkpoint directory failed
 }
 
@@ -134,6 +133,7 @@ type ckptState struct {
 	queued  []Callback // PE 0: checkpoints asked for while one runs
 	done    int
 	bytes   uint64
+	files   []FileRecord // PE 0: each PE's file of the epoch
 	errs    []string
 	pending []pe.Envelope // packets of an epoch this PE has not begun yet
 	// lastSize: the size of this PE's last encoded snapshot
@@ -164,6 +164,7 @@ func (m *Manager) onCkptStart(msg *CkptStartMsg) {
 	}
 	c.last++
 	c.epoch, c.cb, c.done, c.bytes, c.errs, c.start = c.last, msg.Callback, 0, 0, nil, time.Now()
+	c.files = make([]FileRecord, m.NumPEs())
 	// Snapshots are taken once nothing is in flight anywhere — the
 	// program's messages (it asked at a barrier) but also the runtime's
 	// own: a section still being set up, a location notice, a count.
@@ -274,20 +275,23 @@ func (m *Manager) committed() {
 	own := ck.Committed(int32(m.Me()))
 	done := &CkptDoneMsg{Epoch: ck.LastCommitted(), Bytes: uint64(len(own.App))}
 	if dir := m.opt.CheckpointDir; dir != "" {
-		if err := writeSnapshot(dir, m.Me(), own); err != nil {
+		var err error
+		if done.File, err = writeSnapshot(dir, m.Me(), own.Epoch, own.App); err != nil {
 			done.Err = err.Error()
 		}
 	}
 	m.sendSys(0, tCkptDone, done)
 }
 
-func (m *Manager) onCkptDone(msg *CkptDoneMsg) {
+func (m *Manager) onCkptDone(env *pe.Envelope) {
+	msg := env.Payload.(*CkptDoneMsg)
 	c := &m.ckpt
 	if msg.Epoch != c.epoch {
 		return
 	}
 	c.done++
 	c.bytes += msg.Bytes
+	c.files[env.Src] = msg.File
 	if msg.Err != "" {
 		c.errs = append(c.errs, msg.Err)
 	}
@@ -299,13 +303,9 @@ func (m *Manager) onCkptDone(msg *CkptDoneMsg) {
 		return
 	}
 	if dir := m.opt.CheckpointDir; dir != "" {
-		if err := writeLatest(dir, c.epoch, m.NumPEs()); err != nil {
-			m.Fail(fmt.Errorf("checkpoint %d: %w", c.epoch, err))
-			return
-		}
 		// only the last complete checkpoint is kept
-		if err := os.RemoveAll(epochDir(dir, c.epoch-1)); err != nil {
-			m.Fail(fmt.Errorf("checkpoint %d: removing the previous one: %w", c.epoch, err))
+		if err := commitLatest(dir, c.epoch, c.files); err != nil {
+			m.Fail(fmt.Errorf("checkpoint %d: %w", c.epoch, err))
 			return
 		}
 	}
@@ -539,144 +539,16 @@ func restoreSource(msg *RestoreMsg) string {
 // committed snapshots it holds (its own and its neighbour's).
 func (m *Manager) Checkpointer() *ftlayer.Checkpointer { return m.checkpointer() }
 
-// DecodeSnapshot reads a PESnapshot (a checkpoint file's contents) and
-// checks it: the error names what is wrong and where.
+// DecodeSnapshot reads a PESnapshot (a checkpoint file's payload) and
+// checks everything it holds on its own (see CheckCheckpoint for a whole
+// checkpoint): the error names what is wrong and where.
 func DecodeSnapshot(b []byte) (*PESnapshot, error) {
 	var s PESnapshot
-	if err := msgpack.Unmarshal(b, &s); err != nil {
+	if err := strictUnmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("not a charmgo checkpoint (%d bytes): %w", len(b), err)
 	}
-	switch {
-	case s.Version != SnapshotVersion:
-		return nil, fmt.Errorf("checkpoint version %d, this build reads %d", s.Version, SnapshotVersion)
-	case s.NumPEs < 1 || s.NumPEs > 1<<20:
-		return nil, fmt.Errorf("checkpoint of %d PEs", s.NumPEs)
-	case s.PE < 0 || s.PE >= s.NumPEs:
-		return nil, fmt.Errorf("checkpoint of PE %d in a run of %d PEs", s.PE, s.NumPEs)
-	}
-	for i, c := range s.Collections {
-		if len(c.Bounds) > pe.MaxDims {
-			return nil, fmt.Errorf("collection %d (%s): %d dimensions, at most %d", c.Coll, c.Name, len(c.Bounds), pe.MaxDims)
-		}
-		for j, e := range c.Elements {
-			if len(e.Index) > pe.MaxDims {
-				return nil, fmt.Errorf("collection %d (%s), element %d: index of %d dimensions, at most %d", c.Coll, c.Name, j, len(e.Index), pe.MaxDims)
-			}
-			if len(c.Bounds) > 0 && len(e.Index) != len(c.Bounds) {
-				return nil, fmt.Errorf("collection %d (%s), element %d: index %v for bounds %v", c.Coll, c.Name, j, e.Index, c.Bounds)
-			}
-		}
-		if i > 0 && s.Collections[i-1].Coll >= c.Coll {
-			return nil, fmt.Errorf("collection %d listed after %d: out of order", c.Coll, s.Collections[i-1].Coll)
-		}
-		for j, l := range c.Locs {
-			if len(l.Index) > pe.MaxDims || l.PE < -1 || l.PE >= s.NumPEs {
-				return nil, fmt.Errorf("collection %d (%s), location %d: index %v on PE %d", c.Coll, c.Name, j, l.Index, l.PE)
-			}
-		}
-		for _, n := range c.RedChildren {
-			if n < 0 {
-				return nil, fmt.Errorf("collection %d (%s): negative contributor count %d", c.Coll, c.Name, n)
-			}
-		}
-	}
-	for _, r := range s.SecRoots {
-		if r.Root < 0 || r.Root >= s.NumPEs {
-			return nil, fmt.Errorf("section %d rooted on PE %d, outside 0..%d", r.Sec, r.Root, s.NumPEs-1)
-		}
-	}
-	if len(s.SecRounds) != len(s.Sections) {
-		return nil, fmt.Errorf("%d sections but %d section rounds", len(s.Sections), len(s.SecRounds))
-	}
-	for _, sec := range s.Sections {
-		if len(sec.Members) != len(sec.Homes) || len(sec.Tree) == 0 || sec.K < 1 {
-			return nil, fmt.Errorf("section %d: %d members, %d homes, tree of %d PEs, branching %d", sec.Sec, len(sec.Members), len(sec.Homes), len(sec.Tree), sec.K)
-		}
-		for _, p := range sec.Tree {
-			if p < 0 || p >= int(s.NumPEs) {
-				return nil, fmt.Errorf("section %d: tree PE %d outside 0..%d", sec.Sec, p, s.NumPEs-1)
-			}
-		}
-		for _, h := range sec.Homes {
-			if h < 0 || h >= s.NumPEs {
-				return nil, fmt.Errorf("section %d: member home PE %d outside 0..%d", sec.Sec, h, s.NumPEs-1)
-			}
-		}
+	if err := checkSnapshot(&s); err != nil {
+		return nil, err
 	}
 	return &s, nil
-}
-
-// Checkpoint files: DIR/epoch-E/pe-N.ckpt, each written whole (a temporary
-// file renamed), and DIR/LATEST naming the last complete epoch, written
-// once every PE's file is in.
-
-func epochDir(dir string, epoch uint64) string {
-	return filepath.Join(dir, fmt.Sprintf("epoch-%d", epoch))
-}
-
-// SnapshotFile is where PE p's snapshot of epoch e is written under dir.
-func SnapshotFile(dir string, epoch uint64, p int) string {
-	return filepath.Join(epochDir(dir, epoch), fmt.Sprintf("pe-%d.ckpt", p))
-}
-
-func writeSnapshot(dir string, p int, s *ftlayer.Snapshot) error {
-	if err := os.MkdirAll(epochDir(dir, s.Epoch), 0o755); err != nil {
-		return fmt.Errorf("checkpoint directory: %w", err)
-	}
-	return writeWhole(SnapshotFile(dir, s.Epoch, p), s.App)
-}
-
-func writeLatest(dir string, epoch uint64, n int) error {
-	b, err := msgpack.Marshal(&Latest{Epoch: epoch, NumPEs: int32(n)})
-	if err != nil {
-		return err
-	}
-	return writeWhole(filepath.Join(dir, "LATEST"), b)
-}
-
-// Latest is DIR/LATEST: the last checkpoint every PE wrote.
-type Latest struct {
-	Epoch  uint64
-	NumPEs int32
-}
-
-// ReadLatest reads DIR/LATEST.
-func ReadLatest(dir string) (Latest, error) {
-	var l Latest
-	b, err := os.ReadFile(filepath.Join(dir, "LATEST"))
-	if errors.Is(err, os.ErrNotExist) {
-		return l, fmt.Errorf("%s holds no complete checkpoint (no LATEST file)", dir)
-	}
-	if err != nil {
-		return l, err
-	}
-	if err := msgpack.Unmarshal(b, &l); err != nil || l.Epoch == 0 || l.NumPEs < 1 {
-		return l, fmt.Errorf("%s: LATEST is not a charmgo checkpoint marker", filepath.Join(dir, "LATEST"))
-	}
-	return l, nil
-}
-
-// ReadSnapshotFile reads and checks one PE's checkpoint file; errors name
-// the file.
-func ReadSnapshotFile(file string) ([]byte, *PESnapshot, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := DecodeSnapshot(b)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", file, err)
-	}
-	return b, s, nil
-}
-
-func writeWhole(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }

@@ -1,16 +1,19 @@
 package manager
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/charmgo/charmgo/pe"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
 func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
-	good := PESnapshot{Version: SnapshotVersion, PE: 1, NumPEs: 2, Epoch: 3, Collections: []CollSnapshot{
-		{CreateMsg: CreateMsg{Coll: 1, Name: "a", Bounds: []int{2, 2}}, Elements: []ElemSnapshot{{Index: []int32{1, 0}, State: []byte{1}}}},
-		{CreateMsg: CreateMsg{Coll: 4, Name: "b"}},
+	good := PESnapshot{Version: SnapshotVersion, PE: 1, NumPEs: 2, Branching: 4, Epoch: 3, Collections: []CollSnapshot{
+		{CreateMsg: CreateMsg{Coll: 1, Kind: CollArray, Name: "a", Bounds: []int{2, 2}}, Elements: []ElemSnapshot{{Index: []int32{1, 0}, State: []byte{1}}}},
+		{CreateMsg: CreateMsg{Coll: 4, Kind: CollArray, Name: "b"}},
 	}}
 	enc := func(s PESnapshot) []byte {
 		b, err := msgpack.Marshal(&s)
@@ -26,15 +29,23 @@ func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
 		edit func(*PESnapshot)
 		err  string
 	}{
-		{"version", func(s *PESnapshot) { s.Version = 9 }, "checkpoint version 9, this build reads 2"},
-		{"location", func(s *PESnapshot) { s.Collections[0].Locs = []LocSnapshot{{Index: []int32{0, 1}, PE: 5}} }, "collection 1 (a), location 0: index [0 1] on PE 5"},
+		{"version", func(s *PESnapshot) { s.Version = 9 }, "checkpoint version 9, this build reads 3"},
+		{"location", func(s *PESnapshot) { s.Collections[0].Locs = []LocSnapshot{{Index: []int32{0, 1}, PE: 5}} }, "collection 1 (a): location 0: index [0 1] on PE 5"},
 		{"rounds", func(s *PESnapshot) { s.Sections = []SectionMsg{{Sec: 9, Tree: []int{0}, K: 2}} }, "1 sections but 0 section rounds"},
 		{"section tree", func(s *PESnapshot) {
-			s.Sections, s.SecRounds = []SectionMsg{{Sec: 9, Tree: []int{0, 3}, K: 2}}, []uint32{0}
+			s.Sections, s.SecRounds = []SectionMsg{{Sec: 9, Coll: 1, Tree: []int{0, 3}, K: 2, Members: []pe.Index{pe.Idx(0, 0)}, Homes: []int32{0}}}, []uint32{0}
 		}, "section 9: tree PE 3 outside 0..1"},
+		{"section member", func(s *PESnapshot) {
+			s.Sections, s.SecRounds = []SectionMsg{{Sec: 9, Coll: 1, Tree: []int{1}, K: 2, Members: []pe.Index{pe.Idx(2, 0)}, Homes: []int32{1}}}, []uint32{0}
+		}, "section 9: member 0: index [2 0] outside bounds [2 2]"},
 		{"PE", func(s *PESnapshot) { s.PE = 2 }, "checkpoint of PE 2 in a run of 2 PEs"},
 		{"PEs", func(s *PESnapshot) { s.NumPEs = 0 }, "checkpoint of 0 PEs"},
-		{"dims", func(s *PESnapshot) { s.Collections[0].Elements[0].Index = []int32{1} }, "collection 1 (a), element 0: index [1] for bounds [2 2]"},
+		{"arity", func(s *PESnapshot) { s.Branching = 1 }, "spanning trees of arity 1"},
+		{"dims", func(s *PESnapshot) { s.Collections[0].Elements[0].Index = []int32{1} }, "collection 1 (a): element 0: index [1] for bounds [2 2]"},
+		{"bounds", func(s *PESnapshot) { s.Collections[0].Elements[0].Index = []int32{1, 2} }, "collection 1 (a): element 0: index [1 2] outside bounds [2 2]"},
+		{"kind", func(s *PESnapshot) { s.Collections[1].Kind = 9 }, "collection 4 (b): kind 9"},
+		{"huge", func(s *PESnapshot) { s.Collections[1].Bounds = []int{1 << 20, 1 << 20} }, "more than 2147483648 elements"},
+		{"counts", func(s *PESnapshot) { s.Collections[1].RedChildren = []int64{3} }, "0 contributors here and 1 subtree counts, for 0 tree children"},
 		{"order", func(s *PESnapshot) { s.Collections[1].Coll = 1 }, "collection 1 listed after 1"},
 	} {
 		bad := good
@@ -51,8 +62,8 @@ func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
 // FuzzDecodeSnapshot: checkpoint files come from disk; any bytes give a
 // snapshot that passes the checks, or an error, never a panic.
 func FuzzDecodeSnapshot(f *testing.F) {
-	b, _ := msgpack.Marshal(&PESnapshot{Version: SnapshotVersion, PE: 0, NumPEs: 1, Collections: []CollSnapshot{
-		{CreateMsg: CreateMsg{Coll: 1, Bounds: []int{3}}, Elements: []ElemSnapshot{{Index: []int32{2}, State: []byte("x")}}}}})
+	b, _ := msgpack.Marshal(&PESnapshot{Version: SnapshotVersion, PE: 0, NumPEs: 1, Branching: 4, Collections: []CollSnapshot{
+		{CreateMsg: CreateMsg{Coll: 1, Kind: CollArray, Bounds: []int{3}}, Elements: []ElemSnapshot{{Index: []int32{2}, State: []byte("x")}}}}})
 	f.Add(b)
 	f.Add([]byte{})
 	f.Add([]byte{0x80})
@@ -97,4 +108,66 @@ func TestRedistributeRefusesWhatCannotMove(t *testing.T) {
 	require.Equal(t, 4, locs)
 	require.Equal(t, int64(2), counted)
 	require.Equal(t, []int64{1, 0}, out[0].Collections[0].RedChildren, "PE 1's subtree holds element 1")
+}
+
+// FuzzReadLatest: LATEST comes from disk; any bytes give a marker whose
+// counts are in range and consistent, or an error naming the file, never
+// a panic or an allocation its counts ask for.
+func FuzzReadLatest(f *testing.F) {
+	good, _ := msgpack.Marshal(&Latest{Epoch: 3, NumPEs: 2, Files: []FileRecord{{Size: 10, CRC: 1}, {Size: 12, CRC: 2}}})
+	huge, _ := msgpack.Marshal(&Latest{Epoch: 3, NumPEs: 1 << 30})
+	for _, p := range [][]byte{good, huge, {}, []byte("x")} {
+		f.Add(append(fileHeader(kindLatest, p), p...))
+	}
+	f.Add([]byte("CHGOCKPT"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "LATEST"), data, 0o644))
+		l, err := ReadLatest(dir)
+		if err != nil {
+			require.Contains(t, err.Error(), dir)
+			return
+		}
+		require.Positive(t, l.Epoch)
+		require.True(t, l.NumPEs >= 1 && l.NumPEs <= MaxCheckpointPEs)
+		require.Len(t, l.Files, int(l.NumPEs))
+	})
+}
+
+// Location records that send an element's messages round a cycle are
+// refused; stale ones that lead to the element are not.
+func TestCheckCheckpointRefusesLocationCycles(t *testing.T) {
+	snap := func(p int32, elems []ElemSnapshot, locs []LocSnapshot) *PESnapshot {
+		s := &PESnapshot{Version: SnapshotVersion, PE: p, NumPEs: 3, Branching: 4, Epoch: 1, Collections: []CollSnapshot{
+			{CreateMsg: CreateMsg{Coll: 1, Kind: CollArray, Name: "s", Sparse: true, Map: MapHash}, Elements: elems, Locs: locs}}}
+		if p == 0 {
+			s.Resume = &Callback{}
+		}
+		return s
+	}
+	ix := pe.Idx(7)
+	home := (&Collection{Kind: CollArray, Map: MapHash}).Home(ix, 3, nil)
+	other := (home + 1) % 3
+	third := (home + 2) % 3
+	at := func(p int, locs map[int]int32) []*PESnapshot {
+		out := make([]*PESnapshot, 3)
+		for q := range out {
+			var elems []ElemSnapshot
+			if q == p {
+				elems = []ElemSnapshot{{Index: []int32{7}}}
+			}
+			var l []LocSnapshot
+			if to, ok := locs[q]; ok {
+				l = []LocSnapshot{{Index: []int32{7}, PE: to}}
+			}
+			out[q] = snap(int32(q), elems, l)
+		}
+		return out
+	}
+	// the element on `third`; its home knows; a stale cache on `other`
+	// points to the home: fine
+	require.NoError(t, CheckCheckpoint(at(third, map[int]int32{home: int32(third), other: int32(home)}), nil))
+	// the home points to `other`, which points back to the home: a cycle
+	err := CheckCheckpoint(at(third, map[int]int32{home: int32(other), other: int32(home)}), nil)
+	require.ErrorContains(t, err, "the location records of element [7] lead from PE")
 }

@@ -434,7 +434,7 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 	case tCkptPacket:
 		m.onCkptPacket(env)
 	case tCkptDone:
-		m.onCkptDone(env.Payload.(*CkptDoneMsg))
+		m.onCkptDone(env)
 	case tRestore:
 		m.onRestore(env.Payload.(*RestoreMsg))
 	case tRestored:

@@ -150,9 +150,7 @@ func TestCheckpointsAreTakenAndComplete(t *testing.T) {
 	require.Equal(t, uint64(2), latest.Epoch)
 	seen := map[string]int{}
 	for pe := 0; pe < 2; pe++ {
-		b, err := os.ReadFile(manager.SnapshotFile(dir, latest.Epoch, pe))
-		require.NoError(t, err)
-		s, err := manager.DecodeSnapshot(b)
+		_, s, err := manager.ReadSnapshotFile(dir, latest, pe)
 		require.NoError(t, err)
 		for _, c := range s.Collections {
 			seen[c.Name] += len(c.Elements)

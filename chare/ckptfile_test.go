@@ -1,0 +1,233 @@
+package chare_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/manager"
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// qtCheckpoint runs the quiet program on pes PEs with a checkpoint after
+// step 2 written to a new directory, and returns it with the run's results.
+func qtCheckpoint(t *testing.T, pes int) (string, []int64) {
+	t.Helper()
+	dir := t.TempDir()
+	_, want := qtRun(t, chare.Config{PEs: pes, Args: []string{"2"}, CheckpointDir: dir})
+	return dir, want
+}
+
+// checkpointFiles lists a checkpoint directory's files: LATEST first.
+func checkpointFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	latest, err := manager.ReadLatest(dir)
+	require.NoError(t, err)
+	files := []string{filepath.Join(dir, "LATEST")}
+	for p := 0; p < int(latest.NumPEs); p++ {
+		files = append(files, manager.SnapshotFile(dir, latest.Epoch, p))
+	}
+	return files
+}
+
+// refused checks that a restart from dir is refused before it runs,
+// with exit 2 and one line naming file.
+func refused(t *testing.T, dir, file, why string) {
+	t.Helper()
+	qtResults = nil
+	res := chare.Run(qtMain, chare.Config{PEs: 2, Restart: dir})
+	require.Equal(t, 2, res.Code, "%s: %v", why, res.Err)
+	require.ErrorAs(t, res.Err, new(chare.InputError), why)
+	require.Contains(t, res.Err.Error(), file, why)
+	require.NotContains(t, res.Err.Error(), "\n", why)
+	require.Nil(t, qtResults, "%s: nothing ran", why)
+}
+
+// Every single-bit flip anywhere in a checkpoint directory's files — the
+// headers, the checksums, LATEST, the snapshots — is refused before the
+// run starts, naming the file: none leads to another result or a hang.
+func TestEveryBitFlipInACheckpointIsRefused(t *testing.T) {
+	dir, want := qtCheckpoint(t, 2)
+	_, got := qtRun(t, chare.Config{PEs: 2, Restart: dir})
+	require.Equal(t, want, got, "the intact checkpoint restarts")
+	flips := 0
+	for _, file := range checkpointFiles(t, dir) {
+		orig, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for off := range orig {
+			b := append([]byte(nil), orig...)
+			b[off] ^= 1 << (off % 8)
+			require.NoError(t, os.WriteFile(file, b, 0o644))
+			refused(t, dir, file, filepath.Base(file)+" bit flipped at offset "+strconv.Itoa(off))
+			flips++
+		}
+		require.NoError(t, os.WriteFile(file, orig, 0o644))
+	}
+	t.Logf("%d single-bit flips, every one refused", flips)
+	_, got = qtRun(t, chare.Config{PEs: 2, Restart: dir})
+	require.Equal(t, want, got)
+}
+
+// rewriteLatest writes LATEST anew, with valid checksums, from l.
+func rewriteLatest(t *testing.T, dir string, l any) {
+	t.Helper()
+	payload, err := msgpack.Marshal(l)
+	require.NoError(t, err)
+	writeCheckpointFile(t, filepath.Join(dir, "LATEST"), 2, payload)
+}
+
+// writeCheckpointFile writes payload as a checkpoint file of kind with a
+// valid header (what a crafted file, not a damaged one, looks like).
+func writeCheckpointFile(t *testing.T, path string, kind byte, payload []byte) {
+	t.Helper()
+	c := crc32.MakeTable(crc32.Castagnoli)
+	h := make([]byte, 28)
+	copy(h, "CHGOCKPT")
+	binary.LittleEndian.PutUint16(h[8:], manager.FileVersion)
+	h[10] = kind
+	binary.LittleEndian.PutUint64(h[12:], uint64(len(payload)))
+	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(payload, c))
+	binary.LittleEndian.PutUint32(h[24:], crc32.Checksum(h[:24], c))
+	require.NoError(t, os.WriteFile(path, append(h, payload...), 0o644))
+}
+
+// Truncated, swapped and foreign files, and LATEST files with absurd or
+// inconsistent counts (a PE count of 2^30 used to allocate tens of GB
+// before anything was checked), are refused by name; a directory that
+// does not exist, or is a file, says so; an epoch directory a killed run
+// left half-written is ignored.
+func TestDamagedCheckpointsAreRefusedByName(t *testing.T) {
+	dir, want := qtCheckpoint(t, 2)
+	files := checkpointFiles(t, dir)
+	latest, pe0, pe1 := files[0], files[1], files[2]
+	keep := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		keep[f] = b
+	}
+	restore := func() {
+		for f, b := range keep {
+			require.NoError(t, os.WriteFile(f, b, 0o644))
+		}
+	}
+	for _, n := range []int{0, 10, 27, 28, 40, len(keep[pe1]) - 1} {
+		require.NoError(t, os.WriteFile(pe1, keep[pe1][:n], 0o644))
+		refused(t, dir, pe1, "truncated to "+strconv.Itoa(n))
+	}
+	restore()
+	require.NoError(t, os.WriteFile(pe0, keep[pe1], 0o644))
+	require.NoError(t, os.WriteFile(pe1, keep[pe0], 0o644))
+	refused(t, dir, pe0, "swapped")
+	restore()
+	require.NoError(t, os.WriteFile(latest, keep[pe0], 0o644))
+	refused(t, dir, latest, "a snapshot where LATEST should be")
+	restore()
+
+	// PE 1's file of another run's checkpoint 1 (taken after step 3)
+	foreign := t.TempDir()
+	qtRun(t, chare.Config{PEs: 2, Args: []string{"3"}, CheckpointDir: foreign})
+	fb, err := os.ReadFile(manager.SnapshotFile(foreign, 1, 1))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(pe1, fb, 0o644))
+	refused(t, dir, pe1, "a file of another run")
+	restore()
+
+	good, err := manager.ReadLatest(dir)
+	require.NoError(t, err)
+	for _, bad := range []struct {
+		l          any
+		file, want string
+	}{
+		{manager.Latest{Epoch: good.Epoch, NumPEs: 1 << 30, Files: good.Files}, latest, "names a checkpoint of 1073741824 PEs"},
+		{manager.Latest{Epoch: good.Epoch, NumPEs: 3, Files: good.Files}, latest, "lists 2 files for 3 PEs"},
+		{manager.Latest{Epoch: 0, NumPEs: 2, Files: good.Files}, latest, "names checkpoint 0"},
+		{manager.Latest{Epoch: good.Epoch + 1, NumPEs: 2, Files: good.Files}, manager.SnapshotFile(dir, good.Epoch+1, 0), "is missing: LATEST names checkpoint 2 of 2 PEs"},
+		{map[string]any{"Epoch": good.Epoch, "NumPEs": 2, "Files": good.Files, "Extra": 1}, latest, "not a checkpoint marker"},
+		{"not a marker", latest, "not a checkpoint marker"},
+	} {
+		rewriteLatest(t, dir, bad.l)
+		refused(t, dir, bad.file, bad.want)
+		res := chare.Run(qtMain, chare.Config{PEs: 2, Restart: dir})
+		require.ErrorContains(t, res.Err, bad.want)
+	}
+	restore()
+
+	// a run killed while it wrote its next checkpoint leaves a partial
+	// epoch directory that LATEST does not name
+	partial := filepath.Dir(manager.SnapshotFile(dir, good.Epoch+1, 0))
+	require.NoError(t, os.MkdirAll(partial, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(partial, "pe-0.ckpt.tmp"), keep[pe0][:100], 0o644))
+	_, got := qtRun(t, chare.Config{PEs: 2, Restart: dir})
+	require.Equal(t, want, got)
+
+	empty := t.TempDir()
+	for _, c := range []struct{ dir, want string }{
+		{filepath.Join(dir, "nowhere"), filepath.Join(dir, "nowhere") + " does not exist"},
+		{latest, latest + " is not a directory"},
+		{empty, empty + " holds no complete checkpoint (no LATEST file)"},
+	} {
+		res := chare.Run(qtMain, chare.Config{PEs: 2, Restart: c.dir})
+		require.Equal(t, 2, res.Code)
+		require.EqualError(t, errors.Unwrap(res.Err), "flag --restart: "+c.want)
+	}
+}
+
+// FuzzRestartFromCheckpoint: a checkpoint whose checksums are right but
+// whose contents are anything — LATEST's and both snapshots' — is restored
+// by the real restart path (LATEST, the files, the snapshots' decoding and
+// checks, redistribution, every PE's restore and the run after it): it
+// runs, or ends with an error, within the watchdog's limit; it never
+// crashes the process, hangs, or panics inside a PE.
+func FuzzRestartFromCheckpoint(f *testing.F) {
+	dir := f.TempDir()
+	qtResults = nil
+	if res := chare.Run(qtMain, chare.Config{PEs: 2, Args: []string{"2"}, CheckpointDir: dir}); res.Err != nil {
+		f.Fatal(res.Err)
+	}
+	payload := func(file string) []byte {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b[28:]
+	}
+	l, err := manager.ReadLatest(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	lp := payload(filepath.Join(dir, "LATEST"))
+	s0, s1 := payload(manager.SnapshotFile(dir, l.Epoch, 0)), payload(manager.SnapshotFile(dir, l.Epoch, 1))
+	f.Add(lp, s0, s1, uint8(2))
+	f.Add(lp, s0, s1, uint8(3))
+	f.Add(lp, s1, s0, uint8(1))
+	f.Fuzz(func(t *testing.T, latest, snap0, snap1 []byte, pes uint8) {
+		dir := t.TempDir()
+		var l manager.Latest
+		if msgpack.Unmarshal(latest, &l) == nil && l.NumPEs >= 1 && l.NumPEs <= 4 && l.Epoch < 1<<20 {
+			// the records LATEST needs to reach the snapshots
+			l.Files = make([]manager.FileRecord, l.NumPEs)
+			snaps := [][]byte{snap0, snap1}
+			require.NoError(t, os.MkdirAll(filepath.Dir(manager.SnapshotFile(dir, l.Epoch, 0)), 0o755))
+			for p := range l.Files {
+				s := snaps[p%2]
+				l.Files[p] = manager.FileRecord{Size: uint64(len(s)), CRC: manager.Checksum(s)}
+				writeCheckpointFile(t, manager.SnapshotFile(dir, l.Epoch, p), 1, s)
+			}
+			latest, _ = msgpack.Marshal(&l)
+		}
+		writeCheckpointFile(t, filepath.Join(dir, "LATEST"), 2, latest)
+		qtResults = nil
+		res := chare.Run(qtMain, chare.Config{PEs: 1 + int(pes%4), Restart: dir, Watchdog: 300 * time.Millisecond})
+		if res.Err != nil {
+			require.NotContains(t, res.Err.Error(), "panic", "a crafted checkpoint is refused with an error, never a panic")
+		}
+	})
+}

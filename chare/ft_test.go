@@ -117,3 +117,35 @@ func TestCheckpointPeriodFlag(t *testing.T) {
 		require.Equal(t, c.every, cfg.CkptEvery)
 	}
 }
+
+// RuntimeFlag knows every flag ParseFlags takes, and which take values:
+// a flag it knows parses with a value (or alone), one it does not is
+// refused by ParseFlags.
+func TestRuntimeFlagTableMatchesTheParser(t *testing.T) {
+	values := map[string]string{"+p": "2", "--pes": "2", "-pes": "2", "--branching": "3", "+balancer": "rotate", "--lb": "none",
+		"--balancer": "RotateLB", "--spin": "5", "--ckpt-period": "4", "+ckptPeriod": "4", "--ckpt-dir": t.TempDir(),
+		"--ft": "camel", "+ft": "none", "--kill": "1@3", "--kill-file": writeTemp(t, "1 @3\n"), "+killFile": writeTemp(t, "0 2\n"),
+		"--watchdog": "3s", "--restart": "dir", "+restart": "dir"}
+	for _, name := range []string{"+p", "--pes", "-pes", "--wire-check", "--branching", "+balancer", "--lb", "--balancer", "--spin",
+		"--ckpt-period", "+ckptPeriod", "--ckpt-dir", "--ft", "+ft", "--kill", "--kill-file", "+killFile", "--watchdog", "--restart", "+restart"} {
+		known, takes := chare.RuntimeFlag(name)
+		require.True(t, known, name)
+		args := []string{name}
+		if takes {
+			args = append(args, values[name])
+		}
+		_, err := chare.ParseFlags(append(args, "prog-arg"))
+		require.NoError(t, err, name)
+		require.Equal(t, takes, values[name] != "", name)
+	}
+	known, takes := chare.RuntimeFlag("+p4")
+	require.True(t, known && !takes)
+	known, _ = chare.RuntimeFlag("--frobnicate")
+	require.False(t, known)
+}
+
+func writeTemp(t *testing.T, text string) string {
+	f := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(f, []byte(text), 0o644))
+	return f
+}

@@ -90,6 +90,27 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --help                 this text
 `
 
+// runtimeFlags are the runtime's flags by every spelling ParseFlags takes,
+// each with whether it takes a value (+pN's value may also be attached).
+var runtimeFlags = map[string]bool{
+	"+p": true, "--pes": true, "-pes": true, "--wire-check": false, "--branching": true,
+	"+balancer": true, "--lb": true, "--balancer": true, "--spin": true,
+	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true,
+	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true,
+	"--restart": true, "+restart": true,
+}
+
+// RuntimeFlag reports whether name (with its dashes or plus, without
+// "=value") is one of the runtime's flags, and whether it takes a value:
+// launchers pass such flags on to the program.
+func RuntimeFlag(name string) (known, takesValue bool) {
+	if strings.HasPrefix(name, "+p") && len(name) > 2 {
+		return true, false // +p4: its value attached
+	}
+	v, ok := runtimeFlags[name]
+	return ok, v
+}
+
 // Flag is a program's own command-line flag, parsed next to the runtime's.
 type Flag struct {
 	Name  string // with its dashes: "--progress"

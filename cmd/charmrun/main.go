@@ -1,11 +1,13 @@
 // Command charmrun launches a charmgo program with Charm++'s spellings:
 //
 //	charmrun +p4 ./leanmd 4 4 4 100
+//	charmrun +p2 ./apps/leanmd 2 2 2 10   # a package directory: built first
 //
-// Runtime flags given before the program (+pN, +p N, +balancer NAME,
-// --pes N, …) are handed to it, as Charm++'s multicore charmrun does; the
-// program parses them like its own command line. For now every PE runs in
-// one process (++local, the default); launching several processes (++n,
+// Every runtime flag given before the program (+pN, +p N, +balancer NAME,
+// --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR, --watchdog D, …)
+// is handed to it, as Charm++'s multicore charmrun does; the program
+// parses them like its own command line. For now every PE runs in one
+// process (++local, the default); launching several processes (++n,
 // ++ppn, ++nodelist) comes with the multi-process transport.
 package main
 
@@ -19,15 +21,21 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/charmgo/charmgo/chare"
 )
 
 const usage = `usage: charmrun [options] program [program arguments]
 
+program: an executable (a path, or a name on $PATH), or the directory of a
+Go main package (./apps/leanmd), which charmrun builds first with go build.
+
 options:
   +pN, +p N              number of PEs, passed to the program
   +balancer NAME         load balancer, passed to the program
-  --pes N, --wire-check, --lb NAME, --branching K, --spin N
-                         any runtime flag, passed to the program
+  --pes N, --wire-check, --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR,
+  --watchdog D, ...      any runtime flag (see the program's --help), passed
+                         to the program
   ++local                run every PE in this machine's one process (the default)
   ++n N, ++ppn N, ++nodelist FILE
                          several processes: not available yet (one process only)
@@ -47,11 +55,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "charmrun: %v\n", err)
 		return 2
 	}
-	path, err := resolve(prog)
+	path, cleanup, err := resolve(prog, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "charmrun: %v\n", err)
 		return 2
 	}
+	defer cleanup()
 	if verbose {
 		fmt.Fprintf(stderr, "charmrun: %s %s\n", path, strings.Join(progArgs, " "))
 	}
@@ -92,10 +101,10 @@ var errHelp = errors.New("help")
 // program and its arguments.
 func parse(args []string) (prog string, progArgs []string, verbose bool, err error) {
 	var pass []string
-	withValue := map[string]bool{"+p": true, "+balancer": true, "--pes": true, "--lb": true, "--balancer": true, "--branching": true, "--spin": true}
 	i := 0
 	for ; i < len(args); i++ {
 		a := args[i]
+		name, _, hasValue := strings.Cut(a, "=")
 		switch {
 		case a == "-h" || a == "--help" || a == "++help":
 			return "", nil, false, errHelp
@@ -113,21 +122,19 @@ func parse(args []string) (prog string, progArgs []string, verbose bool, err err
 			return "", nil, false, fmt.Errorf("%s %s: several processes are not available yet; run every PE in one process with +pN", a, args[i])
 		case strings.HasPrefix(a, "++"):
 			return "", nil, false, fmt.Errorf("unknown charmrun option %s (see --help)", a)
-		case strings.HasPrefix(a, "+p") && len(a) > 2:
+		case strings.HasPrefix(a, "+") || strings.HasPrefix(a, "-"):
+			known, takesValue := chare.RuntimeFlag(name)
+			if !known {
+				return "", nil, false, fmt.Errorf("unknown option %s before the program (see --help)", a)
+			}
 			pass = append(pass, a)
-		case withValue[a] || withValue[strings.SplitN(a, "=", 2)[0]] && strings.Contains(a, "="):
-			pass = append(pass, a)
-			if !strings.Contains(a, "=") {
+			if takesValue && !hasValue {
 				if i+1 >= len(args) {
 					return "", nil, false, fmt.Errorf("flag %s needs a value", a)
 				}
 				i++
 				pass = append(pass, args[i])
 			}
-		case a == "--wire-check":
-			pass = append(pass, a)
-		case strings.HasPrefix(a, "+") || strings.HasPrefix(a, "-"):
-			return "", nil, false, fmt.Errorf("unknown option %s before the program (see --help)", a)
 		default:
 			return a, append(pass, args[i+1:]...), verbose, nil
 		}
@@ -135,21 +142,52 @@ func parse(args []string) (prog string, progArgs []string, verbose bool, err err
 	return "", nil, false, fmt.Errorf("no program to run (see --help)")
 }
 
-// resolve finds the program: a path as given, else on $PATH.
-func resolve(prog string) (string, error) {
+// resolve finds the program: a path as given, else on $PATH; a directory
+// of Go files is built first (into a temporary directory cleanup removes).
+func resolve(prog string, stderr io.Writer) (path string, cleanup func(), err error) {
+	cleanup = func() {}
 	if strings.ContainsRune(prog, filepath.Separator) {
 		st, err := os.Stat(prog)
 		if err != nil {
-			return "", fmt.Errorf("program %s: %w", prog, err)
+			return "", cleanup, fmt.Errorf("program %s: %w", prog, err)
 		}
-		if st.IsDir() || st.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("program %s is not an executable file", prog)
+		if st.IsDir() {
+			return build(prog, stderr)
 		}
-		return prog, nil
+		if st.Mode()&0o111 == 0 {
+			return "", cleanup, fmt.Errorf("program %s is not an executable file", prog)
+		}
+		return prog, cleanup, nil
 	}
 	p, err := exec.LookPath(prog)
 	if err != nil {
-		return "", fmt.Errorf("program %s: not found (give a path, e.g. ./%s)", prog, prog)
+		return "", cleanup, fmt.Errorf("program %s: not found (give a path, e.g. ./%s)", prog, prog)
 	}
-	return p, nil
+	return p, cleanup, nil
+}
+
+// build compiles the Go main package in dir with go build.
+func build(dir string, stderr io.Writer) (string, func(), error) {
+	if gos, _ := filepath.Glob(filepath.Join(dir, "*.go")); len(gos) == 0 {
+		return "", func() {}, fmt.Errorf("program %s is a directory without Go files (give an executable or a main package)", dir)
+	}
+	tmp, err := os.MkdirTemp("", "charmrun-")
+	if err != nil {
+		return "", func() {}, err
+	}
+	cleanup := func() { os.RemoveAll(tmp) }
+	bin := filepath.Join(tmp, filepath.Base(filepath.Clean(dir)))
+	pkg := dir
+	if !strings.HasPrefix(pkg, ".") && !filepath.IsAbs(pkg) {
+		pkg = "./" + pkg
+	}
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		cleanup()
+		io.WriteString(stderr, out.String())
+		return "", func() {}, fmt.Errorf("building %s: %v", dir, err)
+	}
+	return bin, cleanup, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"+pmany", bin}, `leanmd: flag +p: "many" is not a whole number`},
 		{[]string{bin, "--progress", "0"}, "leanmd: flag --progress:"},
 		{[]string{"++n", "2", bin}, "charmrun: ++n 2: several processes are not available yet"},
+		{[]string{"--restart", "/no/such/dir", bin}, "leanmd: flag --restart: /no/such/dir does not exist"},
+		{[]string{"--ft", "camel", "--kill", "1@0", bin, "2", "2", "2", "3"}, "leanmd: flag --kill: PE 1 at step 0 can never happen: the program runs steps 1 to 3"},
+		{[]string{"--frobnicate", bin}, "charmrun: unknown option --frobnicate before the program"},
 		{[]string{"++bogus", bin}, "charmrun: unknown charmrun option ++bogus"},
 		{[]string{"./no-such-program"}, "charmrun: program ./no-such-program:"},
 		{nil, "charmrun: no program to run"},
@@ -73,4 +77,25 @@ func TestHelp(t *testing.T) {
 	for _, want := range []string{"usage: leanmd", "--original-physics", "--progress N", "+p N, --pes N", "--wire-check"} {
 		require.Contains(t, out.String(), want)
 	}
+}
+
+// Every runtime flag can go before the program (charmrun passes it on),
+// and a package directory is built and run: the README's example works
+// in a fresh clone.
+func TestRuntimeFlagsBeforeTheProgramAndAPackage(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"+p", "2", "--ft", "camel", "--kill", "1@2", "--ckpt-dir", dir, "--watchdog=30s", "--wire-check",
+		"../../apps/leanmd", "2", "2", "2", "3", "20", "20", "2"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "atoms 1322, cells 8, computes 304, steps 3, PEs 2")
+	require.Contains(t, out.String(), "fault tolerance: camel, 1 failures, 1 PEs rolled back")
+	require.Contains(t, errb.String(), "PE 1 failed (injected: PE 1 at step 2); it recovers alone (camel)")
+	_, err := os.Stat(filepath.Join(dir, "LATEST"))
+	require.NoError(t, err, "--ckpt-dir reached the program")
+
+	out.Reset()
+	errb.Reset()
+	require.Equal(t, 2, run([]string{"+p2", t.TempDir()}, &out, &errb))
+	require.Contains(t, errb.String(), "is a directory without Go files")
 }

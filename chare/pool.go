@@ -3,14 +3,14 @@ package chare
 import (
 	"math/bits"
 	"sync"
-	"sync/atomic"
 )
 
 // Float64s returns a zeroed []float64 of length n. A slice contributed to a
-// SumFloat64s reduction is handed over, and once the reduction has folded
-// it the runtime puts it back here, so a program that builds its
-// contributions with Float64s (LeanMD's force arrays) allocates almost
-// nothing per step. Never contribute or send the same slice twice.
+// SumFloat64s reduction is handed over, and once the reduction has added
+// it (at once, on the contributor's PE) the runtime puts it back here, so
+// a program that builds its contributions with Float64s (LeanMD's force
+// arrays) allocates almost nothing per step, and reuses memory still in
+// cache. Never contribute or send the same slice twice.
 func Float64s(n int) []float64 {
 	c := sizeClass(n)
 	if c < 0 {
@@ -30,12 +30,6 @@ const (
 )
 
 var float64Pools [maxClass + 1]sync.Pool
-
-// loggingRuns counts the runs of this process under message logging: their
-// logs keep contributions by reference, to send them again in a recovery,
-// so while any such run is on, only contributions that never left their
-// PE (manager.Item.Reusable) are reused.
-var loggingRuns atomic.Int32
 
 func sizeClass(n int) int {
 	if n <= 0 {

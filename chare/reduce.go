@@ -11,11 +11,15 @@ import (
 
 // Reducer combines contributions of type T into a result of type R.
 //
-// Floating-point sums and products, concatenation, sets and user reducers
-// not declared exact are combined once, at the root, in contributor-index
-// order: their results are bitwise identical across runs, PE counts and
-// migrations. Exact reducers (integer arithmetic, min, max, logical, barrier)
-// are combined as early as possible in the tree.
+// Every reducer's result is bitwise identical across runs, PE counts,
+// migrations and recoveries. Floating-point sums (SumFloat64,
+// SumFloat64s) are accumulated exactly to at least 64 bits below the
+// largest term and rounded once, so they do not depend on the order or
+// grouping of the terms; like the exact reducers (integer arithmetic,
+// min, max, logical, barrier) they are combined as early as possible in
+// the tree. Floating-point products, concatenation, sets and user
+// reducers not declared exact are combined once, at the root, in
+// contributor-index order.
 type Reducer[T, R any] struct{ id uint32 }
 
 type number interface {
@@ -32,47 +36,71 @@ func exact[T any](name string, combine func(a, b T) T, clone func(T) T) uint32 {
 }
 
 func canonical[T, R any](name string, fold func(items []manager.Item) (R, error)) uint32 {
-	r := &manager.Reducer{
+	return manager.RegisterReducer(&manager.Reducer{
 		Name:        name,
 		Fold:        func(items []manager.Item) (any, error) { return fold(items) },
 		Codec:       manager.MsgpackCodec[T](),
 		ResultCodec: manager.MsgpackCodec[R](),
-	}
-	if name == sumFloat64sName {
-		// contributions to it are handed over (Float64s)
-		r.Recycle = func(v any) { recycleFloat64s(v.([]float64)) }
-		r.Detach = detachFloat64s
-	}
-	return manager.RegisterReducer(r)
+	})
 }
 
-const sumFloat64sName = "sum.[]float64"
-
-// detachFloat64s copies this PE's own contributions, about to be logged
-// until the checkpoint, into one block and reuses them: the contributor's
-// next ones are then made in memory still in cache, and the copy is a
-// single write.
-func detachFloat64s(items []manager.Item) {
-	n := 0
-	for _, it := range items {
-		if it.Reusable() {
-			n += len(it.Value.([]float64))
+// floatSum registers the sum of float64 vectors (vec) or scalars, which
+// accumulates in a binSum: exact to the bits that matter and independent
+// of order and grouping, so contributions are folded as they come, on
+// every PE, and one partial goes up each tree edge.
+func floatSum[T float64 | []float64](name string) uint32 {
+	terms := func(v any) ([]float64, error) {
+		switch x := v.(type) {
+		case []float64:
+			return x, nil
+		case float64:
+			return []float64{x}, nil
 		}
+		return nil, fmt.Errorf("a %T where a float64 sum takes %s", v, reflect.TypeFor[T]())
 	}
-	if n == 0 {
-		return
-	}
-	block := make([]float64, n)
-	for i, it := range items {
-		if !it.Reusable() {
-			continue
+	combine := func(acc, v any) (any, error) {
+		s := acc.(*binSum)
+		if o, ok := v.(*binSum); ok {
+			return s, s.merge(o)
 		}
-		v := it.Value.([]float64)
-		c := copy(block, v)
-		items[i].Value = block[:c:c]
-		block = block[c:]
-		recycleFloat64s(v)
+		x, err := terms(v)
+		if err != nil {
+			return nil, err
+		}
+		return s, s.add(x)
 	}
+	return manager.RegisterReducer(&manager.Reducer{
+		Name: name, Exact: true,
+		Start: func(v any) (any, error) {
+			x, err := terms(v)
+			if err != nil {
+				return nil, err
+			}
+			s := newBinSum(len(x))
+			return s, s.add(x)
+		},
+		Combine: combine,
+		Clone:   func(v any) any { return v.(*binSum).clone() },
+		Finish: func(acc any) (any, error) {
+			r := acc.(*binSum).result()
+			var zero T
+			if _, scalar := any(zero).(float64); scalar {
+				return r[0], nil
+			}
+			return r, nil
+		},
+		Consume: func(v any) {
+			if x, ok := v.([]float64); ok {
+				recycleFloat64s(x) // only a slice Float64s made is taken
+			}
+		},
+		Codec:       manager.MsgpackCodec[T](),
+		ResultCodec: manager.MsgpackCodec[T](),
+		AccCodec: manager.Codec{
+			Encode: func(v any) ([]byte, error) { return v.(*binSum).marshal(), nil },
+			Decode: func(b []byte) (any, error) { return unmarshalBinSum(b) },
+		},
+	})
 }
 
 func same[T any](v T) T { return v }
@@ -121,33 +149,6 @@ func foldSlice[T number](op func(x, y T) T) func(items []manager.Item) ([]T, err
 	}
 }
 
-// foldSum is foldSlice(add) without a call per element: the sum of force
-// and energy vectors is the hottest fold there is.
-func foldSum[T number](items []manager.Item) ([]T, error) {
-	acc := slices.Clone(items[0].Value.([]T))
-	for _, it := range items[1:] {
-		x := it.Value.([]T)
-		if len(x) != len(acc) {
-			return nil, fmt.Errorf("contribution of %v: contributions of %d and %d elements (first contributor %v)", it.Key, len(acc), len(x), items[0].Key)
-		}
-		for i := range acc {
-			acc[i] += x[i]
-		}
-	}
-	// The contributions were handed over and are folded: reuse them —
-	// unless a message log may still send them again (under message
-	// logging, those that came in a message).
-	if _, ok := any(acc).([]float64); ok {
-		all := loggingRuns.Load() == 0
-		for _, it := range items {
-			if all || it.Reusable() {
-				recycleFloat64s(any(it.Value).([]float64))
-			}
-		}
-	}
-	return acc, nil
-}
-
 func add[T number](x, y T) T { return x + y }
 func mul[T number](x, y T) T { return x * y }
 func lo[T number](x, y T) T {
@@ -174,8 +175,8 @@ var (
 	MaxInt64      = Reducer[int64, int64]{exact("max.int64", hi[int64], same[int64])}
 	MaxInt64s     = Reducer[[]int64, []int64]{exactSlice("max.[]int64", hi[int64])}
 
-	SumFloat64      = Reducer[float64, float64]{canonical[float64]("sum.float64", foldScalar(add[float64]))}
-	SumFloat64s     = Reducer[[]float64, []float64]{canonical[[]float64](sumFloat64sName, foldSum[float64])}
+	SumFloat64      = Reducer[float64, float64]{floatSum[float64]("sum.float64")}
+	SumFloat64s     = Reducer[[]float64, []float64]{floatSum[[]float64]("sum.[]float64")}
 	ProductFloat64  = Reducer[float64, float64]{canonical[float64]("product.float64", foldScalar(mul[float64]))}
 	ProductFloat64s = Reducer[[]float64, []float64]{canonical[[]float64]("product.[]float64", foldSlice(mul[float64]))}
 	MinFloat64      = Reducer[float64, float64]{exact("min.float64", math.Min, same[float64])}

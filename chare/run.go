@@ -400,8 +400,6 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period: negative period")}}
 	}
 	if proto != "none" {
-		loggingRuns.Add(1)
-		defer loggingRuns.Add(-1)
 		opt.FT = func(me, n int, t ftlayer.Trees, net func(int, *ftlayer.Packet)) ftlayer.Hook {
 			h, _ := ftlayer.NewCausalHook(proto, me, n, t, net) // the name was checked above
 			return h

@@ -127,10 +127,24 @@ type Section struct {
 	Coll    uint32
 	Tree    *Tree
 	Members []pe.Index // members homed on this PE (a member listed k times appears k times)
-	homes   map[pe.Index]int32
-	mult    map[pe.Index]uint32
 	red     *Reduction
-	setup   *SectionMsg // how it was set up (a restart sets it up again)
+	setup   *SectionMsg // how it was set up (a restart sets it up again); its Members are sorted
+}
+
+// member finds ix among the section's members (binary search: a map per
+// section was a fifth of LeanMD's live heap): its home, and how many
+// times it is listed (0: it is no member).
+func (s *Section) member(ix pe.Index) (home int32, mult uint32) {
+	ms := s.setup.Members
+	i, found := slices.BinarySearchFunc(ms, ix, pe.Index.Compare)
+	if !found {
+		return -1, 0
+	}
+	j := i + 1
+	for j < len(ms) && ms[j] == ix {
+		j++
+	}
+	return s.setup.Homes[i], uint32(j - i)
 }
 
 func (s *Section) coll(m *Manager) *Collection { return m.coll(s.Coll) }
@@ -274,10 +288,7 @@ func (m *Manager) onSection(sm *SectionMsg) {
 	}
 	t := NewTree(sm.Tree, sm.K)
 	me := m.Me()
-	s := &Section{ID: sm.Sec, Coll: sm.Coll, Tree: t, homes: make(map[pe.Index]int32, len(sm.Members)), mult: map[pe.Index]uint32{}, setup: sm}
-	for _, ix := range sm.Members {
-		s.mult[ix]++
-	}
+	s := &Section{ID: sm.Sec, Coll: sm.Coll, Tree: t, setup: sm}
 	kids := t.Children(me, nil)
 	s.red = NewReduction(t.Parent(me), kids)
 	below := make(map[int]int, len(kids)) // PE -> child whose subtree holds it
@@ -289,7 +300,6 @@ func (m *Manager) onSection(sm *SectionMsg) {
 	childN := map[int]int64{}
 	for i, ix := range sm.Members {
 		h := int(sm.Homes[i])
-		s.homes[ix] = sm.Homes[i]
 		if h == me {
 			s.Members = append(s.Members, ix)
 		} else if k, ok := below[h]; ok {
@@ -366,8 +376,9 @@ func (m *Manager) onSecHop(env *pe.Envelope) {
 // (each as often as it is listed); one that left is sent on.
 func (m *Manager) deliverSecHere(s *Section, c *Collection, env *pe.Envelope) {
 	for _, ix := range s.Members {
+		_, mult := s.member(ix)
 		one := *env
-		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(s.mult[ix])<<32
+		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(mult)<<32
 		if e := c.get(ix); e != nil {
 			m.deliverSecElem(e, &one)
 			m.PE.Progress()
@@ -444,7 +455,7 @@ func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index
 		m.pendingSec[sec] = append(m.pendingSec[sec], *env)
 		return
 	}
-	if h, ok := s.homes[key]; !ok {
+	if h, mult := s.member(key); mult == 0 {
 		m.failf("section %d of %s: contribution from %v, which is not a member", sec, m.collName(coll), key)
 		return
 	} else if int(h) != m.Me() {

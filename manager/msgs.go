@@ -339,6 +339,14 @@ func reducerCodec(id uint32) (*Reducer, error) {
 	return r, nil
 }
 
+// accCodec is the codec of r's accumulators in partials.
+func accCodec(r *Reducer) Codec {
+	if r.AccCodec.Encode != nil && r.AccCodec.Decode != nil {
+		return r.AccCodec
+	}
+	return r.Codec
+}
+
 // resultCodec is the codec of reducer id's results.
 func resultCodec(id uint32) (Codec, error) {
 	r, err := reducerCodec(id)
@@ -400,7 +408,7 @@ func encodePartial(v any) ([]byte, error) {
 			return nil, err
 		}
 		if r.Exact {
-			if m.Acc, err = r.Codec.Encode(p.Acc); err != nil {
+			if m.Acc, err = accCodec(r).Encode(p.Acc); err != nil {
 				return nil, err
 			}
 		} else {
@@ -447,7 +455,7 @@ func decodePartial(b []byte) (any, error) {
 			return nil, err
 		}
 		if r.Exact {
-			if p.Acc, err = r.Codec.Decode(m.Acc); err != nil {
+			if p.Acc, err = accCodec(r).Decode(m.Acc); err != nil {
 				return nil, fmt.Errorf("reducer %s accumulator: %w", r.Name, err)
 			}
 		} else {

@@ -44,6 +44,19 @@ type Reducer struct {
 	// contribution's (a kept result crosses processes: see
 	// Partial.Complete).
 	ResultCodec Codec
+	// Start, if set, makes an exact reducer's accumulator from its first
+	// contribution, of a type of its own: Combine then folds a
+	// contribution or another accumulator into it, Clone copies an
+	// accumulator, Finish turns the root's into the result, and AccCodec
+	// encodes accumulators in partials.
+	Start    func(v any) (any, error)
+	Finish   func(acc any) (any, error)
+	AccCodec Codec
+	// Consume, if set, takes back a contribution handed over on this PE
+	// (Item.Reusable) once Start or Combine has read it: an exact
+	// reducer keeps nothing of it, so its memory may serve the
+	// contributor's next one at once.
+	Consume func(v any)
 }
 
 // Codec encodes values of one Go type for the wire.
@@ -434,7 +447,14 @@ func (s *Reduction) add(rd *round, it Item, reducer uint32, cb Callback, red *Re
 	if !rd.have {
 		rd.have = true
 		rd.p.Reducer, rd.p.CB, rd.p.Witness, rd.p.Count = reducer, cb, key, 1
-		if red.Exact {
+		if red.Exact && red.Start != nil {
+			acc, err := red.Start(v)
+			if err != nil {
+				return fmt.Errorf("reduction %d: contribution of %v: %w", rd.p.Red, key, err)
+			}
+			rd.p.Acc, rd.p.owned = acc, true
+			consume(red, it)
+		} else if red.Exact {
 			rd.p.Acc, rd.p.owned = v, false
 		} else {
 			// Sized for every contributor of the subtree so neither local
@@ -450,7 +470,9 @@ func (s *Reduction) add(rd *round, it Item, reducer uint32, cb Callback, red *Re
 	}
 	rd.p.Count++
 	if red.Exact {
-		return combineExact(rd, red, v, key)
+		err := combineExact(rd, red, v, key)
+		consume(red, it)
+		return err
 	}
 	items := rd.p.Items
 	if n := len(items); n == 0 || items[n-1].Key.Compare(key) < 0 {
@@ -461,6 +483,14 @@ func (s *Reduction) add(rd *round, it Item, reducer uint32, cb Callback, red *Re
 	i := sort.Search(len(items), func(i int) bool { return items[i].Key.Compare(key) > 0 })
 	rd.p.Items = slices.Insert(items, i, it)
 	return nil
+}
+
+// consume gives an exact reducer's contribution back once it was read,
+// if it was handed over on this PE.
+func consume(red *Reducer, it Item) {
+	if it.own && red.Consume != nil {
+		red.Consume(it.Value)
+	}
 }
 
 // handOver readies p's items to leave this PE in a message a log keeps:
@@ -628,6 +658,10 @@ func (s *Reduction) advance(out []RedAction) []RedAction {
 		p := rd.p
 		p.Red = r
 		if !s.IsRoot() {
+			// Whoever gets it must not write into its accumulator: the
+			// parent in this process receives this very value, and a
+			// message log keeps it by reference to send again.
+			p.owned = false
 			out = append(out, RedAction{Op: RedSendParent, To: s.Parent, Partial: &p})
 			continue
 		}
@@ -636,6 +670,12 @@ func (s *Reduction) advance(out []RedAction) []RedAction {
 		switch {
 		case rd.complete:
 			res = rd.result
+		case red.Exact && red.Finish != nil:
+			var err error
+			if res, err = red.Finish(p.Acc); err != nil {
+				out = append(out, RedAction{Op: RedFail, Err: fmt.Errorf("reduction %d: %w", r, err)})
+				continue
+			}
 		case red.Exact:
 			res = p.Acc
 		default:

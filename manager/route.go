@@ -314,6 +314,7 @@ func (m *Manager) onMigrate(env *pe.Envelope) {
 	}
 	m.catchUpBroadcasts(e)
 	if e.AtSync {
+		c.sync.atSync++
 		m.syncArrived(c, e)
 	}
 	m.afterInvoke(e)

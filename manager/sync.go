@@ -32,6 +32,10 @@ func RotateStrategy(_ string, n int, where []ElemPlace) []Move {
 }
 
 type syncState struct {
+	// atSync counts the local elements that reached AtSync this epoch
+	// (or arrived with it): never fewer than there are, so syncCheck
+	// looks at them all only once the count says all may be there.
+	atSync   int
 	reported map[pe.Index]bool // local elements already reported this epoch
 	// root
 	places  []ElemPlace
@@ -52,10 +56,14 @@ func (m *Manager) AtSync(e *Element) {
 		return
 	}
 	e.AtSync = true
+	e.Coll.sync.atSync++
 	m.syncCheck(e.Coll)
 }
 
 func (m *Manager) syncCheck(c *Collection) {
+	if c.sync.atSync < len(c.local) {
+		return // some local element has not reached AtSync: no need to look
+	}
 	var idx []pe.Index
 	for _, e := range c.Locals() {
 		if !e.AtSync {

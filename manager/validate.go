@@ -195,6 +195,9 @@ func checkSection(sec *SectionMsg, c *CollSnapshot, me, n int32) error {
 		if err := checkIndex(&c.CreateMsg, coords(ix), -1); err != nil {
 			return fmt.Errorf("member %d: %w", i, err)
 		}
+		if i > 0 && sec.Members[i-1].Compare(ix) > 0 {
+			return fmt.Errorf("member %d: %v listed after %v (members are sorted)", i, ix, sec.Members[i-1])
+		}
 		if h := sec.Homes[i]; h < 0 || h >= n || !seen[int(h)] {
 			return fmt.Errorf("member %v homed on PE %d, outside its tree %v", ix, h, sec.Tree)
 		}

@@ -44,6 +44,10 @@ type Params struct {
 	Progress int
 	// Tolerance is the energy check's bound on |E_final − E_initial| / |E_initial|.
 	Tolerance float64
+	// MaxMemory, if set, is the memory a run may use (bytes): one whose
+	// estimate (EstimateMemory) is larger is refused before it starts.
+	// Unset, the machine's available memory is the limit.
+	MaxMemory uint64
 }
 
 // ComputeArgs build a compute.
@@ -105,6 +109,12 @@ func Flags(p *Params) []chare.Flag {
 				}
 				p.Progress = n
 				return nil
+			}},
+		{Name: "--max-memory", Arg: "SIZE", Usage: "refuse a run whose estimated memory exceeds SIZE (4G, 512M; default: the machine's available memory)",
+			Set: func(v string) error {
+				n, err := ParseSize(v)
+				p.MaxMemory = n
+				return err
 			}},
 		{Name: "--tolerance", Arg: "X", Usage: fmt.Sprintf("relative energy drift the check allows (default %g)", DefaultTolerance),
 			Set: func(v string) error {
@@ -772,6 +782,11 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 		cfg.PEs = runtime.GOMAXPROCS(0)
 	}
 	r := &Report{Params: p, PEs: cfg.PEs}
+	if cfg.Restart == "" { // a restart's box is the checkpoint's, not p's
+		if err := fits(p, cfg.PEs, p.MaxMemory); err != nil {
+			return *r, chare.InputError{Err: err}
+		}
+	}
 	active, out, runStart = r, w, time.Now()
 	defer func() { active, out = nil, os.Stdout }()
 	res := chare.Run(MainT, cfg)

@@ -515,3 +515,37 @@ func TestInjectedFailuresHappenOrAreRefused(t *testing.T) {
 		require.Equal(t, 3, r.Ops.FT.Failures, ft)
 	}
 }
+
+// A run whose estimated memory does not fit is refused before it starts,
+// naming the estimate and the limit; the estimate counts the atoms a run
+// makes, and grows with the box and the PE count.
+func TestMemoryEstimateRefusesRunsThatDoNotFit(t *testing.T) {
+	p := params(3, 3, 3, 3)
+	r := run(t, p, chare.Config{PEs: 2})
+	require.Equal(t, r.Atoms, Atoms(p))
+	require.Equal(t, 4638, Atoms(p))
+	require.Less(t, EstimateMemory(p, 2), EstimateMemory(p, 4))
+	require.Less(t, EstimateMemory(p, 2), EstimateMemory(params(4, 4, 4, 3), 2))
+
+	p.MaxMemory = 16 << 20
+	_, err := Run(p, chare.Config{PEs: 2}, io.Discard)
+	require.ErrorAs(t, err, new(chare.InputError))
+	require.EqualError(t, err, fmt.Sprintf("a 3x3x3 box (4638 atoms) on 2 PEs needs about %d MiB, more than the --max-memory limit (16 MiB): use a smaller box, fewer PEs, or --max-memory to say how much it may use", EstimateMemory(p, 2)>>20))
+	big := params(64, 64, 64, 3)
+	big.MaxMemory = 1 << 40
+	require.NoError(t, fits(big, 2, big.MaxMemory), "a limit given overrides the machine's")
+	require.Error(t, fits(big, 2, 1<<30))
+
+	for _, c := range []struct {
+		in   string
+		want uint64
+	}{{"4G", 4 << 30}, {"512M", 512 << 20}, {"512MiB", 512 << 20}, {"2kb", 2048}, {"1048576", 1 << 20}, {"1T", 1 << 40}} {
+		got, err := ParseSize(c.in)
+		require.NoError(t, err, c.in)
+		require.Equal(t, c.want, got, c.in)
+	}
+	for _, bad := range []string{"", "0", "-1G", "lots", "4X", "99999999999T"} {
+		_, err := ParseSize(bad)
+		require.Error(t, err, bad)
+	}
+}

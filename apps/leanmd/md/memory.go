@@ -1,0 +1,143 @@
+package md
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Memory a run needs, estimated from its arguments before it starts (see
+// README: the formula and the measurements behind it). Per atom: its
+// state, its share of the positions each cell multicasts and of the
+// force arrays reduced back, of the sections and computes; per atom and
+// per PE that holds part of a cell's section (at most the section's 75
+// members' PEs, 38 distinct): one element of that PE's running sum of the
+// section's forces; per pair of PEs: the batch buffers. Everything is
+// counted twice over the live heap, as the Go runtime lets the heap grow
+// to twice what is live between collections.
+const (
+	memBase       = 24 << 20 // the Go runtime, the program, the main chare
+	memPerAtom    = 700      // bytes, with the collector's headroom
+	memPerAtomPE  = 220      // bytes per PE holding part of a section
+	memPerPEPair  = 48       // bytes of batch buffers per pair of PEs
+	sectionMaxPEs = NumNbrs/2 + 1
+)
+
+// Atoms is the number of atoms a run of p's box starts with.
+func Atoms(p Params) int {
+	n, total := p.cells(), 0
+	for id := 0; id < n; id++ {
+		total += numParticles(id, n)
+	}
+	return total
+}
+
+// EstimateMemory is the memory, in bytes, a run of p on pes PEs needs at
+// its peak (resident set), by the formula above: an upper bound, within
+// about 30% of what runs measured.
+func EstimateMemory(p Params, pes int) uint64 {
+	atoms := uint64(Atoms(p))
+	share := uint64(min(pes, sectionMaxPEs))
+	return memBase + atoms*(memPerAtom+memPerAtomPE*share) + memPerPEPair*uint64(pes)*uint64(pes)
+}
+
+// ParseSize reads a memory size: a whole number of bytes with an optional
+// unit K, M, G or T (powers of 1024; KB, KiB and the like are accepted).
+func ParseSize(v string) (uint64, error) {
+	s := strings.TrimSpace(strings.ToUpper(v))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
+	mult := uint64(1)
+	if s != "" {
+		switch s[len(s)-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			s = s[:len(s)-1]
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a memory size (4G, 512M, 1048576)", v)
+	}
+	return n * mult, nil
+}
+
+// AvailableMemory is what this machine can give a new process: the
+// kernel's MemAvailable, or less where a control group limits this
+// process (0 where neither can be read).
+func AvailableMemory() uint64 {
+	avail := meminfo("MemAvailable")
+	if max, ok := readUint("/sys/fs/cgroup/memory.max"); ok {
+		used, _ := readUint("/sys/fs/cgroup/memory.current")
+		if max > used && (avail == 0 || max-used < avail) {
+			avail = max - used
+		}
+	}
+	return avail
+}
+
+// meminfo reads a /proc/meminfo field, in bytes (0 if absent).
+func meminfo(field string) uint64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || name != field {
+			continue
+		}
+		fs := strings.Fields(rest)
+		if len(fs) == 0 {
+			return 0
+		}
+		kb, err := strconv.ParseUint(fs[0], 10, 64)
+		if err != nil {
+			return 0
+		}
+		return kb << 10
+	}
+	return 0
+}
+
+func readUint(path string) (uint64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
+
+// fits refuses a run whose estimate exceeds limit (0: the machine's
+// available memory; unknown: no check).
+func fits(p Params, pes int, limit uint64) error {
+	what := "the --max-memory limit"
+	if limit == 0 {
+		limit, what = AvailableMemory(), "this machine's available memory"
+	}
+	need := EstimateMemory(p, pes)
+	if limit == 0 || need <= limit {
+		return nil
+	}
+	return fmt.Errorf("a %dx%dx%d box (%d atoms) on %d PEs needs about %s, more than %s (%s): use a smaller box, fewer PEs, or --max-memory to say how much it may use",
+		p.X, p.Y, p.Z, Atoms(p), pes, mib(need), what, mib(limit))
+}
+
+func mib(b uint64) string {
+	if b >= 10<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	}
+	return fmt.Sprintf("%d MiB", b>>20)
+}

@@ -126,7 +126,7 @@ type Section struct {
 	ID      uint64
 	Coll    uint32
 	Tree    *Tree
-	Members []pe.Index // members homed on this PE (a member listed k times appears k times)
+	Members []pe.Index // members homed on this PE, sorted (a member listed k times appears k times)
 	red     *Reduction
 	setup   *SectionMsg // how it was set up (a restart sets it up again); its Members are sorted
 }
@@ -375,8 +375,16 @@ func (m *Manager) onSecHop(env *pe.Envelope) {
 // deliverSecHere delivers a multicast to section s's members on this PE
 // (each as often as it is listed); one that left is sent on.
 func (m *Manager) deliverSecHere(s *Section, c *Collection, env *pe.Envelope) {
-	for _, ix := range s.Members {
-		_, mult := s.member(ix)
+	for i, ix := range s.Members {
+		// a member listed k times is k consecutive entries (the list is
+		// sorted): its multiplicity is the length of its run
+		mult := 1
+		for j := i - 1; j >= 0 && s.Members[j] == ix; j-- {
+			mult++
+		}
+		for j := i + 1; j < len(s.Members) && s.Members[j] == ix; j++ {
+			mult++
+		}
 		one := *env
 		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(mult)<<32
 		if e := c.get(ix); e != nil {

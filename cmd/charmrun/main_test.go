@@ -22,7 +22,7 @@ func buildLeanMD(t *testing.T) string {
 func TestCharmrunRunsLeanMD(t *testing.T) {
 	bin := buildLeanMD(t)
 	var out, errb bytes.Buffer
-	code := run([]string{"+p2", bin, "2", "2", "2", "3", "--progress", "1"}, &out, &errb)
+	code := run([]string{"+p2", "--watchdog", "30s", bin, "2", "2", "2", "3", "--progress", "1"}, &out, &errb)
 	require.Equal(t, 0, code, errb.String())
 	s := out.String()
 	for _, want := range []string{"LENNARD JONES MOLECULAR DYNAMICS START UP ...", "Cell Array Dimension X:2 Y:2 Z:2 of size 15 15 30",

@@ -19,8 +19,6 @@ import (
 	"reflect"
 	"runtime/debug"
 	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
@@ -70,27 +68,32 @@ type entryInfo struct {
 	invoke   func(obj any, ctx *Ctx, env *pe.Envelope)
 }
 
+// The registries of chare types and entry methods: ids derived from names
+// (pe.Registry), filled at package initialization, so every process agrees
+// on them and dispatch reads them without a lock. An entry method's id is
+// its message type's.
 var (
-	regMu   sync.RWMutex
-	types   = map[uint32]*typeInfo{}
-	typeIDs = map[string]uint32{}
-	nextTyp uint32
-	// entries is indexed by message type id and replaced whole on
-	// registration, so dispatch reads it without a lock.
-	entries atomic.Pointer[[]*entryInfo]
+	chareTypes = pe.NewRegistry[*typeInfo]("chare type")
+	entries    = pe.NewRegistry[*entryInfo]("entry method")
 )
 
 func lookupEntry(id uint32) *entryInfo {
-	if t := entries.Load(); t != nil && int(id) < len(*t) {
-		return (*t)[id]
-	}
-	return nil
+	e, _ := entries.Get(id)
+	return e
 }
 
 func lookupType(id uint32) *typeInfo {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	return types[id]
+	t, _ := chareTypes.Get(id)
+	return t
+}
+
+// sealRegistries ends registration (a run starts): a type, entry method,
+// reducer or placement function a message may name must be registered at
+// package level, where every process of the job registers it too.
+func sealRegistries() {
+	chareTypes.Seal()
+	entries.Seal()
+	manager.SealRegistries()
 }
 
 // Type is a registered chare type C whose constructor takes an A.
@@ -134,15 +137,11 @@ func NewType[C any, A any, PC interface {
 	for _, o := range opts {
 		o(t)
 	}
-	regMu.Lock()
-	defer regMu.Unlock()
-	if _, dup := typeIDs[name]; dup {
-		panic(fmt.Sprintf("chare.NewType: chare type %q registered twice", name))
+	id, err := chareTypes.Add(name, t)
+	if err != nil {
+		panic("chare.NewType: " + err.Error())
 	}
-	nextTyp++
-	t.id = nextTyp
-	types[t.id] = t
-	typeIDs[name] = t.id
+	t.id = id
 	return &Type[C, A]{info: t}
 }
 
@@ -153,6 +152,19 @@ func NewMainType[C any, PC interface {
 	Init(*Ctx, []string)
 }](name string) *Type[C, []string] {
 	t := NewType[C, []string, PC](name, NotMigratable())
+	t.info.kind = manager.CollMain
+	t.info.threaded = true
+	return t
+}
+
+// NewMainTypeOf registers a main chare type whose Init takes a value of
+// the program's own (its parameters) instead of the command line's
+// arguments; RunWith hands it the value.
+func NewMainTypeOf[C any, A any, PC interface {
+	*C
+	Init(*Ctx, A)
+}](name string) *Type[C, A] {
+	t := NewType[C, A, PC](name, NotMigratable())
 	t.info.kind = manager.CollMain
 	t.info.threaded = true
 	return t
@@ -216,17 +228,9 @@ func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *
 	for _, o := range opts {
 		o(ei)
 	}
-	regMu.Lock()
-	var next []*entryInfo
-	if old := entries.Load(); old != nil {
-		next = append(next, *old...)
+	if eid, err := entries.Add(full, ei); err != nil || eid != id {
+		panic(fmt.Sprintf("chare.NewEntry: entry method %s: %v (id %#x, message type %#x)", full, err, eid, id))
 	}
-	for len(next) <= int(id) {
-		next = append(next, nil)
-	}
-	next[id] = ei
-	entries.Store(&next)
-	regMu.Unlock()
 	return &Entry[C, M]{id: id, name: full, inline: inlinable(reflect.TypeFor[M]())}
 }
 

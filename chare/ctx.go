@@ -2,9 +2,11 @@ package chare
 
 import (
 	"fmt"
+	"io"
 	"maps"
 	"runtime/debug"
 	"slices"
+	"time"
 
 	"github.com/charmgo/charmgo/manager"
 	"github.com/vmihailenco/msgpack/v5"
@@ -27,6 +29,13 @@ func (c *Ctx) NumPEs() int { return c.m.NumPEs() }
 
 // Index is the running element's index (PE number for groups, [0] for main).
 func (c *Ctx) Index() Index { return c.e.Index }
+
+// Out is where the run's chares print (Config.Stdout).
+func (c *Ctx) Out() io.Writer { return hostOf(c.m).run.stdout }
+
+// Started is when this process began the run (a run restarted from a
+// checkpoint began with the restart).
+func (c *Ctx) Started() time.Time { return hostOf(c.m).run.start }
 
 // Fail ends the run with an error naming this chare.
 func (c *Ctx) Fail(err error) {

@@ -57,6 +57,7 @@ var (
 	mainInt    = chare.NewEntry[int64](featMain, "Int")
 	mainStr    = chare.NewEntry[string](featMain, "Str")
 	mainStrs   = chare.NewEntry[[]string](featMain, "Strs")
+	concatStr  = chare.Concat[string]()
 	mainDone   = chare.NewEntry[struct{}](featMain, "Done")
 	setOfInts  = chare.Set[int64]()
 )
@@ -115,7 +116,7 @@ func (s *Syncer) Report(ctx *chare.Ctx, _ struct{}) {
 			break
 		}
 	}
-	chare.Contribute(ctx, chare.Concat[string](), fmt.Sprintf("%d:%s", len(s.BcastSeq), ok), mainStrs.CallbackTo(featMain.MainProxy()))
+	chare.Contribute(ctx, concatStr, fmt.Sprintf("%d:%s", len(s.BcastSeq), ok), mainStrs.CallbackTo(featMain.MainProxy()))
 }
 
 func (p *Packed) Init(ctx *chare.Ctx, v int64) { p.Value, p.secret = v, v }

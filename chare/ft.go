@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,6 +159,7 @@ type runState struct {
 	failed  time.Time
 	ft      FTStats
 	notices io.Writer
+	stdout  io.Writer // Config.Stdout
 	// the checkpoint cadence asked for (CheckpointPeriod)
 	ckptSteps int
 	ckptEvery time.Duration
@@ -200,6 +202,9 @@ func newRunState(cfg Config) *runState {
 	rs.local = rs.ft.Protocol != "none" && cfg.PEs > 1
 	if rs.notices == nil {
 		rs.notices = io.Discard
+	}
+	if rs.stdout = cfg.Stdout; rs.stdout == nil {
+		rs.stdout = os.Stdout
 	}
 	return rs
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/pe"
 	"github.com/stretchr/testify/require"
 )
 
@@ -153,9 +154,25 @@ func TestSIGQUITDumpsAndTheRunGoesOn(t *testing.T) {
 // A second reducer under a name already registered is refused at
 // registration: it used to stand silently for the first (a product of
 // 2, 3, 4 and 5 registered after a sum under one name came out as 14).
+var hkCombine = chare.NewReducer("hk.combine", func(a, b int64) int64 { return a + b }, true)
+
 func TestReducerNamesAreUnique(t *testing.T) {
-	chare.NewReducer("hk.combine", func(a, b int64) int64 { return a + b }, true)
 	require.PanicsWithValue(t, `chare.NewReducer: a reducer named "user.hk.combine" is registered already`, func() {
 		chare.NewReducer("hk.combine", func(a, b int64) int64 { return a * b }, true)
 	})
 }
+
+// The ids of types, entry methods and reducers are their names' (so every
+// process agrees, whatever order it registered in), and a reducer first
+// made once a run has started is refused: another process would not know
+// it when a partial names it.
+func TestRegistrationIsByNameAndBeforeTheRun(t *testing.T) {
+	require.Equal(t, "hk.Elem.Go", pe.TypeName(pe.NameID("hk.Elem.Go")))
+	require.Equal(t, "hk.Elem.Go", hkGo.Name())
+	_ = chare.Run(hkMain, chare.Config{PEs: 1}) // seals (it ends with its unfinished reduction)
+	require.PanicsWithValue(t, `manager.RegisterReducer: reducer "concat.chare_test.hkLate" registered after a run started: register it at package level (var x = ...), so that every process knows it before any message names it`,
+		func() { chare.Concat[hkLate]() })
+	chare.Concat[string]() // made before (at package level): the same reducer
+}
+
+type hkLate struct{ X int }

@@ -29,7 +29,7 @@ var (
 	moreInt   = chare.NewEntry[int64](moreMain, "Int")
 
 	// Everything on the last PE: index i goes to PE n-1.
-	lastPE = chare.RegisterMap(func(ix chare.Index, bounds []int, n int) int { return n - 1 })
+	lastPE = chare.RegisterMap("more.lastPE", func(ix chare.Index, bounds []int, n int) int { return n - 1 })
 
 	// Exact: bitwise or of masks (associative and commutative to the bit).
 	orMask = chare.NewReducer("or-mask", func(a, b int64) int64 { return a | b }, true)

@@ -61,13 +61,11 @@ func RoundRobinMap() ArrayOption { return func(c *manager.CreateMsg) { c.Map = m
 // array with these bounds starts on (and has as home).
 type MapFunc = manager.MapFunc
 
-var mapFns []manager.MapFunc
-
-// RegisterMap registers a placement function (at package level, so every
-// process agrees on it) and returns the option that selects it.
-func RegisterMap(f MapFunc) ArrayOption {
-	mapFns = append(mapFns, f)
-	id := uint32(len(mapFns))
+// RegisterMap registers a placement function under a name (at package
+// level, so every process agrees on it; a name registered twice panics)
+// and returns the option that selects it.
+func RegisterMap(name string, f MapFunc) ArrayOption {
+	id := manager.RegisterMapFunc(name, f)
 	return func(c *manager.CreateMsg) { c.Map, c.MapFn = manager.MapUser, id }
 }
 

@@ -22,7 +22,7 @@ func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, u
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	if err := manager.CheckCheckpoint(decoded, mapFns); err != nil {
+	if err := manager.CheckCheckpoint(decoded); err != nil {
 		return nil, 0, nil, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
 	}
 	for p, s := range decoded {
@@ -45,7 +45,7 @@ func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, u
 		return snaps, latest.Epoch, from, nil
 	}
 	// another PE count (or other trees): every element finds a new place
-	moved, err := manager.Redistribute(decoded, pes, branching, mapFns)
+	moved, err := manager.Redistribute(decoded, pes, branching)
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("restarting the %d-PE checkpoint in %s on %d PEs: %w", old, dir, pes, err)
 	}
@@ -73,7 +73,7 @@ func readCheckpointFiles(dir string, epoch uint64, n int) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := manager.CheckCheckpoint(decoded, mapFns); err != nil {
+	if err := manager.CheckCheckpoint(decoded); err != nil {
 		return nil, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
 	}
 	return snaps, nil

@@ -52,6 +52,9 @@ type Config struct {
 	Watchdog time.Duration
 	// DumpTo receives the dump SIGQUIT asks for (default: standard error).
 	DumpTo io.Writer
+	// Stdout is where the program's chares print (Ctx.Out; default:
+	// standard output).
+	Stdout io.Writer
 	Args   []string
 }
 
@@ -346,6 +349,9 @@ type Result struct {
 	Code  int
 	Err   error
 	Stats Stats
+	// Main is the main chare (a *C) as the run left it, in the process
+	// that holds PE 0 (nil if the run ended before it was made).
+	Main any
 }
 
 func readKillFile(path string) ([]Kill, error) {
@@ -366,16 +372,28 @@ func readKillFile(path string) ([]Kill, error) {
 // panic ends the run, or when main's constructor has returned and the run is
 // quiescent (exit code 0).
 func Run[C any](main *Type[C, []string], cfg Config) Result {
+	args := cfg.Args
+	if args == nil {
+		args = []string{}
+	}
+	return RunWith(main, args, cfg)
+}
+
+// RunWith is Run for a main chare whose constructor takes a value of its
+// own (NewMainTypeOf): a program's parameters reach main as arg, not
+// through globals, so several runs may go on at once in one process.
+func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if main.info.kind != manager.CollMain {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("run: %s is not a main chare type (use NewMainType)", main.info.name)}}
 	}
+	sealRegistries()
 	if cfg.PEs == 0 {
 		cfg.PEs = runtime.GOMAXPROCS(0)
 	}
 	if cfg.Branching < 2 {
 		cfg.Branching = manager.DefaultBranching
 	}
-	opt := manager.Options{Branching: cfg.Branching, MapFns: mapFns, CheckpointDir: cfg.CheckpointDir}
+	opt := manager.Options{Branching: cfg.Branching, CheckpointDir: cfg.CheckpointDir}
 	if d := cfg.CheckpointDir; d != "" {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-dir: %w", err)}}
@@ -410,10 +428,6 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --kill: PE %d, but the run has %d PEs (0..%d)", k.PE, cfg.PEs, cfg.PEs-1)}}
 		}
 	}
-	args := cfg.Args
-	if args == nil {
-		args = []string{}
-	}
 	rs := newRunState(cfg)
 	rs.mk = func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
 	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
@@ -445,7 +459,7 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 		for p := range initial {
 			env := pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
 				Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
-				Arg: manager.Lazy{V: args},
+				Arg: manager.Lazy{V: arg},
 			}}
 			if start != nil {
 				prev := start[(p+len(start)-1)%len(start)]
@@ -469,6 +483,11 @@ func Run[C any](main *Type[C, []string], cfg Config) Result {
 			m := manager.Of(node.PE(i))
 			res.Stats.Ops.Add(m.Stats)
 			rs.logStats(m.FT().Stats())
+		}
+		if m := manager.Of(node.PE(0)).Collection(manager.MainCollection); m != nil {
+			if e := m.Local(pe.Idx(0)); e != nil {
+				res.Main = e.Obj
+			}
 		}
 		var f *PEFailure
 		if !errors.As(err, &f) {

@@ -82,16 +82,16 @@ func TestRedistributeRefusesWhatCannotMove(t *testing.T) {
 		return &PESnapshot{Version: SnapshotVersion, PE: p, NumPEs: 2, Epoch: 1, Collections: []CollSnapshot{
 			{CreateMsg: CreateMsg{Coll: 1, Kind: kind, Name: "c"}, RedNext: round, Elements: []ElemSnapshot{{Index: []int32{p}}}}}}
 	}
-	_, err := Redistribute([]*PESnapshot{snap(0, CollGroup, 0), snap(1, CollGroup, 0)}, 3, 2, nil)
+	_, err := Redistribute([]*PESnapshot{snap(0, CollGroup, 0), snap(1, CollGroup, 0)}, 3, 2)
 	require.ErrorContains(t, err, "c is a group (one member per PE): it cannot be restarted on 3 PEs instead of 2")
-	_, err = Redistribute([]*PESnapshot{snap(0, CollArray, 4), snap(1, CollArray, 5)}, 3, 2, nil)
+	_, err = Redistribute([]*PESnapshot{snap(0, CollArray, 4), snap(1, CollArray, 5)}, 3, 2)
 	require.ErrorContains(t, err, "c: reduction round 5 on PE 1, 4 on PE 0")
 
 	// a 1D array of 2 elements on 2 PEs, moved to 3: each element once,
 	// every PE knows where all are, counts follow the elements
 	a, b := snap(0, CollArray, 2), snap(1, CollArray, 2)
 	a.Collections[0].Bounds, b.Collections[0].Bounds = []int{2}, []int{2}
-	out, err := Redistribute([]*PESnapshot{a, b}, 3, 2, nil)
+	out, err := Redistribute([]*PESnapshot{a, b}, 3, 2)
 	require.NoError(t, err)
 	var elems, locs int
 	var counted int64
@@ -146,7 +146,7 @@ func TestCheckCheckpointRefusesLocationCycles(t *testing.T) {
 		return s
 	}
 	ix := pe.Idx(7)
-	home := (&Collection{Kind: CollArray, Map: MapHash}).Home(ix, 3, nil)
+	home := (&Collection{Kind: CollArray, Map: MapHash}).Home(ix, 3)
 	other := (home + 1) % 3
 	third := (home + 2) % 3
 	at := func(p int, locs map[int]int32) []*PESnapshot {
@@ -166,8 +166,8 @@ func TestCheckCheckpointRefusesLocationCycles(t *testing.T) {
 	}
 	// the element on `third`; its home knows; a stale cache on `other`
 	// points to the home: fine
-	require.NoError(t, CheckCheckpoint(at(third, map[int]int32{home: int32(third), other: int32(home)}), nil))
+	require.NoError(t, CheckCheckpoint(at(third, map[int]int32{home: int32(third), other: int32(home)})))
 	// the home points to `other`, which points back to the home: a cycle
-	err := CheckCheckpoint(at(third, map[int]int32{home: int32(other), other: int32(home)}), nil)
+	err := CheckCheckpoint(at(third, map[int]int32{home: int32(other), other: int32(home)}))
 	require.ErrorContains(t, err, "the location records of element [7] lead from PE")
 }

@@ -71,7 +71,6 @@ type Options struct {
 	Strategy  LBStrategy // AtSync strategy; nil: no migrations
 	// CheckpointDir, if set, receives every committed checkpoint as well.
 	CheckpointDir string
-	MapFns        []MapFunc   // user placement functions by MapFn id-1
 	OnError       func(error) // how a runtime error ends the run (default: node.Fail)
 	// FT makes each PE's message-logging hook (nil: none).
 	FT HookFactory
@@ -79,6 +78,21 @@ type Options struct {
 
 // MapFunc places index ix of an array with bounds among n PEs.
 type MapFunc func(ix pe.Index, bounds []int, n int) int
+
+// mapFuncs is the registry of user placement functions, by name.
+var mapFuncs = pe.NewRegistry[MapFunc]("placement function")
+
+// RegisterMapFunc registers a user placement function under a name and
+// returns its id (CreateMsg.MapFn), which every process derives alike.
+// Register at package level: a second registration of a name, or a new
+// one once a run has started, panics.
+func RegisterMapFunc(name string, f MapFunc) uint32 {
+	id, err := mapFuncs.Add(name, f)
+	if err != nil {
+		panic("manager.RegisterMapFunc: " + err.Error())
+	}
+	return id
+}
 
 // Element is the runtime's record of one array element (or group member, or
 // the main chare) on its current PE.
@@ -494,7 +508,7 @@ const MainCollection uint32 = 1
 
 // Home returns the home PE of an element: it always knows where the element
 // is.
-func (c *Collection) Home(ix pe.Index, n int, fns []MapFunc) int {
+func (c *Collection) Home(ix pe.Index, n int) int {
 	switch c.Kind {
 	case CollGroup:
 		return int(ix.C[0])
@@ -509,9 +523,8 @@ func (c *Collection) Home(ix pe.Index, n int, fns []MapFunc) int {
 		lin, _ := linear(ix, c.Bounds)
 		return int(lin % int64(n))
 	case MapUser:
-		if int(c.MapFn) >= 1 && int(c.MapFn) <= len(fns) {
-			p := fns[c.MapFn-1](ix, c.Bounds, n)
-			if p >= 0 && p < n {
+		if f, ok := mapFuncs.Get(c.MapFn); ok {
+			if p := f(ix, c.Bounds, n); p >= 0 && p < n {
 				return p
 			}
 		}
@@ -577,11 +590,11 @@ func (m *Manager) homeOfSlot(c *Collection, ix pe.Index, slot int) int {
 			return slot % n
 		}
 	}
-	return c.Home(ix, n, m.opt.MapFns)
+	return c.Home(ix, n)
 }
 
 func (m *Manager) home(c *Collection, ix pe.Index) int {
-	return c.Home(ix, m.NumPEs(), m.opt.MapFns)
+	return c.Home(ix, m.NumPEs())
 }
 
 // denseLimit bounds the per-PE lookup slice of a bounded array (8 bytes an

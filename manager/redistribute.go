@@ -17,7 +17,7 @@ import (
 // and trees, and a root on the new PEs (recorded where the id's own root
 // no longer exists). Groups, one member per PE, cannot change PE count.
 // On the same PE count it serves a restart with another tree arity.
-func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, error) {
+func Redistribute(old []*PESnapshot, n, k int) ([]*PESnapshot, error) {
 	if n < 1 || len(old) == 0 {
 		return nil, fmt.Errorf("redistribute %d snapshots over %d PEs", len(old), n)
 	}
@@ -72,7 +72,7 @@ func Redistribute(old []*PESnapshot, n, k int, fns []MapFunc) ([]*PESnapshot, er
 		for i, e := range all {
 			p := i % n
 			if !def.Sparse || def.Kind != CollArray {
-				p = c.Home(e.ix, n, fns)
+				p = c.Home(e.ix, n)
 			}
 			place[e.ix] = int32(p)
 			local[p]++

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
-	"sync/atomic"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -65,57 +63,48 @@ type Codec struct {
 	Decode func(b []byte) (any, error)
 }
 
-var (
-	reducersMu sync.Mutex
-	reducers   atomic.Pointer[[]*Reducer] // replaced whole: read without a lock
-	reducerIDs = map[string]uint32{}
-)
+// reducers is the registry of reducers: ids derived from names (see
+// pe.Registry), so partials name their reducer alike in every process.
+var reducers = pe.NewRegistry[*Reducer]("reducer")
 
-// RegisterReducer adds a reducer and returns its id (registration order, so
-// stable across the processes of one binary). Registering a name twice
-// returns the first id when both describe the same kind, and panics otherwise.
+// RegisterReducer adds a reducer and returns its id, derived from its
+// name. A name registered already returns the first registration's id
+// (Concat[T]() and the like give the same reducer each time they are
+// called); a new name once a run has started panics (see pe.Registry).
 func RegisterReducer(r *Reducer) uint32 {
-	reducersMu.Lock()
-	defer reducersMu.Unlock()
-	if id, ok := reducerIDs[r.Name]; ok {
+	if id, ok := reducers.ID(r.Name); ok {
 		return id
 	}
-	next := []*Reducer{nil}
-	if old := reducers.Load(); old != nil {
-		next = append([]*Reducer(nil), *old...)
+	id, err := reducers.Add(r.Name, r)
+	if err != nil {
+		panic("manager.RegisterReducer: " + err.Error())
 	}
-	id := uint32(len(next))
-	reducerIDs[r.Name] = id
-	next = append(next, r)
-	reducers.Store(&next)
 	return id
 }
 
 // RegisterNewReducer adds a reducer under a name nothing registered yet
 // (a user's: two reducers must never share a name, or one would silently
 // stand for the other).
-func RegisterNewReducer(r *Reducer) (uint32, error) {
-	reducersMu.Lock()
-	_, dup := reducerIDs[r.Name]
-	reducersMu.Unlock()
-	if dup {
-		return 0, fmt.Errorf("a reducer named %q is registered already", r.Name)
-	}
-	return RegisterReducer(r), nil
-}
+func RegisterNewReducer(r *Reducer) (uint32, error) { return reducers.Add(r.Name, r) }
 
 // LookupReducer returns the reducer with this id.
 func LookupReducer(id uint32) *Reducer {
-	t := reducers.Load()
-	if t == nil || int(id) >= len(*t) {
-		return nil
-	}
-	return (*t)[id]
+	r, _ := reducers.Get(id)
+	return r
+}
+
+// SealRegistries ends the registration of new reducers, placement
+// functions and message types: a run started, and every process must
+// know what its messages name.
+func SealRegistries() {
+	reducers.Seal()
+	mapFuncs.Seal()
+	pe.SealTypes()
 }
 
 func reducerName(id uint32) string {
-	if r := LookupReducer(id); r != nil {
-		return r.Name
+	if n := reducers.Name(id); n != "" {
+		return n
 	}
 	return fmt.Sprintf("reducer#%d", id)
 }

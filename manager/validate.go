@@ -231,7 +231,7 @@ func checkCallback(cb Callback, n int32) error {
 // reaches the element: a cycle would forward its messages for ever);
 // every section set up alike wherever it is; one callback to resume
 // with, on PE 0. fns are the program's placement functions.
-func CheckCheckpoint(snaps []*PESnapshot, fns []MapFunc) error {
+func CheckCheckpoint(snaps []*PESnapshot) error {
 	if len(snaps) == 0 {
 		return fmt.Errorf("a checkpoint of no PEs")
 	}
@@ -291,7 +291,7 @@ func CheckCheckpoint(snaps []*PESnapshot, fns []MapFunc) error {
 		}
 	}
 	for i, c := range first.Collections {
-		if err := checkLocations(snaps, i, where[c.Coll], fns); err != nil {
+		if err := checkLocations(snaps, i, where[c.Coll]); err != nil {
 			return fmt.Errorf("%s: %w", c.Name, err)
 		}
 	}
@@ -309,7 +309,7 @@ func CheckCheckpoint(snaps []*PESnapshot, fns []MapFunc) error {
 // record of, the records from each such PE to the element's PE (where
 // holds where each element is); a record of -1 says the element was
 // deleted. A PE without a record sends to the element's home.
-func checkLocations(snaps []*PESnapshot, ci int, where map[pe.Index]int32, fns []MapFunc) error {
+func checkLocations(snaps []*PESnapshot, ci int, where map[pe.Index]int32) error {
 	n := len(snaps)
 	def := snaps[0].Collections[ci]
 	c := &Collection{Kind: def.Kind, Map: def.Map, MapFn: def.MapFn, Bounds: def.Bounds}
@@ -329,7 +329,7 @@ func checkLocations(snaps []*PESnapshot, ci int, where map[pe.Index]int32, fns [
 				if q, ok := where[ix]; ok && int(q) == cur {
 					break // found
 				}
-				next := c.Home(ix, n, fns)
+				next := c.Home(ix, n)
 				if l, ok := locs[cur][ix]; ok && int(l) != cur {
 					if l < 0 {
 						break // deleted: a message to it fails, naming it

@@ -3,8 +3,6 @@ package pe
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -79,51 +77,30 @@ type TypeInfo struct {
 	Decode func(b []byte) (any, error)
 }
 
-var (
-	typesMu sync.Mutex
-	types   atomic.Pointer[[]TypeInfo]
-	byName  = map[string]uint32{}
-)
+// messageTypes is the registry of message types: ids derived from names
+// (see Registry), filled by package-level variable initializers (which Go
+// runs, dependencies first, before any init function).
+var messageTypes = NewRegistry[TypeInfo]("message type")
 
-// loadTypes returns the registry; id 0 is reserved. Registration happens in
-// package-level variable initializers, which run before init functions, so
-// the registry cannot rely on one.
-func loadTypes() []TypeInfo {
-	if t := types.Load(); t != nil {
-		return *t
-	}
-	return []TypeInfo{{Name: "<none>"}}
-}
-
-// RegisterType adds a message type and returns its id. Ids follow
-// registration order, which Go makes deterministic for package-level
-// variables, so every process of one binary agrees on them. Registering a name
-// twice panics: two message types with one name cannot be told apart on the
-// wire.
+// RegisterType adds a message type and returns its id, which is derived
+// from its name: every process agrees on it whatever order its packages
+// registered in. Registering a name twice, or a new name once a run has
+// started (SealTypes), panics: two message types with one name could not
+// be told apart on the wire, and a process must know every type before a
+// message names it.
 func RegisterType(ti TypeInfo) uint32 {
-	typesMu.Lock()
-	defer typesMu.Unlock()
-	if _, dup := byName[ti.Name]; dup {
-		panic(fmt.Sprintf("pe.RegisterType: message type %q registered twice", ti.Name))
+	id, err := messageTypes.Add(ti.Name, ti)
+	if err != nil {
+		panic("pe.RegisterType: " + err.Error())
 	}
-	old := loadTypes()
-	next := make([]TypeInfo, len(old), len(old)+1)
-	copy(next, old)
-	next = append(next, ti)
-	id := uint32(len(old))
-	byName[ti.Name] = id
-	types.Store(&next)
 	return id
 }
 
+// SealTypes ends the registration of new message types (a run started).
+func SealTypes() { messageTypes.Seal() }
+
 // LookupType returns the registered type with this id.
-func LookupType(id uint32) (TypeInfo, bool) {
-	t := loadTypes()
-	if id == 0 || int(id) >= len(t) {
-		return TypeInfo{}, false
-	}
-	return t[id], true
-}
+func LookupType(id uint32) (TypeInfo, bool) { return messageTypes.Get(id) }
 
 // TypeName names a message type for error messages.
 func TypeName(id uint32) string {

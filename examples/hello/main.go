@@ -24,6 +24,9 @@ var (
 	greeters = chare.NewType[Greeter, string]("hello.Greeter")
 	greet    = chare.NewEntry[int](greeters, "Greet")
 	done     = chare.NewEntry[[]string](mainType, "Done")
+	// gather collects the greetings in index order; reducers are declared
+	// at package level, like types and entries, so every process knows them
+	gather = chare.Concat[string]()
 )
 
 // Init is main's constructor: args are the program's arguments after the
@@ -49,7 +52,7 @@ func (g *Greeter) Init(ctx *chare.Ctx, word string) {}
 // Greet contributes this element's greeting to a reduction to main.
 func (g *Greeter) Greet(ctx *chare.Ctx, year int) {
 	s := fmt.Sprintf("greeter %v on PE %d says hello in %d", ctx.Index(), ctx.PE(), year)
-	chare.Contribute(ctx, chare.Concat[string](), s, done.CallbackTo(mainType.MainProxy()))
+	chare.Contribute(ctx, gather, s, done.CallbackTo(mainType.MainProxy()))
 }
 
 // Done receives every greeting, in index order.

@@ -10,12 +10,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"runtime"
 	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -48,6 +46,9 @@ type Params struct {
 	// estimate (EstimateMemory) is larger is refused before it starts.
 	// Unset, the machine's available memory is the limit.
 	MaxMemory uint64
+	// BrokenKernel flips the sign of every force (for the test that the
+	// energy check catches a broken kernel).
+	BrokenKernel bool
 }
 
 // ComputeArgs build a compute.
@@ -167,6 +168,7 @@ type Main struct {
 	StepMs     []float64
 	Got        int // of the three final reports (checkpointed: a restart may come between them)
 	start      time.Time
+	report     Report // what the run measured, once it is over (Run returns it)
 }
 
 // Cell holds the atoms of one box of the periodic domain.
@@ -238,7 +240,7 @@ func (CellFinal) WireSize() int { return 32 }
 func (SetupMsg) WireSize() int { return 4 }
 
 var (
-	MainT    = chare.NewMainType[Main]("leanmd.Main")
+	MainT    = chare.NewMainTypeOf[Main, Params]("leanmd.Main")
 	CellT    = chare.NewType[Cell, Params]("leanmd.Cell", chare.NotMigratable())
 	ComputeT = chare.NewType[Compute, ComputeArgs]("leanmd.Compute")
 
@@ -247,62 +249,53 @@ var (
 	mainCompFin   = chare.NewEntry[[]float64](MainT, "ComputesDone")
 	mainStepTimes = chare.NewEntry[[]float64](MainT, "StepTimes")
 
-	cellCreate              = chare.NewEntry[SetupMsg](CellT, "CreateComputes")
-	cellRun                 = chare.NewEntry[struct{}](CellT, "Run")
-	cellForces              = chare.NewEntry[[]float64](CellT, "ReduceForces")
-	cellParticles           = chare.NewEntry[ParticlesMsg](CellT, "ReceiveParticles")
-	cellCkptStart           = chare.NewEntry[struct{}](CellT, "StartCheckpoint")
-	cellCkptDone            = chare.NewEntry[struct{}](CellT, "CheckpointDone")
-	cellMoved               = chare.NewEntry[struct{}](CellT, "ComputesMoved")
-	computeForces           = chare.NewEntry[PositionsMsg](ComputeT, "CalculateForces")
-	cellFinalSet            = chare.Set[CellFinal]()
-	out           io.Writer = os.Stdout
-	forceSign               = 1.0 // -1 only in the test that breaks the kernel on purpose
-	runMu         sync.Mutex
-	runStart      time.Time
-	active        *Report
+	cellCreate    = chare.NewEntry[SetupMsg](CellT, "CreateComputes")
+	cellRun       = chare.NewEntry[struct{}](CellT, "Run")
+	cellForces    = chare.NewEntry[[]float64](CellT, "ReduceForces")
+	cellParticles = chare.NewEntry[ParticlesMsg](CellT, "ReceiveParticles")
+	cellCkptStart = chare.NewEntry[struct{}](CellT, "StartCheckpoint")
+	cellCkptDone  = chare.NewEntry[struct{}](CellT, "CheckpointDone")
+	cellMoved     = chare.NewEntry[struct{}](CellT, "ComputesMoved")
+	computeForces = chare.NewEntry[PositionsMsg](ComputeT, "CalculateForces")
+	cellFinalSet  = chare.Set[CellFinal]()
 )
 
-func printf(format string, args ...any) { fmt.Fprintf(out, format, args...) }
+// printf prints to the run's output (chare.Config.Stdout).
+func printf(ctx *chare.Ctx, format string, args ...any) { fmt.Fprintf(ctx.Out(), format, args...) }
 
-// Init is main's constructor: the original's start-up printouts, then the
-// cells, then the (empty, sparse) compute array the cells fill.
-func (m *Main) Init(ctx *chare.Ctx, args []string) {
-	m.P = DefaultParams()
-	if active != nil {
-		m.P = active.Params // flags and validated arguments from Run
-	} else if err := ParseArgs(args, &m.P); err != nil {
-		ctx.Fail(err)
-		return
-	}
+// Init is main's constructor, given the run's parameters (validated by
+// Run): the original's start-up printouts, then the cells, then the
+// (empty, sparse) compute array the cells fill.
+func (m *Main) Init(ctx *chare.Ctx, p Params) {
+	m.P = p
 	if steps, every := chare.CheckpointPeriod(ctx); steps > 0 {
 		m.P.CkptPeriod = steps
 	} else if every > 0 {
 		m.P.CkptPeriod, m.P.CkptEvery = 1, every
 	}
-	p := m.P
+	p = m.P
 	chare.StepRange(ctx, 1, p.Steps) // failures injected at other steps are refused
-	printf("\nLENNARD JONES MOLECULAR DYNAMICS START UP ...\n")
-	printf("\nInput Parameters...\n")
+	printf(ctx, "\nLENNARD JONES MOLECULAR DYNAMICS START UP ...\n")
+	printf(ctx, "\nInput Parameters...\n")
 	if p.Given >= 3 {
-		printf("Cell Array Dimension X:%d Y:%d Z:%d of size %d %d %d\n", p.X, p.Y, p.Z, CellSizeX, CellSizeY, CellSizeZ)
+		printf(ctx, "Cell Array Dimension X:%d Y:%d Z:%d of size %d %d %d\n", p.X, p.Y, p.Z, CellSizeX, CellSizeY, CellSizeZ)
 	}
 	for i, line := range []string{"Final Step Count:%d\n", "First LB Step:%d\n", "LB Period:%d\n", "FT Period:%d\n"} {
 		if p.Given > 3+i {
-			printf(line, []int{p.Steps, p.FirstLB, p.LBPeriod, p.CkptPeriod}[i])
+			printf(ctx, line, []int{p.Steps, p.FirstLB, p.LBPeriod, p.CkptPeriod}[i])
 		}
 	}
 	m.Cells = CellT.NewArray(ctx, []int{p.X, p.Y, p.Z}, p) // block map, as the original's CellMap
 	m.Computes = ComputeT.NewSparseArray(ctx, nil)
 	cellCreate.Broadcast(ctx, m.Cells, SetupMsg{Computes: m.Computes})
-	printf("\nCells: %d X %d X %d .... created\n", p.X, p.Y, p.Z)
+	printf(ctx, "\nCells: %d X %d X %d .... created\n", p.X, p.Y, p.Z)
 }
 
 // Run starts the simulation once every cell inserted its computes.
 func (m *Main) Run(ctx *chare.Ctx, _ struct{}) {
 	m.Computes.DoneInserting(ctx)
-	printf("Computes: %d .... created\n", (NumNbrs/2+1)*m.P.cells())
-	printf("Starting simulation .... \n\n")
+	printf(ctx, "Computes: %d .... created\n", (NumNbrs/2+1)*m.P.cells())
+	printf(ctx, "Starting simulation .... \n\n")
 	cellRun.Broadcast(ctx, m.Cells, struct{}{})
 	m.start = time.Now()
 }
@@ -329,10 +322,7 @@ func (m *Main) finish(ctx *chare.Ctx) {
 	if m.Got++; m.Got < 3 {
 		return
 	}
-	r := active
-	if r == nil {
-		r = &Report{}
-	}
+	r := &m.report
 	// the run's own parameters: after --restart, the checkpoint's, not
 	// the command line's
 	r.Params = m.P
@@ -360,23 +350,23 @@ func (m *Main) finish(ctx *chare.Ctx) {
 	// The original's absolute check, kept for fidelity (it cannot fail: the
 	// energies are ~1e-15 in these units), then the relative one.
 	if !absOK {
-		printf("Energy value has varied significantly from %E to %E\n", e0, e1)
-		printf("\nEnergy conservation test failed for maximum allowed variation of %E units.\nSIMULATION UNSUCCESSFULL\n", EnergyVar)
+		printf(ctx, "Energy value has varied significantly from %E to %E\n", e0, e1)
+		printf(ctx, "\nEnergy conservation test failed for maximum allowed variation of %E units.\nSIMULATION UNSUCCESSFULL\n", EnergyVar)
 	} else {
-		printf("\nEnergy conservation test passed for maximum allowed variation of %E units.\nSIMULATION SUCCESSFULL \n", EnergyVar)
+		printf(ctx, "\nEnergy conservation test passed for maximum allowed variation of %E units.\nSIMULATION SUCCESSFULL \n", EnergyVar)
 	}
 	if !m.P.Original {
 		verdict := "passed"
 		if !r.EnergyOK {
 			verdict = "FAILED"
 		}
-		printf("Relative energy conservation test %s: |E_final - E_initial| / |E_initial| = %.3e (allowed %.3e)\n", verdict, r.RelDrift, m.P.Tolerance)
+		printf(ctx, "Relative energy conservation test %s: |E_final - E_initial| / |E_initial| = %.3e (allowed %.3e)\n", verdict, r.RelDrift, m.P.Tolerance)
 	}
 	if m.start.IsZero() { // restarted from a checkpoint: this process's run
-		m.start, r.Restarted = runStart, true
+		m.start, r.Restarted = ctx.Started(), true
 	}
 	r.Wall = time.Since(m.start)
-	printf("Total application time %f s\n", r.Wall.Seconds())
+	printf(ctx, "Total application time %f s\n", r.Wall.Seconds())
 	code := 0
 	if !r.EnergyOK {
 		code = 1
@@ -590,7 +580,7 @@ func (c *Cell) endStep(ctx *chare.Ctx) {
 		c.sumMs += ms
 		c.sumSteps++ // since the last line (or the restart)
 		if p := c.P.Progress; p > 0 && (c.Step%p == 0 || c.Step == c.P.Steps || c.Step == 1 && p == 1) {
-			printf("Step %d Benchmark Time %f ms/step\n", c.Step, c.sumMs/float64(c.sumSteps))
+			printf(ctx, "Step %d Benchmark Time %f ms/step\n", c.Step, c.sumMs/float64(c.sumSteps))
 			c.sumMs, c.sumSteps = 0, 0
 		}
 	}
@@ -641,7 +631,7 @@ func (c *Cell) StartCheckpoint(ctx *chare.Ctx, _ struct{}) {
 		}
 		c.lastCkpt = time.Now()
 	}
-	printf("[%d] CHECKPOINT at step %d\n", ctx.PE(), c.Step)
+	printf(ctx, "[%d] CHECKPOINT at step %d\n", ctx.PE(), c.Step)
 	chare.Checkpoint(ctx, cellCkptDone.CallbackBroadcast(chare.ThisArray[Cell](ctx)))
 }
 
@@ -691,7 +681,7 @@ func (c *Compute) Init(ctx *chare.Ctx, a ComputeArgs) {
 // once, a pair compute when it has both cells'.
 func (c *Compute) CalculateForces(ctx *chare.Ctx, m PositionsMsg) {
 	doEnergy := c.Step == 1 || c.Step == c.P.Steps
-	k := newKernelSign(doEnergy, c.P.Original, forceSign)
+	k := newKernelSign(doEnergy, c.P.Original, kernelSign(c.P))
 	var e float64
 	t0 := time.Now()
 	if c.Self {
@@ -759,6 +749,14 @@ func (c *Compute) finish(ctx *chare.Ctx) {
 	chare.Contribute(ctx, chare.SumFloat64s, []float64{c.Energy[0], c.Energy[1], c.KernelNs}, mainCompFin.CallbackTo(MainT.MainProxy()))
 }
 
+// kernelSign is the sign the force kernel applies (-1: BrokenKernel).
+func kernelSign(p Params) float64 {
+	if p.BrokenKernel {
+		return -1
+	}
+	return 1
+}
+
 // vecs views 3n float64s as n vectors (the force arrays the kernels fill
 // and the reductions sum are the same memory).
 func vecs(f []float64) []Vec3 {
@@ -770,11 +768,10 @@ func vecs(f []float64) []Vec3 {
 
 // ---- running ----
 
-// Run runs LeanMD with the given parameters and runtime config and returns
-// its report. One run at a time per process.
+// Run runs LeanMD with the given parameters and runtime config, printing
+// to w, and returns its report. Runs share nothing: several may go on at
+// once in one process.
 func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
-	runMu.Lock()
-	defer runMu.Unlock()
 	if p.Progress <= 0 {
 		p.Progress = 1 << 30
 	}
@@ -784,27 +781,30 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 	if cfg.PEs == 0 {
 		cfg.PEs = runtime.GOMAXPROCS(0)
 	}
-	r := &Report{Params: p, PEs: cfg.PEs}
+	r := Report{Params: p, PEs: cfg.PEs}
 	if cfg.Restart == "" { // a restart's box is the checkpoint's, not p's
 		if err := fits(p, cfg.PEs, p.MaxMemory); err != nil {
-			return *r, chare.InputError{Err: err}
+			return r, chare.InputError{Err: err}
 		}
 	}
-	active, out, runStart = r, w, time.Now()
-	defer func() { active, out = nil, os.Stdout }()
-	res := chare.Run(MainT, cfg)
+	cfg.Stdout = w
+	res := chare.RunWith(MainT, p, cfg)
+	if m, ok := res.Main.(*Main); ok && m.report.StepMs != nil {
+		r = m.report
+		r.PEs = cfg.PEs
+	}
 	r.Ops = res.Stats
 	if res.Err != nil {
-		return *r, res.Err
+		return r, res.Err
 	}
 	if r.StepMs == nil {
-		return *r, fmt.Errorf("the run went quiet before the simulation finished (a deadlock): %d multicasts, %d deliveries, %d contributions",
+		return r, fmt.Errorf("the run went quiet before the simulation finished (a deadlock): %d multicasts, %d deliveries, %d contributions",
 			r.Ops.Ops.Multicasts, r.Ops.Ops.Deliveries, r.Ops.Ops.Contributions)
 	}
 	if res.Code != 0 && r.EnergyOK {
-		return *r, fmt.Errorf("leanmd exited with code %d", res.Code)
+		return r, fmt.Errorf("leanmd exited with code %d", res.Code)
 	}
-	return *r, nil
+	return r, nil
 }
 
 // Summary writes the run's summary: sizes, time per step, traffic by kind

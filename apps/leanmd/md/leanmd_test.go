@@ -90,9 +90,9 @@ func TestMessageCountsPerStep(t *testing.T) {
 
 // A kernel with the wrong force sign must fail the energy check.
 func TestBrokenKernelFailsTheEnergyCheck(t *testing.T) {
-	forceSign = -1
-	defer func() { forceSign = 1 }()
-	r, err := Run(params(3, 3, 3, 21), chare.Config{PEs: 2}, io.Discard)
+	p := params(3, 3, 3, 21)
+	p.BrokenKernel = true
+	r, err := Run(p, chare.Config{PEs: 2}, io.Discard)
 	require.NoError(t, err) // the run works; its verdict is in the report (and exit code 1)
 	require.False(t, r.EnergyOK)
 	require.Greater(t, r.RelDrift, DefaultTolerance)
@@ -548,4 +548,34 @@ func TestMemoryEstimateRefusesRunsThatDoNotFit(t *testing.T) {
 		_, err := ParseSize(bad)
 		require.Error(t, err, bad)
 	}
+}
+
+// Runs share nothing: two runs with different parameters at once in one
+// process end as each does alone, bitwise, each printing only its own
+// lines.
+func TestTwoRunsAtOnce(t *testing.T) {
+	pa, pb := params(2, 2, 2, 9), params(3, 2, 2, 7)
+	pb.Tolerance = 0.5
+	alone := []Report{run(t, pa, chare.Config{PEs: 2}), run(t, pb, chare.Config{PEs: 3})}
+	var outs [2]strings.Builder
+	got := make([]Report, 2)
+	errs := make([]error, 2)
+	done := make(chan int)
+	for i, p := range []Params{pa, pb} {
+		go func() {
+			got[i], errs[i] = Run(p, chare.Config{PEs: 2 + i, Balancer: "rotate"}, &outs[i])
+			done <- i
+		}()
+	}
+	<-done
+	<-done
+	for i := range got {
+		require.NoError(t, errs[i])
+		requireSameEnergies(t, alone[i], got[i], fmt.Sprint("run ", i))
+		require.Equal(t, alone[i].Params.X, got[i].Params.X)
+	}
+	require.Contains(t, outs[0].String(), "Cell Array Dimension X:2 Y:2 Z:2")
+	require.NotContains(t, outs[0].String(), "X:3 Y:2 Z:2")
+	require.Contains(t, outs[1].String(), "Cell Array Dimension X:3 Y:2 Z:2")
+	require.Contains(t, outs[1].String(), "allowed 5.000e-01")
 }

@@ -192,14 +192,11 @@ type runState struct {
 	rangeChecked  bool   // StepRange checked the kills
 }
 
-func newRunState(cfg Config) *runState {
+func newRunState(cfg Config, spec ftlayer.ProtocolSpec) *runState {
 	rs := &runState{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, recovering: -1, awaitStep: -1,
 		ckptSteps: cfg.CkptSteps, ckptEvery: cfg.CkptEvery, ckptDir: cfg.CheckpointDir, restartDir: cfg.Restart}
-	rs.ft.Protocol = cfg.FT
-	if rs.ft.Protocol == "" {
-		rs.ft.Protocol = "none"
-	}
-	rs.local = rs.ft.Protocol != "none" && cfg.PEs > 1
+	rs.ft.Protocol = spec.Name
+	rs.local = spec.RecoversAlone && cfg.PEs > 1
 	if rs.notices == nil {
 		rs.notices = io.Discard
 	}

@@ -45,7 +45,7 @@ func TestKillFlagsAndFiles(t *testing.T) {
 	require.ErrorContains(t, res.Err, "flag --kill: PE 2, but the run has 2 PEs (0..1)")
 	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "camel", CkptEvery: time.Second})
 	require.Equal(t, 2, res.Code)
-	require.ErrorContains(t, res.Err, "flag --ckpt-period 1s: a checkpoint cadence in time needs --ft none")
+	require.ErrorContains(t, res.Err, "flag --ckpt-period 1s: a checkpoint cadence in time needs a protocol that rolls every PE back (--ft none)")
 	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "causal"})
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, `flag --ft: unknown protocol "causal"`)
@@ -80,7 +80,7 @@ func TestFTFlag(t *testing.T) {
 		{[]string{"--ft", "camel"}, "camel", ""},
 		{[]string{"--ft=SCMEL"}, "scmel", ""},
 		{[]string{"+ft", "none"}, "none", ""},
-		{[]string{"--ft", "team"}, "", `flag --ft: unknown protocol "team" (want none, scmel or camel)`},
+		{[]string{"--ft", "team"}, "", `flag --ft: unknown protocol "team" (want none, scmel, camel)`},
 		{[]string{"--ft"}, "", "flag --ft needs a value"},
 	} {
 		cfg, err := chare.ParseFlags(c.args)

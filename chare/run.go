@@ -305,13 +305,11 @@ func watchdogFlag(v string) (time.Duration, error) {
 }
 
 func protocolName(v string) (string, error) {
-	switch p := strings.ToLower(v); p {
-	case "", "none":
-		return "none", nil
-	case "scmel", "camel":
-		return p, nil
+	spec, err := ftlayer.LookupProtocol(v)
+	if err != nil {
+		return "", fmt.Errorf("flag --ft: %w", err)
 	}
-	return "", fmt.Errorf("flag --ft: unknown protocol %q (want none, scmel or camel)", v)
+	return spec.Name, nil
 }
 
 func balancerName(v string) (string, error) {
@@ -404,31 +402,26 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	} else if name == "rotate" {
 		opt.Strategy = manager.RotateStrategy
 	}
-	proto, err := protocolName(cfg.FT)
+	spec, err := ftlayer.LookupProtocol(cfg.FT)
 	if err != nil {
-		return Result{Code: 2, Err: InputError{err}}
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ft: %w", err)}}
 	}
-	cfg.FT = proto
-	if cfg.CkptEvery > 0 && proto != "none" {
+	cfg.FT = spec.Name
+	if cfg.CkptEvery > 0 && spec.RecoversAlone {
 		// A PE recovering alone replays its own decisions; one taken from
 		// the clock would come out otherwise.
-		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period %v: a checkpoint cadence in time needs --ft none (under %s a recovering PE would decide otherwise from its clock); give a number of steps", cfg.CkptEvery, proto)}}
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period %v: a checkpoint cadence in time needs a protocol that rolls every PE back (--ft none): under %s a recovering PE would decide otherwise from its clock; give a number of steps", cfg.CkptEvery, spec.Name)}}
 	}
 	if cfg.CkptSteps < 0 || cfg.CkptEvery < 0 {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period: negative period")}}
 	}
-	if proto != "none" {
-		opt.FT = func(me, n int, t ftlayer.Trees, net func(int, *ftlayer.Packet)) ftlayer.Hook {
-			h, _ := ftlayer.NewCausalHook(proto, me, n, t, net) // the name was checked above
-			return h
-		}
-	}
+	opt.FT = spec.NewHook
 	for _, k := range cfg.Kills {
 		if k.PE < 0 || k.PE >= cfg.PEs {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --kill: PE %d, but the run has %d PEs (0..%d)", k.PE, cfg.PEs, cfg.PEs-1)}}
 		}
 	}
-	rs := newRunState(cfg)
+	rs := newRunState(cfg, spec)
 	rs.mk = func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
 	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
 	var from []string  // where each came from, for errors

@@ -119,19 +119,6 @@ type CausalHook struct {
 	release  func(env *pe.Envelope)
 }
 
-// NewCausalHook makes PE me's hook for protocol "scmel" or "camel".
-func NewCausalHook(protocol string, me, n int, t Trees, net func(dst int, p *Packet)) (*CausalHook, error) {
-	var camel bool
-	switch protocol {
-	case "scmel":
-	case "camel":
-		camel = true
-	default:
-		return nil, fmt.Errorf("unknown message-logging protocol %q (want none, scmel or camel)", protocol)
-	}
-	return &CausalHook{s: NewHopCausal(int32(me), n, t, camel), t: t, net: net}, nil
-}
-
 // Protocol is the state machine the hook runs.
 func (h *CausalHook) Protocol() *Causal { return h.s }
 

@@ -25,9 +25,10 @@ func newHopNet(t *testing.T, n, k int, proto string) *hopNet {
 	}
 	require.NoError(t, gs.Add(1, members, k))
 	h := &hopNet{gs: gs}
+	spec, err := LookupProtocol(proto)
+	require.NoError(t, err)
 	for i := 0; i < n; i++ {
-		hk, err := NewCausalHook(proto, i, n, gs, func(dst int, p *Packet) { h.acks = append(h.acks, *p) })
-		require.NoError(t, err)
+		hk := spec.NewHook(i, n, gs, func(dst int, p *Packet) { h.acks = append(h.acks, *p) }).(*CausalHook)
 		h.hooks = append(h.hooks, hk)
 	}
 	return h
@@ -300,8 +301,15 @@ func TestHopErrors(t *testing.T) {
 	env := payload(1)
 	require.ErrorContains(t, h.hooks[0].Send(5, RoleP2P, 0, 0, false, env), "PE 5, outside 0..1")
 	require.ErrorContains(t, h.hooks[1].Send(0, RoleMcastFwd, 1, 0, false, env), "carries no header")
-	_, err := NewCausalHook("pessimistic", 0, 2, h.gs, nil)
-	require.ErrorContains(t, err, `unknown message-logging protocol "pessimistic"`)
+	_, err := LookupProtocol("pessimistic")
+	require.EqualError(t, err, `unknown protocol "pessimistic" (want none, scmel, camel)`)
+	spec, err := LookupProtocol("CAMEL")
+	require.NoError(t, err)
+	require.True(t, spec.RecoversAlone)
+	spec, err = LookupProtocol("")
+	require.NoError(t, err)
+	require.Equal(t, "none", spec.Name)
+	require.False(t, spec.RecoversAlone)
 }
 
 // Without a result to keep, a CAMEL root acknowledges nothing: the

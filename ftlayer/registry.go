@@ -1,0 +1,57 @@
+package ftlayer
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// ProtocolSpec is a fault-tolerance protocol as the runtime selects it: by
+// name, with what its recovery does and the hook it runs on each PE. The
+// runtime asks these questions instead of testing protocol names.
+type ProtocolSpec struct {
+	Name string
+	// RecoversAlone: a failed PE recovers alone from its checkpoint while
+	// the others replay its messages to it (message logging); otherwise
+	// every PE rolls back to the last checkpoint. A recovery by replay
+	// makes the PE's own decisions again, so a decision taken from a
+	// clock (a checkpoint cadence in time) would come out otherwise.
+	RecoversAlone bool
+	// NewHook makes PE me's hook for a job of n PEs, whose trees t
+	// describes and whose net carries the hook's packets.
+	NewHook func(me, n int, t Trees, net func(dst int, p *Packet)) Hook
+}
+
+var protocols = []ProtocolSpec{
+	{Name: "none", NewHook: func(int, int, Trees, func(int, *Packet)) Hook { return NopHook{} }},
+	{Name: "scmel", RecoversAlone: true, NewHook: causalHook(false)},
+	{Name: "camel", RecoversAlone: true, NewHook: causalHook(true)},
+}
+
+func causalHook(camel bool) func(me, n int, t Trees, net func(int, *Packet)) Hook {
+	return func(me, n int, t Trees, net func(int, *Packet)) Hook {
+		return &CausalHook{s: NewHopCausal(int32(me), n, t, camel), t: t, net: net}
+	}
+}
+
+// LookupProtocol returns the protocol named name (any case; "" is none).
+func LookupProtocol(name string) (ProtocolSpec, error) {
+	if name == "" {
+		name = "none"
+	}
+	for _, p := range protocols {
+		if strings.EqualFold(p.Name, name) {
+			return p, nil
+		}
+	}
+	return ProtocolSpec{}, fmt.Errorf("unknown protocol %q (want %s)", name, strings.Join(ProtocolNames(), ", "))
+}
+
+// ProtocolNames lists the protocols' names.
+func ProtocolNames() []string {
+	out := make([]string, len(protocols))
+	for i, p := range protocols {
+		out[i] = p.Name
+	}
+	return slices.Clip(out)
+}

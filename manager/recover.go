@@ -142,13 +142,8 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 		m.Fail(err)
 		return
 	}
-	if m.Me() == 0 && m.qd.inWave {
-		// the failed PE's probe or reply is lost: wave again, once
-		// everything is quiet (the new incarnation answers only once it
-		// caught up)
-		m.qd.inWave, m.qd.prevOK = false, false
-		m.qd.wave++
-		m.armQD()
+	if m.Me() == 0 && m.qd.root.peerFailed() {
+		m.armQD() // the failed PE's probe or reply is lost: wave again once quiet
 	}
 	if y == 0 {
 		// quiescence requests PE 0 held died with it

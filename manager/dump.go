@@ -1,5 +1,9 @@
 package manager
 
+// What a PE waits for: its description for dumps (the watchdog, SIGQUIT,
+// a run that went quiet with work unfinished) and the list of its
+// unfinished work.
+
 import (
 	"fmt"
 	"io"
@@ -41,7 +45,7 @@ func (m *Manager) Describe(w io.Writer) {
 	sys, app := m.PE.QueueLens()
 	fmt.Fprintf(w, "PE %d: %d system and %d application messages queued; sent %d, processed %d (quiescence counts)\n", m.Me(), sys, app, m.Sent, m.Processed)
 	if m.Me() == 0 {
-		q := &m.qd
+		q := &m.qd.root
 		if q.running || len(q.waiters) > 0 {
 			tags := make([]string, len(q.waiters))
 			for i, x := range q.waiters {

@@ -1,0 +1,283 @@
+package manager
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Quiescence detection (Charm++'s CkStartQD): PE 0 counts. Every PE keeps
+// how many application messages it sent and processed (Manager.Sent,
+// Processed); once the process has gone idle, PE 0 asks every PE for its
+// counts (a wave), and when two waves in a row find the sums equal and
+// unchanged, nothing was in flight between them: the detections waiting
+// are released. qdRoot is that counting, a plain state machine; the
+// handlers below carry its probes and replies.
+
+// qdState is a PE's part of quiescence detection.
+type qdState struct {
+	// a probe waiting for this PE to go idle before it answers
+	probe     uint64
+	probeFrom bool
+	root      qdRoot // PE 0
+}
+
+type qdWaiter struct {
+	pe  int
+	tag uint64
+}
+
+// EndQDTag is the quiescence detection that ends a run which went quiet
+// (asked for once main's constructor returned). It is released only at a
+// quiet moment that releases no other detection.
+const EndQDTag uint64 = 0
+
+// qdRoot is PE 0's counting: detections asked for, the wave in flight and
+// the sums of the last two.
+type qdRoot struct {
+	running    bool // detections wait
+	inWave     bool
+	wave       uint64
+	replies    int
+	sent, proc uint64
+	prevSent   uint64
+	prevProc   uint64
+	prevOK     bool
+	waiters    []qdWaiter
+}
+
+// qdNext is what the root does after a wave's last reply.
+type qdNext uint8
+
+const (
+	qdWait      qdNext = iota // the wave is not complete
+	qdWaveAgain               // quiet once: confirm with a second wave at once
+	qdArm                     // busy, or detections still wait: wave when the process next goes idle
+	qdStop                    // nothing waits any more
+)
+
+// request records a detection asked for; it reports whether counting
+// starts (the caller arms the idle notice).
+func (q *qdRoot) request(w qdWaiter) bool {
+	q.waiters = append(q.waiters, w)
+	if q.running {
+		return false
+	}
+	q.running, q.prevOK = true, false
+	return true
+}
+
+// idle: the process went idle; it reports whether a wave starts now.
+func (q *qdRoot) idle() bool { return q.running && !q.inWave }
+
+// startWave begins a wave, its sums starting at injected (messages handed
+// in from outside the PEs were processed but never sent by one), and
+// returns its number.
+func (q *qdRoot) startWave(injected uint64) uint64 {
+	q.inWave = true
+	q.wave++
+	q.replies, q.sent, q.proc = 0, injected, 0
+	return q.wave
+}
+
+// reply adds one PE's counts to wave (of n PEs). Once every PE answered it
+// says what comes next and which waiting detections are released: at a
+// quiet moment a checkpoint's goes alone (it resumes the program, so the
+// others wait for the next), and the end of the run's only with nothing
+// else (the program's own callbacks may give it more to do).
+func (q *qdRoot) reply(wave, sent, proc uint64, n int) (release []qdWaiter, next qdNext) {
+	if wave != q.wave || !q.inWave {
+		return nil, qdWait // an old wave's
+	}
+	q.replies++
+	q.sent += sent
+	q.proc += proc
+	if q.replies < n {
+		return nil, qdWait
+	}
+	q.inWave = false
+	ok := q.sent == q.proc
+	if !(ok && q.prevOK && q.sent == q.prevSent && q.proc == q.prevProc) {
+		q.prevOK, q.prevSent, q.prevProc = ok, q.sent, q.proc
+		if ok {
+			return nil, qdWaveAgain
+		}
+		return nil, qdArm
+	}
+	w := q.waiters
+	end := func(x qdWaiter) bool { return x.tag == EndQDTag }
+	if i := slices.IndexFunc(w, func(x qdWaiter) bool { return x.tag&ckptQDTag != 0 }); i >= 0 {
+		w, q.waiters = w[i:i+1], slices.Delete(slices.Clone(w), i, i+1)
+	} else if i := slices.IndexFunc(w, end); i >= 0 && len(w) > 1 {
+		w, q.waiters = slices.DeleteFunc(slices.Clone(w), end), w[i:i+1]
+	} else {
+		q.waiters = nil
+	}
+	if len(q.waiters) > 0 {
+		q.prevOK = false
+		return w, qdArm
+	}
+	q.running = false
+	return w, qdStop
+}
+
+// peerFailed: a PE failed, and its probe or reply with it. A wave in
+// flight is abandoned (a new one starts once everything is quiet, the new
+// incarnation answering only once it caught up); it reports whether to
+// arm the idle notice for it.
+func (q *qdRoot) peerFailed() bool {
+	if !q.inWave {
+		return false
+	}
+	q.inWave, q.prevOK = false, false
+	q.wave++
+	return true
+}
+
+// StartQD asks PE 0 to detect quiescence and then call Host.Quiescent(tag)
+// on this PE.
+func (m *Manager) StartQD(tag uint64) {
+	if tag&ckptQDTag == 0 && !slices.Contains(m.qdAsked, tag) {
+		m.qdAsked = append(m.qdAsked, tag)
+	}
+	m.PE.Send(0, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Tag: tag, From: int32(m.Me())}})
+}
+
+func (m *Manager) onQDProbe(p *QDProbeMsg) {
+	switch {
+	case p.Req && p.Done: // a detection this PE asked for is over
+		if p.Tag&ckptQDTag != 0 {
+			m.ckptQuiescent(p.Tag &^ ckptQDTag)
+			return
+		}
+		i := slices.Index(m.qdAsked, p.Tag)
+		if i < 0 {
+			return // answered already (asked again after PE 0 failed)
+		}
+		m.qdAsked = slices.Delete(m.qdAsked, i, i+1)
+		m.host.Quiescent(m, p.Tag)
+	case p.Req: // root: a new request; waves start once the process is idle
+		if m.qd.root.request(qdWaiter{pe: int(p.From), tag: p.Tag}) {
+			m.armQD()
+		}
+	case p.Idle:
+		if m.qd.root.idle() {
+			m.qdWave()
+		}
+	default: // a wave's probe: answered once this PE is idle
+		m.qd.probe, m.qd.probeFrom = p.Wave, true
+	}
+}
+
+func (m *Manager) armQD() {
+	m.PE.Node().ArmIdleNotice(0, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Idle: true}})
+}
+
+func (m *Manager) qdWave() {
+	w := m.qd.root.startWave(m.PE.Node().Injected())
+	for p := 0; p < m.NumPEs(); p++ {
+		m.PE.Send(p, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: w}})
+	}
+}
+
+func (m *Manager) qdIdle() {
+	if !m.qd.probeFrom || m.Recovering() {
+		return // a recovering PE answers once it caught up
+	}
+	m.qd.probeFrom = false
+	m.PE.Send(0, &pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: m.qd.probe, Sent: m.Sent, Processed: m.Processed}})
+}
+
+func (m *Manager) onQDReply(r *QDReplyMsg) {
+	release, next := m.qd.root.reply(r.Wave, r.Sent, r.Processed, m.NumPEs())
+	switch next {
+	case qdWaveAgain:
+		m.qdWave()
+	case qdArm:
+		m.armQD()
+	}
+	for _, x := range release {
+		m.PE.Send(x.pe, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Done: true, Tag: x.tag}})
+	}
+}
+
+// CheckQuiet runs on PE 0 when the program has gone quiet and its run
+// would end: with nothing in flight, no unfinished work will ever be
+// finished, so every PE reports its own (Pending). If there is none, then
+// runs; otherwise the run fails with a QuietError naming the first piece
+// and holding every PE's description.
+func (m *Manager) CheckQuiet(then func()) {
+	m.quiet = quietCheck{then: then, pending: make([][]string, m.NumPEs()), dumps: make([]string, m.NumPEs())}
+	for p := 0; p < m.NumPEs(); p++ {
+		m.PE.Send(p, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{}})
+	}
+}
+
+// StrandedMsg asks a PE for its unfinished work (Reply: here it is, and
+// its description if there is any).
+type StrandedMsg struct {
+	Reply   bool
+	Pending []string `msgpack:",omitempty"`
+	Dump    string   `msgpack:",omitempty"`
+}
+
+type quietCheck struct {
+	then    func()
+	replies int
+	pending [][]string
+	dumps   []string
+}
+
+// QuietError ends a run that went quiet with work unfinished. Its message
+// is one line; Dump describes every PE that had some.
+type QuietError struct {
+	First string // the first unfinished piece of work found
+	More  int    // how many more there are
+	State string // every PE's description that had some
+}
+
+// Dump is the state of the PEs that had unfinished work.
+func (e *QuietError) Dump() string { return e.State }
+
+func (e *QuietError) Error() string {
+	msg := "the run went quiet with work unfinished: " + e.First
+	if e.More > 0 {
+		msg += fmt.Sprintf(" (and %d more: see the dump)", e.More)
+	}
+	return msg
+}
+
+func (m *Manager) onStranded(env *pe.Envelope) {
+	s := env.Payload.(*StrandedMsg)
+	if !s.Reply {
+		r := &StrandedMsg{Reply: true, Pending: m.Pending()}
+		if len(r.Pending) > 0 {
+			var b strings.Builder
+			m.Describe(&b)
+			r.Dump = b.String()
+		}
+		m.PE.Send(0, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: r})
+		return
+	}
+	q := &m.quiet
+	if q.then == nil {
+		return
+	}
+	q.pending[env.Src], q.dumps[env.Src] = s.Pending, s.Dump
+	if q.replies++; q.replies < m.NumPEs() {
+		return
+	}
+	then := q.then
+	q.then = nil
+	var all []string
+	for _, p := range q.pending {
+		all = append(all, p...)
+	}
+	if len(all) == 0 {
+		then()
+		return
+	}
+	m.Fail(&QuietError{First: MostTelling(all), More: len(all) - 1, State: strings.Join(q.dumps, "")})
+}

@@ -3,7 +3,6 @@ package chare_test
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,17 +28,6 @@ func TestKillFlagsAndFiles(t *testing.T) {
 		_, err := chare.ParseFlags(c.args)
 		require.ErrorContains(t, err, c.err, c.args)
 	}
-	for _, c := range []struct {
-		text, err string
-	}{
-		{"1 2 3\n", `kill file line 1: "1 2 3": want "PE SECONDS" or "PE @STEP"`},
-		{"x 2\n", `kill file line 1: PE "x" is not a PE number`},
-		{"\n1 @z\n", `kill file line 2: step "@z" is not a whole number`},
-		{"1 -4\n", `kill file line 1: time "-4" is not a number of seconds`},
-	} {
-		_, err := chare.ParseKillFile(strings.NewReader(c.text))
-		require.ErrorContains(t, err, c.err)
-	}
 	res := chare.Run(ckMain, chare.Config{PEs: 2, Kills: []chare.Kill{{PE: 2, Step: 1}}})
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, "flag --kill: PE 2, but the run has 2 PEs (0..1)")
@@ -49,25 +37,6 @@ func TestKillFlagsAndFiles(t *testing.T) {
 	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "causal"})
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, `flag --ft: unknown protocol "causal"`)
-}
-
-// FuzzParseKillFile: kill files come from users; any text gives kills or
-// an error naming the line, never a panic.
-func FuzzParseKillFile(f *testing.F) {
-	f.Add("1 2.5\n0 @7\n# x\n")
-	f.Add("")
-	f.Add("3 1e400\n")
-	f.Fuzz(func(t *testing.T, text string) {
-		ks, err := chare.ParseKillFile(strings.NewReader(text))
-		if err != nil {
-			require.Contains(t, err.Error(), "kill file")
-			return
-		}
-		for _, k := range ks {
-			require.GreaterOrEqual(t, k.PE, 0)
-			require.True(t, k.Step >= 0 || k.After >= 0)
-		}
-	})
 }
 
 func TestFTFlag(t *testing.T) {

@@ -18,7 +18,7 @@ func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, u
 		return nil, 0, nil, err
 	}
 	old := int(latest.NumPEs)
-	snaps, decoded, err := readSnapshots(dir, latest)
+	snaps, decoded, err := manager.ReadSnapshots(dir, latest)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -57,39 +57,4 @@ func loadCheckpoint(dir string, pes, branching int, main *typeInfo) ([][]byte, u
 		from[p] = fmt.Sprintf("checkpoint %d in %s (its %d PEs' snapshots placed on %d)", latest.Epoch, dir, old, pes)
 	}
 	return out, latest.Epoch, from, nil
-}
-
-// readCheckpointFiles reads checkpoint epoch of a run of n PEs from dir
-// (a rollback finds there what no surviving PE holds).
-func readCheckpointFiles(dir string, epoch uint64, n int) ([][]byte, error) {
-	latest, err := manager.ReadLatest(dir)
-	if err != nil {
-		return nil, err
-	}
-	if latest.Epoch != epoch || int(latest.NumPEs) != n {
-		return nil, fmt.Errorf("%s holds checkpoint %d of %d PEs, not checkpoint %d of %d", dir, latest.Epoch, latest.NumPEs, epoch, n)
-	}
-	snaps, decoded, err := readSnapshots(dir, latest)
-	if err != nil {
-		return nil, err
-	}
-	if err := manager.CheckCheckpoint(decoded); err != nil {
-		return nil, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
-	}
-	return snaps, nil
-}
-
-// readSnapshots reads and checks the snapshot files of the checkpoint
-// latest names in dir.
-func readSnapshots(dir string, latest manager.Latest) ([][]byte, []*manager.PESnapshot, error) {
-	snaps := make([][]byte, latest.NumPEs)
-	decoded := make([]*manager.PESnapshot, latest.NumPEs)
-	for p := range snaps {
-		b, s, err := manager.ReadSnapshotFile(dir, latest, p)
-		if err != nil {
-			return nil, nil, err
-		}
-		snaps[p], decoded[p] = b, s
-	}
-	return snaps, decoded, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
+	"github.com/charmgo/charmgo/recovery"
 )
 
 // Config is a run's runtime settings; ParseFlags fills it from the command
@@ -421,88 +422,69 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --kill: PE %d, but the run has %d PEs (0..%d)", k.PE, cfg.PEs, cfg.PEs-1)}}
 		}
 	}
-	rs := newRunState(cfg, spec)
-	rs.mk = func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
 	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
 	var from []string  // where each came from, for errors
+	var restartEpoch uint64
 	if cfg.Restart != "" {
 		var err error
-		var epoch uint64
-		if start, epoch, from, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
+		if start, restartEpoch, from, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --restart: %w", err)}}
 		}
-		rs.restartEpoch, rs.restartSnaps = epoch, start
 	}
+	rs := &runState{stdout: cfg.Stdout, start: time.Now(), ckptSteps: cfg.CkptSteps, ckptEvery: cfg.CkptEvery}
+	if rs.stdout == nil {
+		rs.stdout = os.Stdout
+	}
+	newManager := func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
+	rs.sup = recovery.New(recovery.Config{PEs: cfg.PEs, Protocol: spec, Kills: cfg.Kills, Notices: cfg.Notices,
+		RestartDir: cfg.Restart, RestartEpoch: restartEpoch, NewManager: newManager})
 	limit := watchdogLimit(cfg)
+	var res Result
+	node, err := pe.NewNode(pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls},
+		func(p *pe.PE) pe.Handler { return newManager(p) })
+	if err != nil {
+		return Result{Code: 2, Err: InputError{err}}
+	}
 	stopDumps := make(chan struct{})
 	defer close(stopDumps)
 	dumpTo := cfg.DumpTo
 	if dumpTo == nil {
 		dumpTo = os.Stderr
 	}
-	rs.dumpOnSignal(dumpTo, stopDumps)
-	var res Result
-	for {
-		node, err := pe.NewNode(pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls},
-			func(p *pe.PE) pe.Handler { return rs.mk(p) })
-		if err != nil {
-			return Result{Code: 2, Err: InputError{err}}
+	dumpOnSignal(node, dumpTo, stopDumps)
+	initial := make([][]pe.Envelope, node.NumPEs())
+	for p := range initial {
+		env := pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
+			Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
+			Arg: manager.Lazy{V: arg},
+		}}
+		if start != nil {
+			prev := start[(p+len(start)-1)%len(start)]
+			env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev, From: from[p]}}
 		}
-		initial := make([][]pe.Envelope, node.NumPEs())
-		for p := range initial {
-			env := pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
-				Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
-				Arg: manager.Lazy{V: arg},
-			}}
-			if start != nil {
-				prev := start[(p+len(start)-1)%len(start)]
-				env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev, From: from[p]}}
-			}
-			initial[p] = []pe.Envelope{env}
-			node.Inject(p, env)
+		initial[p] = []pe.Envelope{env}
+		node.Inject(p, env)
+	}
+	rs.sup.Begin(node, initial)
+	node.Start()
+	if limit > 0 {
+		go watch(node, limit)
+	}
+	res.Code, res.Err = node.Wait()
+	res.Stats.PEs = make([]pe.Stats, node.NumPEs())
+	for i := range res.Stats.PEs {
+		res.Stats.PEs[i] = node.PE(i).Stats
+		m := manager.Of(node.PE(i))
+		res.Stats.Ops.Add(m.Stats)
+		rs.sup.AddLog(m.FT().Stats())
+	}
+	if m := manager.Of(node.PE(0)).Collection(manager.MainCollection); m != nil {
+		if e := m.Local(pe.Idx(0)); e != nil {
+			res.Main = e.Obj
 		}
-		rs.begin(node, initial)
-		node.Start()
-		if limit > 0 {
-			go watch(node, limit)
-		}
-		code, err := node.Wait()
-		res.Code, res.Err = code, err
-		for i := 0; i < node.NumPEs(); i++ {
-			if len(res.Stats.PEs) <= i {
-				res.Stats.PEs = append(res.Stats.PEs, pe.Stats{})
-			}
-			res.Stats.PEs[i].Add(node.PE(i).Stats)
-			m := manager.Of(node.PE(i))
-			res.Stats.Ops.Add(m.Stats)
-			rs.logStats(m.FT().Stats())
-		}
-		if m := manager.Of(node.PE(0)).Collection(manager.MainCollection); m != nil {
-			if e := m.Local(pe.Idx(0)); e != nil {
-				res.Main = e.Obj
-			}
-		}
-		var f *PEFailure
-		if !errors.As(err, &f) {
-			break
-		}
-		// fail-stop: the failed PEs are gone with everything they held;
-		// roll every PE back to the last checkpoint
-		f, dead := rs.failure(f)
-		back, err := rs.rollback(node, dead)
-		if err != nil {
-			res.Err = err
-			break
-		}
-		start = back.snaps
-		from = make([]string, len(start))
-		for p := range from {
-			from[p] = fmt.Sprintf("PE %d's snapshot of checkpoint %d, %s", p, back.epoch, back.from)
-		}
-		rs.rolledBack(f, back)
 	}
 	if res.Err == nil && res.Code == 0 {
-		if err := rs.unfired(); err != nil {
+		if err := rs.sup.Unfired(); err != nil {
 			res.Code, res.Err = 2, InputError{err}
 		}
 	}
@@ -512,10 +494,8 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if errors.As(res.Err, new(*StallError)) {
 		res.Code = 3
 	}
-	res.Stats.FT = rs.stats()
-	rs.mu.Lock()
-	res.Stats.Ops.Add(rs.lostOps)
-	rs.mu.Unlock()
+	res.Stats.FT = rs.sup.Stats()
+	res.Stats.Ops.Add(rs.sup.LostOps())
 	return res
 }
 

@@ -74,8 +74,8 @@ func watchdogLimit(cfg Config) time.Duration {
 	return DefaultWatchdog
 }
 
-// watch ends the attempt on node with a StallError once node.Progress has
-// not moved for limit. It returns when the attempt ends.
+// watch ends the run on node with a StallError once node.Progress has
+// not moved for limit. It returns when the run ends.
 func watch(node *pe.Node, limit time.Duration) {
 	t := time.NewTicker(max(limit/16, time.Millisecond))
 	defer t.Stop()
@@ -162,9 +162,9 @@ func dumpNode(node *pe.Node, wait time.Duration) nodeDump {
 	return nodeDump{text: b.String(), first: first}
 }
 
-// dumpOnSignal writes a dump of the run's current attempt to w on every
-// SIGQUIT until stop is closed; the run goes on.
-func (rs *runState) dumpOnSignal(w io.Writer, stop <-chan struct{}) {
+// dumpOnSignal writes a dump of the run on node to w on every SIGQUIT
+// until stop is closed; the run goes on.
+func dumpOnSignal(node *pe.Node, w io.Writer, stop <-chan struct{}) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGQUIT) // before Run goes on: no signal is missed
 	go func() {
@@ -174,12 +174,6 @@ func (rs *runState) dumpOnSignal(w io.Writer, stop <-chan struct{}) {
 			case <-stop:
 				return
 			case <-sig:
-			}
-			rs.mu.Lock()
-			node := rs.node
-			rs.mu.Unlock()
-			if node == nil {
-				continue
 			}
 			d := dumpNode(node, 2*time.Second)
 			fmt.Fprintf(w, "charmgo: SIGQUIT: the state of every PE (the run goes on)\n%s", d.text)

@@ -297,3 +297,38 @@ func strictUnmarshal(b []byte, v any) error {
 	}
 	return nil
 }
+
+// ReadCheckpoint reads checkpoint epoch of a run of n PEs from dir
+// (a rollback finds there what no surviving PE holds).
+func ReadCheckpoint(dir string, epoch uint64, n int) ([][]byte, error) {
+	latest, err := ReadLatest(dir)
+	if err != nil {
+		return nil, err
+	}
+	if latest.Epoch != epoch || int(latest.NumPEs) != n {
+		return nil, fmt.Errorf("%s holds checkpoint %d of %d PEs, not checkpoint %d of %d", dir, latest.Epoch, latest.NumPEs, epoch, n)
+	}
+	snaps, decoded, err := ReadSnapshots(dir, latest)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckCheckpoint(decoded); err != nil {
+		return nil, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
+	}
+	return snaps, nil
+}
+
+// ReadSnapshots reads and checks the snapshot files of the checkpoint
+// latest names in dir.
+func ReadSnapshots(dir string, latest Latest) ([][]byte, []*PESnapshot, error) {
+	snaps := make([][]byte, latest.NumPEs)
+	decoded := make([]*PESnapshot, latest.NumPEs)
+	for p := range snaps {
+		b, s, err := ReadSnapshotFile(dir, latest, p)
+		if err != nil {
+			return nil, nil, err
+		}
+		snaps[p], decoded[p] = b, s
+	}
+	return snaps, decoded, nil
+}

@@ -60,6 +60,10 @@ func (m *Manager) Describe(w io.Writer) {
 	if c := &m.ckpt; c.epoch != 0 || len(c.queued) > 0 || len(c.pending) > 0 {
 		fmt.Fprintf(w, "  checkpoint %d in progress: %d of %d PEs committed; %d more asked for; %d packets of a later epoch held\n", c.epoch, c.done, m.NumPEs(), len(c.queued), len(c.pending))
 	}
+	if rb := m.rb; rb != nil {
+		fmt.Fprintf(w, "  rolling back: told %v, offers in %d, plan %v, own snapshot %v, neighbour's %v; %d messages kept until it restored\n",
+			rb.start != nil, rb.got, rb.plan != nil, rb.own != nil, rb.prev != nil, len(rb.stash))
+	}
 	if r := &m.rec; r.reviving || r.recovering {
 		fmt.Fprintf(w, "  a new incarnation (%d): waiting for its snapshot %v, replaying %v; %d messages kept until its snapshot is in\n", r.inc, r.reviving, r.recovering, len(r.stash))
 	}

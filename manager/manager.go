@@ -16,7 +16,8 @@
 // Fault tolerance: fthook.go (the hook on the send and receive paths),
 // checkpoint.go, ckptfile.go, validate.go, redistribute.go (snapshots,
 // their files, their checks, a restart on another PE count) and
-// recover.go (a PE recovering alone).
+// recover.go (a PE recovering alone), rollback.go (every PE going back to
+// a checkpoint).
 package manager
 
 import (
@@ -48,6 +49,10 @@ type Host interface {
 	CheckpointStarting(m *Manager, epoch uint64) bool
 	// CheckpointCommitted runs on PE 0 once every PE committed epoch.
 	CheckpointCommitted(m *Manager, epoch uint64)
+	// RollingBack runs on PE 0 when a global rollback chose the
+	// checkpoint every PE goes back to (0: the start of the run) and
+	// where its snapshots are.
+	RollingBack(m *Manager, epoch uint64, from string)
 	// LocalRestored runs on a failed PE's new incarnation when it restored
 	// checkpoint epoch (0: the start of the run) to recover alone.
 	LocalRestored(m *Manager, epoch uint64)
@@ -108,7 +113,9 @@ type Manager struct {
 	ft       ftlayer.Hook
 	released pe.Envelope // a held envelope the hook handed back
 	rec      recoverState
-	qdAsked  []uint64 // quiescence detections this PE waits for (not checkpoints')
+	rb       *rollbackState // a global rollback this PE takes part in
+	rbStash  []pe.Envelope  // what reached it meanwhile, handled once it restored
+	qdAsked  []uint64       // quiescence detections this PE waits for (not checkpoints')
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64
@@ -247,6 +254,10 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 	case tDump:
 		p.Bookkeeping()
 		m.onDump(env.Payload.(*DumpMsg))
+		return
+	}
+	if m.rb != nil {
+		m.handleRollback(env)
 		return
 	}
 	if m.rec.reviving {

@@ -25,6 +25,10 @@ func sysSeeds(t testing.TB) [][]byte {
 		{Type: tFTPacket, Kind: pe.KindSystem, Payload: &FTPacketMsg{Kind: 3, Dets: []pe.Det{{Sender: 1, Recver: 2, SSN: 3, RSN: 4}},
 			Relog: Envelopes{{Type: tPartial, Kind: pe.KindReduction, FT: &pe.FTHeader{Group: 1 << 40, Sender: 2, Recver: 0, Num: 7, Inc: 1},
 				Payload: &PartialMsg{Coll: 3, p: &Partial{Red: 7, Reducer: testIntSum, Count: 4, Acc: int64(9)}}}}}},
+		{Type: tRollback, Kind: pe.KindSystem, Payload: &RollbackMsg{Failed: []int32{1, 2}, Committed: 3, Restart: 1, RestartDir: "ck"}},
+		{Type: tRollbackOffer, Kind: pe.KindSystem, Payload: &RollbackOfferMsg{PE: 2, Committed: 3, Held: []HeldSnapshot{{2, 3}, {1, 3}}}},
+		{Type: tRollbackPlan, Kind: pe.KindSystem, Payload: &RollbackPlanMsg{Epoch: 3, Holder: []int32{0, 2, 2}, From: "from the PEs' memory"}},
+		{Type: tSnapshotCopy, Kind: pe.KindSystem, Payload: &SnapshotCopyMsg{Owner: 1, Epoch: 3, App: []byte{1, 2, 3}}},
 	}
 	var out [][]byte
 	for i := range envs {
@@ -58,6 +62,11 @@ func FuzzDecodeSystemMessages(f *testing.F) {
 		}
 		if pm, ok := env.Payload.(*PartialMsg); ok && (pm.p == nil || pm.p.Complete && (pm.p.Items != nil || pm.p.Acc != nil)) {
 			t.Fatal("partial decoded without its partial, or a kept result with contributions")
+		}
+		if plan, ok := env.Payload.(*RollbackPlanMsg); ok && checkPlan(plan, 3) == nil && plan.Source == FromMemory {
+			for _, h := range plan.Holder { // what onRollbackPlan indexes
+				require.True(t, h >= 0 && h < 3)
+			}
 		}
 		if fm, ok := env.Payload.(*FTPacketMsg); ok {
 			for i := range fm.Relog { // what onFTPacket does with them

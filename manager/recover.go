@@ -90,7 +90,8 @@ type recoverState struct {
 // of them could not be made again.
 func control(typ uint32) bool {
 	switch typ {
-	case tCkptTake, tCkptPacket, tCkptDone, tRestored, tFTPacket, tPEFailed, tRecover, tHeldCopy, tPeerRecovered:
+	case tCkptTake, tCkptPacket, tCkptDone, tRestored, tFTPacket, tPEFailed, tRecover, tHeldCopy, tPeerRecovered,
+		tRollback, tRollbackOffer, tRollbackPlan, tSnapshotCopy:
 		return true
 	}
 	return false
@@ -111,7 +112,7 @@ func (m *Manager) Revive(inc uint32, initial []pe.Envelope) {
 
 // Recovering reports whether this PE is a new incarnation still catching
 // up.
-func (m *Manager) Recovering() bool { return m.rec.reviving || m.rec.recovering }
+func (m *Manager) Recovering() bool { return m.rec.reviving || m.rec.recovering || m.rb != nil }
 
 // onPEFailed runs on every survivor of a failure.
 func (m *Manager) onPEFailed(msg *PEFailedMsg) {

@@ -50,7 +50,7 @@ type Stats struct {
 	Flushes   uint64           // cross-PE batch handoffs
 }
 
-// Add accumulates o (a run of several attempts sums them).
+// Add accumulates o.
 func (s *Stats) Add(o Stats) {
 	for k := range s.Sent {
 		s.Sent[k] += o.Sent[k]
@@ -163,9 +163,17 @@ func (n *Node) Replace(i int, mk func(p *PE) Handler) Handler {
 	if p.life.Load() != peDying {
 		return nil
 	}
-	in := &p.in
 	<-p.exited
 	old := p.handler
+	p.clear()
+	p.start(mk)
+	return old
+}
+
+// clear discards everything a stopped PE had queued, buffered or not yet
+// taken from its inbox.
+func (p *PE) clear() {
+	in := &p.in
 	in.mu.Lock()
 	clear(in.sys)
 	clear(in.app)
@@ -181,12 +189,79 @@ func (n *Node) Replace(i int, mk func(p *PE) Handler) Handler {
 	}
 	p.dirtyList = p.dirtyList[:0]
 	p.cur, p.sinceFlush = Envelope{}, 0
+}
+
+// start runs a new incarnation of a stopped PE with mk's handler.
+func (p *PE) start(mk func(p *PE) Handler) {
 	p.handler = mk(p)
 	p.idle, _ = p.handler.(IdleHandler)
 	p.exited = make(chan struct{})
 	p.life.Store(peRunning)
 	go p.run()
-	return old
+}
+
+// RollBack stops every PE of this process at a message boundary (a PE
+// that FailPE failed is stopping already), discards everything any of
+// them queued, buffered or had in its inbox, and starts each again with
+// the handler mk makes from its previous one. For a PE that FailPE
+// failed, failed is true: its memory is gone, and its previous handler
+// is given for its statistics only.
+// Then it hands each PE the envelopes first gives it (uncounted, like
+// InjectControl). Nothing sent before the rollback reaches a PE after it:
+// every PE stopped before any queue was cleared. Call it from a goroutine
+// that is not a PE's (it waits for them). It reports false, starting
+// nothing, if the run is stopping.
+func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first func(p *PE) []Envelope) bool {
+	for _, p := range n.pes {
+		p.replaceMu.Lock()
+		defer p.replaceMu.Unlock()
+	}
+	failed := make([]bool, len(n.pes))
+	for i, p := range n.pes {
+		failed[i] = p.life.Load() == peDying
+		if !failed[i] && !p.life.CompareAndSwap(peRunning, peDying) {
+			continue // it stopped with the run: it carries no count any more
+		}
+		in := &p.in
+		in.pending.Store(true)
+		if in.parked.Load() && in.parked.CompareAndSwap(true, false) {
+			in.parkedCount.Add(-1)
+			in.signal()
+		}
+	}
+	for _, p := range n.pes {
+		<-p.exited
+	}
+	if n.stopped.Load() {
+		// The dying goroutines left their counts to successors that will
+		// not come.
+		for _, p := range n.pes {
+			if p.life.CompareAndSwap(peDying, peExited) {
+				n.wg.Done()
+			}
+		}
+		return false
+	}
+	n.idleArmed.Store(false)
+	n.injected.Store(0)
+	for _, p := range n.pes {
+		p.clear()
+	}
+	for i, p := range n.pes {
+		p.handler = mk(p, p.handler, failed[i])
+		p.idle, _ = p.handler.(IdleHandler)
+	}
+	for _, p := range n.pes {
+		for _, env := range first(p) {
+			p.in.push(env.Kind == KindSystem, []Envelope{env})
+		}
+	}
+	for _, p := range n.pes {
+		p.exited = make(chan struct{})
+		p.life.Store(peRunning)
+		go p.run()
+	}
+	return true
 }
 
 // InjectControl hands env to PE dst like Inject, but uncounted: the

@@ -1,0 +1,100 @@
+package recovery
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kill is an injected failure: PE fails (fail-stop) when the program
+// reports step Step (AtStep), or After the run started (Step < 0), or —
+// with Checkpoint > 0, for tests — while checkpoint number Checkpoint is
+// being taken (its snapshots are on their way to the buddies).
+type Kill struct {
+	PE         int
+	Step       int
+	After      time.Duration
+	Checkpoint uint64
+}
+
+func (k Kill) String() string {
+	if k.Checkpoint > 0 {
+		return fmt.Sprintf("PE %d during checkpoint %d", k.PE, k.Checkpoint)
+	}
+	if k.Step >= 0 {
+		return fmt.Sprintf("PE %d at step %d", k.PE, k.Step)
+	}
+	return fmt.Sprintf("PE %d after %v", k.PE, k.After)
+}
+
+// ParseKill reads --kill's value: PE@STEP.
+func ParseKill(v string) (Kill, error) {
+	p, s, ok := strings.Cut(v, "@")
+	if !ok {
+		return Kill{}, fmt.Errorf("flag --kill: %q: want PE@STEP", v)
+	}
+	pe, err1 := strconv.Atoi(p)
+	step, err2 := strconv.Atoi(s)
+	if err1 != nil || err2 != nil || pe < 0 || step < 0 {
+		return Kill{}, fmt.Errorf("flag --kill: %q: want PE@STEP with whole numbers", v)
+	}
+	return Kill{PE: pe, Step: step}, nil
+}
+
+// ParseKillFile reads a kill file: one failure per line, "PE SECONDS"
+// (Charm++'s +killFile format: seconds after the start, fractions allowed)
+// or "PE @STEP"; blank lines and lines starting with # are skipped. Errors
+// name the line.
+func ParseKillFile(r io.Reader) ([]Kill, error) {
+	var out []Kill
+	sc := bufio.NewScanner(r)
+	for ln := 1; sc.Scan(); ln++ {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) != 2 {
+			return nil, fmt.Errorf("kill file line %d: %q: want \"PE SECONDS\" or \"PE @STEP\"", ln, sc.Text())
+		}
+		p, err := strconv.Atoi(f[0])
+		if err != nil || p < 0 {
+			return nil, fmt.Errorf("kill file line %d: PE %q is not a PE number", ln, f[0])
+		}
+		if s, ok := strings.CutPrefix(f[1], "@"); ok {
+			step, err := strconv.Atoi(s)
+			if err != nil || step < 0 {
+				return nil, fmt.Errorf("kill file line %d: step %q is not a whole number", ln, f[1])
+			}
+			out = append(out, Kill{PE: p, Step: step})
+			continue
+		}
+		sec, err := strconv.ParseFloat(f[1], 64)
+		if err != nil || sec < 0 || sec > 1e9 {
+			return nil, fmt.Errorf("kill file line %d: time %q is not a number of seconds", ln, f[1])
+		}
+		out = append(out, Kill{PE: p, Step: -1, After: time.Duration(sec * float64(time.Second))})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("kill file: %w", err)
+	}
+	return out, nil
+}
+
+// PEFailure is a failure: a PE failed (fail-stop). Other PEs may
+// have failed at the same moment (Also): one rollback recovers them all.
+type PEFailure struct {
+	PE   int
+	Kill Kill
+	Also []Kill
+}
+
+func (f *PEFailure) Error() string {
+	msg := fmt.Sprintf("PE %d failed (injected: %v)", f.PE, f.Kill)
+	for _, k := range f.Also {
+		msg += fmt.Sprintf(", and PE %d (injected: %v)", k.PE, k)
+	}
+	return msg
+}

@@ -1,0 +1,55 @@
+package recovery
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseKillFile(t *testing.T) {
+	ks, err := ParseKillFile(strings.NewReader("# Charm++ +killFile lines, and steps\n1 2.5\n\n0 @7\n"))
+	require.NoError(t, err)
+	require.Equal(t, []Kill{{PE: 1, Step: -1, After: 2500 * time.Millisecond}, {PE: 0, Step: 7}}, ks)
+	for _, c := range []struct {
+		text, err string
+	}{
+		{"1 2 3\n", `kill file line 1: "1 2 3": want "PE SECONDS" or "PE @STEP"`},
+		{"x 2\n", `kill file line 1: PE "x" is not a PE number`},
+		{"\n1 @z\n", `kill file line 2: step "@z" is not a whole number`},
+		{"1 -4\n", `kill file line 1: time "-4" is not a number of seconds`},
+	} {
+		_, err := ParseKillFile(strings.NewReader(c.text))
+		require.ErrorContains(t, err, c.err)
+	}
+	k, err := ParseKill("3@12")
+	require.NoError(t, err)
+	require.Equal(t, Kill{PE: 3, Step: 12}, k)
+	_, err = ParseKill("3@-1")
+	require.ErrorContains(t, err, "want PE@STEP with whole numbers")
+}
+
+// FuzzParseKillFile: kill files come from users; any text gives kills or
+// an error naming the line, never a panic.
+func FuzzParseKillFile(f *testing.F) {
+	f.Add("1 2.5\n0 @7\n# x\n")
+	f.Add("")
+	f.Add("3 1e400\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		ks, err := ParseKillFile(strings.NewReader(text))
+		if err != nil {
+			require.Contains(t, err.Error(), "kill file")
+			return
+		}
+		for _, k := range ks {
+			require.GreaterOrEqual(t, k.PE, 0)
+			require.True(t, k.Step >= 0 || k.After >= 0)
+		}
+	})
+}
+
+func TestPEFailureNamesEveryPEThatFailed(t *testing.T) {
+	f := &PEFailure{PE: 1, Kill: Kill{PE: 1, Step: 4}, Also: []Kill{{PE: 2, Step: 4}}}
+	require.Equal(t, "PE 1 failed (injected: PE 1 at step 4), and PE 2 (injected: PE 2 at step 4)", f.Error())
+}

@@ -1,0 +1,459 @@
+// Package recovery owns the launcher's side of fault tolerance: the
+// failures injected into a run (--kill, --kill-file), a failed PE's new
+// incarnation (recovery alone, under the logging protocols), the start of
+// a global rollback (every PE stopped and restarted with only its own
+// checkpoint memory), and the statistics of what fault tolerance did.
+// What the PEs do then is agreed by messages between their managers
+// (manager/recover.go, manager/rollback.go); nothing here reads a PE's
+// memory for a recovery.
+//
+// Layering: chare → recovery → manager → ftlayer → pe.
+package recovery
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/pe"
+)
+
+// Stats is what fault tolerance did in a run.
+type Stats struct {
+	Protocol      string
+	Failures      int
+	PEsRolledBack int           // summed over failures
+	Recovery      time.Duration // summed: from a failure to the program resuming
+	// CaughtUp is summed over failures: from a failure until the run is
+	// back where it was — the failed PE caught up (scmel, camel), or every
+	// PE back at the step that failed (none; failures at a step only).
+	CaughtUp time.Duration
+	Restored []uint64 // the checkpoint epoch each failure rolled back to (0: the start)
+	// Log is the message-logging protocol's statistics, summed over PEs
+	// (and over the incarnations a rollback discarded).
+	Log ftlayer.Stats
+}
+
+// Supervisor is the launcher's side of fault tolerance for one run: it
+// makes the injected failures happen (each once), starts a failed PE's
+// new incarnation and tells the others (recovery alone), or stops and
+// restarts every PE for a global rollback, which the PEs then agree on by
+// messages; and it keeps the statistics. The managers call it through
+// their hosts (CheckpointStarting, ...). Safe from any goroutine.
+type Supervisor struct {
+	mu      sync.Mutex
+	kills   []Kill
+	fired   []bool
+	node    *pe.Node
+	start   time.Time
+	failed  time.Time
+	ft      Stats
+	notices io.Writer
+
+	// Local recovery (scmel, camel): a failed PE comes back alone.
+	local      bool
+	mk         func(p *pe.PE) *manager.Manager
+	initial    [][]pe.Envelope // what each PE started the run with
+	inc        []uint32        // each PE's incarnation
+	window     bool            // a checkpoint is being taken
+	recovering int             // the PE recovering alone, or -1
+	waiting    []int           // failures put off until it caught up
+	recovered  []int32         // PEs that recovered alone
+	lostOps    manager.Stats   // what failed incarnations did
+	// a global rollback has caught up when the step that failed begins
+	// again
+	awaitStep int
+	failedAt  time.Time
+	// Global rollback: under way from a failure until the program
+	// resumes; the PEs that failed (the first is the failure, the others
+	// failed at the same moment); whether every PE was stopped already
+	// (later failures wait for the program to resume).
+	rolling   bool
+	resetDone bool
+	dead      []int
+	deadKills []Kill
+	// Where a rollback finds the snapshots no surviving PE holds: the
+	// checkpoint directory, and the checkpoint the run was restarted from.
+	restartDir    string
+	restartEpoch  uint64
+	lastCommitted uint64 // the last checkpoint PE 0 saw committed
+	rangeChecked  bool   // StepRange checked the kills
+}
+
+// Config is what a Supervisor needs to know of its run.
+type Config struct {
+	PEs      int
+	Protocol ftlayer.ProtocolSpec
+	Kills    []Kill
+	// Notices receives one line per failure and recovery (nil: none).
+	Notices io.Writer
+	// RestartDir and RestartEpoch name the checkpoint the run was
+	// restarted from (empty: none): a rollback's last resort.
+	RestartDir   string
+	RestartEpoch uint64
+	// NewManager makes PE p's manager (at the start, for a new
+	// incarnation, for a rollback).
+	NewManager func(p *pe.PE) *manager.Manager
+}
+
+// New makes the supervisor of a run that has not started.
+func New(cfg Config) *Supervisor {
+	s := &Supervisor{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, recovering: -1, awaitStep: -1,
+		restartDir: cfg.RestartDir, restartEpoch: cfg.RestartEpoch, mk: cfg.NewManager}
+	s.ft.Protocol = cfg.Protocol.Name
+	s.local = cfg.Protocol.RecoversAlone && cfg.PEs > 1
+	if s.notices == nil {
+		s.notices = io.Discard
+	}
+	return s
+}
+
+// Begin starts the run on node, whose PEs start with initial:
+// time-based failures are scheduled against the run's start.
+func (s *Supervisor) Begin(node *pe.Node, initial [][]pe.Envelope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.node, s.initial = node, initial
+	s.inc = make([]uint32, node.NumPEs())
+	for i, k := range s.kills {
+		if k.Step >= 0 || k.Checkpoint > 0 || s.fired[i] {
+			continue
+		}
+		i, k := i, k
+		wait := time.Until(s.start.Add(k.After))
+		go func() {
+			select {
+			case <-time.After(wait):
+				s.fire(node, []int{i})
+			case <-node.Done():
+			}
+		}()
+	}
+}
+
+// AtStep: the program begins step; failures injected at it happen now.
+func (s *Supervisor) AtStep(step int) {
+	s.mu.Lock()
+	if s.awaitStep == step && !s.failedAt.IsZero() {
+		s.ft.CaughtUp += time.Since(s.failedAt)
+		s.awaitStep, s.failedAt = -1, time.Time{}
+	}
+	s.mu.Unlock()
+	s.fireWhere(func(k Kill) bool { return k.Checkpoint == 0 && k.Step == step })
+}
+
+func (s *Supervisor) fireWhere(due func(Kill) bool) {
+	s.mu.Lock()
+	node := s.node
+	var now []int
+	for i, k := range s.kills {
+		if due(k) && !s.fired[i] {
+			now = append(now, i)
+		}
+	}
+	s.mu.Unlock()
+	if len(now) > 0 {
+		s.fire(node, now)
+	}
+}
+
+// fire makes the kills due at one moment happen. Under scmel and camel
+// a PE fails alone and recovers by replay while the others go on — unless
+// snapshots are being taken (then, as under none, every PE rolls back to
+// the last committed checkpoint: the protocols recover one PE from a
+// complete checkpoint). A kill "during checkpoint E" strikes as E begins,
+// once the run is quiescent and before any snapshot: the coordinator then
+// puts the checkpoint off until the PE caught up, and only that PE rolls
+// back. One PE recovers at a time: a failure due while one does (or while
+// every PE rolls back) is put off until it caught up (the program
+// resumed).
+func (s *Supervisor) fire(node *pe.Node, due []int) {
+	s.mu.Lock()
+	if s.node != node {
+		s.mu.Unlock()
+		return
+	}
+	var now []int
+	for _, i := range due {
+		if !s.fired[i] && !slices.Contains(s.waiting, i) {
+			now = append(now, i)
+		}
+	}
+	if len(now) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	if s.local && !s.window {
+		if s.recovering >= 0 || s.rolling {
+			s.waiting = append(s.waiting, now...)
+			s.mu.Unlock()
+			return
+		}
+		i := now[0]
+		s.waiting = append(s.waiting, now[1:]...)
+		k := s.kills[i]
+		if !node.FailPE(k.PE) {
+			s.mu.Unlock()
+			return // the run is ending
+		}
+		s.fired[i] = true
+		s.failed = time.Now()
+		s.recovering = k.PE
+		s.inc[k.PE]++
+		inc, initial, recovered := s.inc[k.PE], s.initial[k.PE], slices.Clone(s.recovered)
+		s.ft.Failures++
+		s.ft.PEsRolledBack++
+		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", &PEFailure{PE: k.PE, Kill: k}, s.ft.Protocol)
+		s.mu.Unlock()
+		go s.replace(node, k.PE, inc, initial, recovered)
+		return
+	}
+	if s.rolling && s.resetDone {
+		s.waiting = append(s.waiting, now...)
+		s.mu.Unlock()
+		return
+	}
+	begins := !s.rolling
+	for _, i := range now {
+		k := s.kills[i]
+		if !node.FailPE(k.PE) && node.Stopped() {
+			break // the run is ending: the kill did not happen
+		}
+		s.fired[i] = true
+		s.ft.Failures++
+		if !slices.Contains(s.dead, k.PE) {
+			s.dead = append(s.dead, k.PE)
+		}
+		s.deadKills = append(s.deadKills, k)
+		if len(s.deadKills) == 1 {
+			s.rolling, s.resetDone = true, false
+			s.failed = time.Now()
+			if k.Step >= 0 && k.Checkpoint == 0 {
+				s.awaitStep, s.failedAt = k.Step, s.failed
+			}
+		} else {
+			// the same moment: one rollback recovers them all
+			fmt.Fprintf(s.notices, "charmgo: %v, at the same moment as the failure before\n", &PEFailure{PE: k.PE, Kill: k})
+		}
+	}
+	launch := begins && s.rolling
+	s.mu.Unlock()
+	if launch {
+		go s.rollBack(node)
+	}
+}
+
+// rollBack takes every PE back to the last checkpoint: the node stops and
+// restarts every PE, each with a new manager that keeps only its own
+// checkpoint memory (none for those that failed), and the managers agree
+// by messages on where to go back to (manager.RollbackMsg).
+func (s *Supervisor) rollBack(node *pe.Node) {
+	s.mu.Lock()
+	s.resetDone = true
+	failed := make([]int32, len(s.dead))
+	for i, p := range s.dead {
+		failed[i] = int32(p)
+	}
+	start := &manager.RollbackMsg{Failed: failed, Committed: s.lastCommitted, Restart: s.restartEpoch, RestartDir: s.restartDir}
+	s.inc = make([]uint32, node.NumPEs()) // the protocol starts afresh
+	s.window, s.recovering, s.recovered = false, -1, nil
+	s.mu.Unlock()
+	node.RollBack(func(p *pe.PE, prev pe.Handler, failed bool) pe.Handler {
+		old := prev.(*manager.Manager)
+		// the summary counts what the lost incarnations logged and did
+		s.AddLog(old.FT().Stats())
+		s.mu.Lock()
+		s.lostOps.Add(old.Stats)
+		s.mu.Unlock()
+		var memory *ftlayer.Checkpointer
+		if !failed {
+			memory = old.Memory()
+		}
+		m := s.mk(p)
+		m.RollBack(memory, s.initial[p.ID()])
+		return m
+	}, func(p *pe.PE) []pe.Envelope {
+		return []pe.Envelope{{Type: manager.RollbackType(), Kind: pe.KindSystem, Payload: start}}
+	})
+}
+
+// replace starts PE y's new incarnation and tells the others.
+func (s *Supervisor) replace(node *pe.Node, y int, inc uint32, initial []pe.Envelope, recovered []int32) {
+	old := node.Replace(y, func(p *pe.PE) pe.Handler {
+		m := s.mk(p)
+		m.Revive(inc, initial)
+		return m
+	})
+	if old == nil {
+		return
+	}
+	// the summary counts what the lost incarnation logged (nothing of it
+	// is read for the recovery) and did
+	lost := old.(*manager.Manager)
+	s.AddLog(lost.FT().Stats())
+	s.mu.Lock()
+	s.lostOps.Add(lost.Stats)
+	s.mu.Unlock()
+	for p := 0; p < node.NumPEs(); p++ {
+		if p != y {
+			node.InjectControl(p, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
+				Payload: &manager.PEFailedMsg{PE: int32(y), Inc: inc, Recovered: recovered}})
+		}
+	}
+}
+
+// CheckpointStarting: PE 0 is about to take checkpoint epoch; false
+// puts it off (a PE is recovering alone).
+func (s *Supervisor) CheckpointStarting(epoch uint64) bool {
+	// before the snapshots: under scmel and camel, a PE failing now
+	// recovers alone, and the checkpoint waits for it
+	s.fireWhere(func(k Kill) bool { return k.Checkpoint == epoch })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recovering >= 0 {
+		return false
+	}
+	s.window = true
+	return true
+}
+
+// CheckpointCommitted: PE 0 committed checkpoint epoch.
+func (s *Supervisor) CheckpointCommitted(epoch uint64) {
+	s.mu.Lock()
+	s.window = false
+	s.lastCommitted = max(s.lastCommitted, epoch)
+	s.mu.Unlock()
+}
+
+// LocalRestored: PE me, recovering alone, restored checkpoint epoch.
+func (s *Supervisor) LocalRestored(me int, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ft.Restored = append(s.ft.Restored, epoch)
+	fmt.Fprintf(s.notices, "charmgo: PE %d restored checkpoint %d and replays\n", me, epoch)
+}
+
+// LocalRecovered: PE me caught up with the others.
+func (s *Supervisor) LocalRecovered(me int) {
+	s.mu.Lock()
+	s.ft.Recovery += time.Since(s.failed)
+	s.ft.CaughtUp += time.Since(s.failed)
+	s.failed = time.Time{}
+	s.recovering = -1
+	if !slices.Contains(s.recovered, int32(me)) {
+		s.recovered = append(s.recovered, int32(me))
+	}
+	waiting, node := s.waiting, s.node
+	s.waiting = nil
+	fmt.Fprintf(s.notices, "charmgo: PE %d caught up\n", me)
+	s.mu.Unlock()
+	if len(waiting) > 0 {
+		s.fire(node, waiting)
+	}
+}
+
+// RollingBack: the coordinator of a global rollback chose checkpoint
+// epoch (0: the start), found where from.
+func (s *Supervisor) RollingBack(epoch uint64, from string) {
+	s.mu.Lock()
+	f := &PEFailure{PE: s.dead[0], Kill: s.deadKills[0], Also: slices.Clone(s.deadKills[1:])}
+	s.dead, s.deadKills = nil, nil
+	s.ft.PEsRolledBack += s.node.NumPEs()
+	s.ft.Restored = append(s.ft.Restored, epoch)
+	if epoch == 0 { // back to the start: recovered once it restarted
+		fmt.Fprintf(s.notices, "charmgo: %v; every PE starts the run again (no checkpoint was taken yet)\n", f)
+		s.mu.Unlock()
+		s.Restored()
+		return
+	}
+	fmt.Fprintf(s.notices, "charmgo: %v; every PE rolls back to checkpoint %d (%s)\n", f, epoch, from)
+	s.mu.Unlock()
+}
+
+// StepRange checks, once a run, the failures injected at steps against
+// the steps the program will run.
+func (s *Supervisor) StepRange(first, last int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rangeChecked {
+		return nil
+	}
+	s.rangeChecked = true
+	for i, k := range s.kills {
+		if s.fired[i] || k.Checkpoint > 0 || k.Step < 0 || (k.Step >= first && k.Step <= last) {
+			continue
+		}
+		where := fmt.Sprintf("the program runs steps %d to %d", first, last)
+		if first > last {
+			where = "the program runs no more steps"
+		}
+		if s.restartDir != "" {
+			where += fmt.Sprintf(" after resuming from %s", s.restartDir)
+		}
+		return fmt.Errorf("flag --kill: %v can never happen: %s", k, where)
+	}
+	return nil
+}
+
+// Unfired names the first injected failure that never happened, once the
+// run ended: a test counting on it would pass without a failure.
+func (s *Supervisor) Unfired() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, k := range s.kills {
+		if !s.fired[i] {
+			return fmt.Errorf("flag --kill: %v never happened: the run ended first (after %v)", k, time.Since(s.start).Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// restored: the program resumes from the checkpoint it rolled back to
+// (or the start); failures put off meanwhile happen now.
+func (s *Supervisor) Restored() {
+	s.mu.Lock()
+	if !s.failed.IsZero() && s.rolling {
+		s.ft.Recovery += time.Since(s.failed)
+		s.failed = time.Time{}
+	}
+	s.rolling = false
+	waiting, node := s.waiting, s.node
+	s.waiting = nil
+	s.mu.Unlock()
+	if len(waiting) > 0 {
+		s.fire(node, waiting)
+	}
+}
+
+// AddLog adds a logging protocol's statistics (of one PE, or of an
+// incarnation a failure or rollback discarded).
+func (s *Supervisor) AddLog(st ftlayer.Stats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ft.Log.Add(st)
+}
+
+// AddOps adds what an incarnation a failure or rollback discarded did.
+func (s *Supervisor) AddOps(st manager.Stats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lostOps.Add(st)
+}
+
+// LostOps is what the discarded incarnations did.
+func (s *Supervisor) LostOps() manager.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lostOps
+}
+
+// Stats is what fault tolerance did so far.
+func (s *Supervisor) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ft
+}

@@ -5,154 +5,28 @@ import (
 
 	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/ftsim"
 	"github.com/stretchr/testify/require"
 )
 
-// A program using what a restore must rebuild — a bounded array, a sparse
-// 2D array inserted across PEs, a section with a repeated member,
-// broadcasts, multicasts, point-to-point sends, array and section
-// reductions, a migration between the checkpoint and the failure — ends
-// with the failure-free results when a PE fails (every PE rolls back to
-// the checkpoint after step 3), and when restarted from the checkpoint on
-// disk on another PE count.
+// The program is ftsim.Mix: what a restore must rebuild — a bounded
+// array, a sparse 2D array inserted across PEs, a section with a repeated
+// member, broadcasts, multicasts, point-to-point sends, array and section
+// reductions, a migration between the checkpoint and the failure. It
+// ends with the failure-free results when a PE fails (every PE rolls back
+// to the checkpoint after step 3), and when restarted from the checkpoint
+// on disk on another PE count.
 
-type RvMain struct {
-	A       chare.ArrayProxy[RvA]
-	S       chare.ArrayProxy[RvS]
-	Sec     chare.SectionProxy[RvA]
-	Step    int
-	Got     int
-	ALog    []int64
-	SLog    []int64
-	SecLog  []int64
-	Targets int
-}
-
-type RvA struct {
-	V  int64
-	Vs []int64 // V before each step: a step's broadcast and multicast race at an element
-	S  chare.ArrayProxy[RvS]
-}
-
-type RvS struct {
-	W    int64
-	Seen int // bumps this step
-}
-
-type rvTouch struct {
-	Step int
-	Sec  chare.SectionProxy[RvA]
-}
-
-var (
-	rvMain    = chare.NewMainType[RvMain]("rv.Main")
-	rvAT      = chare.NewType[RvA, chare.ArrayProxy[RvS]]("rv.A")
-	rvST      = chare.NewType[RvS, int64]("rv.S")
-	rvAStep   = chare.NewEntry[int](rvAT, "Step")
-	rvATouch  = chare.NewEntry[rvTouch](rvAT, "Touch")
-	rvSBump   = chare.NewEntry[int](rvST, "Bump")
-	rvASum    = chare.NewEntry[int64](rvMain, "ASum")
-	rvSSum    = chare.NewEntry[int64](rvMain, "SSum")
-	rvSecSum  = chare.NewEntry[int64](rvMain, "SecSum")
-	rvResume  = chare.NewEntry[struct{}](rvMain, "Resume")
-	rvResults [][]int64
-)
-
-const rvSteps, rvCkptStep = 6, 3
-
-func rvSIndex(i int) chare.Index { j := i % 6; return chare.Idx(j%4, j/2) }
-
-func (m *RvMain) Init(ctx *chare.Ctx, _ []string) {
-	m.S = rvST.NewSparseArray(ctx, []int{4, 4})
-	for i := 0; i < 6; i++ {
-		rvST.Insert(ctx, m.S, rvSIndex(i), i%ctx.NumPEs(), int64(i+1))
-	}
-	m.S.DoneInserting(ctx)
-	m.A = rvAT.NewArray(ctx, []int{8}, m.S)
-	m.Sec = m.A.Section(ctx, []chare.Index{chare.Idx(1), chare.Idx(3), chare.Idx(5), chare.Idx(5)})
-	m.next(ctx)
-}
-
-func (m *RvMain) next(ctx *chare.Ctx) {
-	m.Step++
-	chare.AtStep(ctx, m.Step)
-	if m.Step > rvSteps {
-		rvResults = [][]int64{m.ALog, m.SLog, m.SecLog}
-		ctx.Exit(0)
-		return
-	}
-	rvAStep.Broadcast(ctx, m.A, m.Step)
-	rvATouch.Multicast(ctx, m.Sec, rvTouch{m.Step, m.Sec})
-}
-
-func (m *RvMain) result(ctx *chare.Ctx, log *[]int64, v int64) {
-	*log = append(*log, v)
-	if m.Got++; m.Got < 3 {
-		return
-	}
-	m.Got = 0
-	if m.Step == rvCkptStep {
-		chare.Checkpoint(ctx, rvResume.CallbackTo(rvMain.MainProxy()))
-		return
-	}
-	m.next(ctx)
-}
-
-func (m *RvMain) ASum(ctx *chare.Ctx, v int64)      { m.result(ctx, &m.ALog, v) }
-func (m *RvMain) SSum(ctx *chare.Ctx, v int64)      { m.result(ctx, &m.SLog, v) }
-func (m *RvMain) SecSum(ctx *chare.Ctx, v int64)    { m.result(ctx, &m.SecLog, v) }
-func (m *RvMain) Resume(ctx *chare.Ctx, _ struct{}) { m.next(ctx) }
-
-func (a *RvA) Init(ctx *chare.Ctx, s chare.ArrayProxy[RvS]) {
-	a.V, a.S = int64(ctx.Index().C[0]), s
-	a.Vs = []int64{a.V}
-}
-
-func (a *RvA) Step(ctx *chare.Ctx, s int) {
-	i := int(ctx.Index().C[0])
-	a.V = (a.V*3 + int64(s+i)) % 1000003
-	a.Vs = append(a.Vs, a.V)
-	chare.Contribute(ctx, chare.SumInt64, a.V, rvASum.CallbackTo(rvMain.MainProxy()))
-	j := i % 6
-	rvSBump.Send(ctx, a.S.At(j%4, j/2), s)
-	if s == rvCkptStep+1 && i == 2 { // moves between the checkpoint and the failure
-		ctx.Migrate((ctx.PE() + 1) % ctx.NumPEs())
-	}
-}
-
-func (a *RvA) Touch(ctx *chare.Ctx, t rvTouch) {
-	// the value the previous step left: this step's broadcast may or may
-	// not have come first
-	v := a.Vs[t.Step-1]
-	chare.ContributeSection(ctx, t.Sec, chare.SumInt64, v*2+int64(t.Step), rvSecSum.CallbackTo(rvMain.MainProxy()))
-}
-
-func (s *RvS) Init(ctx *chare.Ctx, w int64) { s.W = w }
-
-func (s *RvS) Bump(ctx *chare.Ctx, step int) {
-	s.W = (s.W*7 + int64(step)) % 1000003
-	s.Seen++
-	want := 1
-	if ix := ctx.Index(); ix.C[1] == 0 && ix.C[0] < 2 { // S(0,0), S(1,0) get two A elements each
-		want = 2
-	}
-	if s.Seen == want {
-		s.Seen = 0
-		chare.Contribute(ctx, chare.SumInt64, s.W, rvSSum.CallbackTo(rvMain.MainProxy()))
-	}
-}
-
-func rvRun(t *testing.T, cfg chare.Config) (chare.Result, [][]int64) {
+func rvRun(t *testing.T, cfg chare.Config) (chare.Result, [3][]int64) {
 	t.Helper()
-	rvResults = nil
-	res := chare.Run(rvMain, cfg)
+	res := chare.RunWith(ftsim.Mix, ftsim.MixArgs{Steps: 6, Ckpt: 3}, cfg)
 	require.NoError(t, res.Err)
-	return res, rvResults
+	return res, res.Main.(*ftsim.MixMain).Logs()
 }
 
 func TestRecoveryRebuildsEveryKindOfState(t *testing.T) {
 	_, want := rvRun(t, chare.Config{PEs: 3})
-	require.Len(t, want[0], rvSteps)
+	require.Len(t, want[0], 6)
 
 	for _, c := range []struct {
 		kills []chare.Kill

@@ -56,7 +56,14 @@ type Config struct {
 	// Stdout is where the program's chares print (Ctx.Out; default:
 	// standard output).
 	Stdout io.Writer
-	Args   []string
+	// Deterministic runs every PE on the calling goroutine, one event at a
+	// time, in an interleaving chosen by Seed (pe.Config.Deterministic):
+	// simulations run the runtime itself this way and fail PEs before
+	// any event (Kill.Event). MaxEvents bounds such a run (0: none).
+	Deterministic bool
+	Seed          uint64
+	MaxEvents     int
+	Args          []string
 }
 
 // MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per
@@ -334,6 +341,10 @@ type Stats struct {
 	Ops manager.Stats
 	// FT is what fault tolerance did: failures, rollbacks, recovery time.
 	FT FTStats
+	// Events is how many events a deterministic run ran, and Trace a
+	// hash of its interleaving.
+	Events int
+	Trace  uint64
 }
 
 // InputError is a run refused before it started: bad flags, a missing or
@@ -421,6 +432,12 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		if k.PE < 0 || k.PE >= cfg.PEs {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --kill: PE %d, but the run has %d PEs (0..%d)", k.PE, cfg.PEs, cfg.PEs-1)}}
 		}
+		if k.Event > 0 && !cfg.Deterministic {
+			return Result{Code: 2, Err: InputError{fmt.Errorf("kill %v: a failure before an event needs a deterministic run", k)}}
+		}
+		if cfg.Deterministic && k.Event == 0 && k.Step < 0 && k.Checkpoint == 0 {
+			return Result{Code: 2, Err: InputError{fmt.Errorf("kill %v: a deterministic run has no clock", k)}}
+		}
 	}
 	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
 	var from []string  // where each came from, for errors
@@ -440,8 +457,13 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		RestartDir: cfg.Restart, RestartEpoch: restartEpoch, NewManager: newManager})
 	limit := watchdogLimit(cfg)
 	var res Result
-	node, err := pe.NewNode(pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls},
-		func(p *pe.PE) pe.Handler { return newManager(p) })
+	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls,
+		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents}
+	if cfg.Deterministic {
+		pcfg.OnEvent = func(_ *pe.Node, e int) { rs.sup.AtEvent(e + 1) }
+		limit = 0 // no clock: a run with nothing to do ends at once
+	}
+	node, err := pe.NewNode(pcfg, func(p *pe.PE) pe.Handler { return newManager(p) })
 	if err != nil {
 		return Result{Code: 2, Err: InputError{err}}
 	}
@@ -471,6 +493,10 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		go watch(node, limit)
 	}
 	res.Code, res.Err = node.Wait()
+	if errors.Is(res.Err, pe.ErrNothingToDo) || errors.Is(res.Err, pe.ErrNoProgress) {
+		res.Err = stalledDeterministic(node, res.Err)
+	}
+	res.Stats.Events, res.Stats.Trace = node.Events(), node.Trace()
 	res.Stats.PEs = make([]pe.Stats, node.NumPEs())
 	for i := range res.Stats.PEs {
 		res.Stats.PEs[i] = node.PE(i).Stats

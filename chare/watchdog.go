@@ -43,7 +43,26 @@ type StallError struct {
 }
 
 func (e *StallError) Error() string {
+	if e.Limit == 0 {
+		return fmt.Sprintf("no progress (deterministic run): %s", e.First)
+	}
 	return fmt.Sprintf("no progress for %v (watchdog): %s", e.Limit, e.First)
+}
+
+// stalledDeterministic is the StallError of a deterministic run that
+// ended with nothing to do or with bookkeeping alone (err): nothing runs
+// any more, so every PE is described from here.
+func stalledDeterministic(node *pe.Node, err error) *StallError {
+	var b strings.Builder
+	first := err.Error()
+	for i := 0; i < node.NumPEs(); i++ {
+		m := manager.Of(node.PE(i))
+		m.Describe(&b)
+		if p := m.Pending(); len(p) > 0 && first == err.Error() {
+			first = fmt.Sprintf("%s; PE %d: %s", err, i, p[0])
+		}
+	}
+	return &StallError{First: first, State: b.String()}
 }
 
 // Dump is the state of every PE when the watchdog fired.

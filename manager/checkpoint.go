@@ -141,6 +141,7 @@ type ckptState struct {
 	// PE 0, in a restarted run
 	restored int
 	resume   *Callback
+	started  bool // the PEs started the run again (RestoredMsg.Start)
 }
 
 // StartCheckpoint asks for a coordinated checkpoint; cb receives
@@ -479,8 +480,13 @@ func (m *Manager) restore(s *PESnapshot) error {
 }
 
 // RestoredMsg tells PE 0 that a PE restored its snapshot; PE 0's carries
-// the callback to resume with.
-type RestoredMsg struct{ Resume *Callback }
+// the callback to resume with. Start says the PE started the run again
+// instead (a rollback to the start): nothing resumes then, but the
+// rollback is over once every PE did.
+type RestoredMsg struct {
+	Resume *Callback
+	Start  bool `msgpack:",omitempty"`
+}
 
 func (m *Manager) onRestored(msg *RestoredMsg) {
 	c := &m.ckpt
@@ -488,10 +494,17 @@ func (m *Manager) onRestored(msg *RestoredMsg) {
 	if msg.Resume != nil {
 		c.resume = msg.Resume
 	}
-	if c.restored == m.NumPEs() && c.resume != nil {
+	c.started = c.started || msg.Start
+	if c.restored != m.NumPEs() {
+		return
+	}
+	switch {
+	case c.resume != nil:
 		m.Stats.Restarts++
 		m.host.Restored(m)
 		m.DeliverCallback(*c.resume, struct{}{})
+	case c.started:
+		m.host.Restored(m)
 	}
 }
 

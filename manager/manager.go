@@ -41,7 +41,8 @@ type Host interface {
 	// Restore rebuilds e.Obj from a checkpoint (no arrival hook runs).
 	Restore(m *Manager, e *Element, state []byte) error
 	// Restored runs on PE 0 when every PE restored a checkpoint, just
-	// before the program resumes.
+	// before the program resumes, or started the run again after a
+	// rollback to its start.
 	Restored(m *Manager)
 	// CheckpointStarting runs on PE 0 when the run is quiet for checkpoint
 	// epoch, before it asks every PE for its snapshot; false puts the

@@ -41,12 +41,15 @@ type PEFailedMsg struct {
 	Recovered []int32 `msgpack:",omitempty"`
 }
 
-// RecoverMsg hands a failed PE its snapshot of checkpoint Epoch. Own is nil
-// when it restarts from the start of the run (no checkpoint yet, or the
-// one the run was restarted from, whose protocol state is not this run's).
+// RecoverMsg hands a failed PE its snapshot of checkpoint Epoch. Base
+// says the snapshot is the one this run was restarted or rolled back to:
+// its protocol state is not this run's, so the PE restores its state and
+// its protocol starts from zero, as every PE's did then. Own is nil when
+// the PE starts again from the start of the run (no checkpoint yet).
 type RecoverMsg struct {
 	Epoch uint64
 	Own   []byte
+	Base  bool `msgpack:",omitempty"`
 }
 
 // HeldCopyMsg gives a restarted PE back the copy of its neighbour's
@@ -78,8 +81,13 @@ type recoverState struct {
 	recovering bool // restored; the hook is replaying
 	inc        uint32
 	initial    []pe.Envelope // what the run started this PE with
-	stash      []pe.Envelope // what arrived before the snapshot
-	complete   map[uint64]uint64
+	// counted: restoring the run's base (its start, or the checkpoint it
+	// was restarted from) counts as processing a message the launcher
+	// injected; not after a global rollback, whose restoring is not
+	// counted
+	counted  bool
+	stash    []pe.Envelope // what arrived before the snapshot
+	complete map[uint64]uint64
 	// base is the checkpoint this run was restarted from (0: none):
 	// snapshots of it carry another run's protocol state.
 	base uint64
@@ -104,10 +112,12 @@ func (m *Manager) sendCtl(dst int, typ uint32, payload any) {
 
 // Revive makes this manager the new incarnation inc of a failed PE: it
 // keeps what arrives until its snapshot does. initial is what the run
-// started the PE with (handled again when it recovers from the start).
-// Call it before the PE's goroutine starts.
-func (m *Manager) Revive(inc uint32, initial []pe.Envelope) {
-	m.rec.reviving, m.rec.inc, m.rec.initial = true, inc, initial
+// started the PE with (handled again when it recovers from the start);
+// rolledBack says the run rolled every PE back since (quiescence
+// detection's counts started again from zero then). Call it before the
+// PE's goroutine starts.
+func (m *Manager) Revive(inc uint32, initial []pe.Envelope, rolledBack bool) {
+	m.rec.reviving, m.rec.inc, m.rec.initial, m.rec.counted = true, inc, initial, !rolledBack
 }
 
 // Recovering reports whether this PE is a new incarnation still catching
@@ -124,10 +134,8 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 	ck := m.checkpointer()
 	if int(ftlayer.Buddy(int32(y), n)) == m.Me() {
 		rm := &RecoverMsg{}
-		if s := ck.Committed(int32(y)); s != nil && s.App != nil && s.Epoch != m.rec.base {
-			rm.Epoch, rm.Own = s.Epoch, s.App
-		} else if s != nil {
-			rm.Epoch = s.Epoch
+		if s := ck.Committed(int32(y)); s != nil {
+			rm.Epoch, rm.Own, rm.Base = s.Epoch, s.App, s.Epoch == m.rec.base && s.App != nil
 		}
 		m.sendCtl(y, tRecover, rm)
 	}
@@ -166,25 +174,36 @@ func (m *Manager) onRecover(msg *RecoverMsg) {
 			m.Fail(fmt.Errorf("recovery of PE %d: %w", m.Me(), err))
 			return
 		}
-		ck = s.FT
+		if !msg.Base {
+			ck = s.FT
+		}
 	}
 	// the hook first: what restoring sends must be stamped as it was
 	m.ft.Restart(ck, m.rec.inc, m.completeBefore)
 	var resume *Callback
-	if s != nil {
+	switch {
+	case s != nil:
 		if err := m.restoreLocal(s, msg.Own); err != nil {
 			m.Fail(fmt.Errorf("recovery of PE %d: %w", m.Me(), err))
 			return
 		}
 		resume = s.Resume
-		m.Sent, m.Processed = s.Sent, s.Processed
-	}
-	m.host.LocalRestored(m, msg.Epoch)
-	if msg.Own == nil {
+		if msg.Base {
+			// the run's base: quiescence counts start from it
+			m.rec.base = s.Epoch
+			if m.rec.counted {
+				m.Processed++
+			}
+		} else {
+			m.Sent, m.Processed = s.Sent, s.Processed
+		}
+	default:
 		for i := range m.rec.initial {
 			env := m.rec.initial[i]
 			if env.Type == tRestore { // this run began from a checkpoint
-				m.Processed++
+				if m.rec.counted {
+					m.Processed++
+				}
 				rm := env.Payload.(*RestoreMsg)
 				s, err := DecodeSnapshot(rm.Own)
 				if err == nil {
@@ -197,10 +216,15 @@ func (m *Manager) onRecover(msg *RecoverMsg) {
 				m.rec.base, resume = s.Epoch, s.Resume
 				continue
 			}
-			m.Handle(m.PE, &env)
+			if m.rec.counted {
+				m.Handle(m.PE, &env)
+			} else {
+				m.handleSys(&env) // not counted: see Revive
+			}
 		}
-		m.rec.initial = nil
 	}
+	m.rec.initial = nil
+	m.host.LocalRestored(m, msg.Epoch)
 	if resume != nil && m.Me() == 0 {
 		// PE 0 resumed the program when the checkpoint was complete; the
 		// others did so long ago

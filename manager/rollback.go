@@ -263,13 +263,9 @@ func (m *Manager) onRollbackPlan(plan *RollbackPlanMsg) {
 		initial := rb.initial
 		m.finishRollback()
 		for i := range initial {
-			env := initial[i]
-			if env.Type == tRestore {
-				m.onRestore(env.Payload.(*RestoreMsg))
-			} else {
-				m.handleSys(&env)
-			}
+			m.handleSys(&initial[i])
 		}
+		m.sendCtl(0, tRestored, &RestoredMsg{Start: true})
 		m.releaseRollbackStash()
 		return
 	case FromRestart:

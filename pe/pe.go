@@ -39,6 +39,17 @@ type Config struct {
 	// FlushEvery bounds how many messages a busy PE processes before it
 	// hands its buffered cross-PE messages over. Default 64.
 	FlushEvery int
+	// Deterministic runs the PEs on the goroutine that calls Wait, one
+	// event at a time, chosen by a generator seeded with Seed (see
+	// deterministic.go): the same seed gives the same interleaving.
+	Deterministic bool
+	Seed          uint64
+	// OnEvent, in a deterministic run, is called before each event with
+	// its number (from 0): a simulation fails PEs there. MaxEvents, if
+	// set, ends a deterministic run that has not ended after so many
+	// events with an error.
+	OnEvent   func(n *Node, event int)
+	MaxEvents int
 }
 
 // Stats counts one PE's traffic. Only the owning PE writes it; read it after
@@ -81,6 +92,7 @@ type Node struct {
 	idleArmed atomic.Bool
 	idleDst   int
 	idleEnv   Envelope
+	det       *deterministic // nil unless cfg.Deterministic
 }
 
 // NewNode creates cfg.NumPEs PEs; mk is called once per PE to make its
@@ -105,6 +117,13 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 		n.pes[i] = p
 	}
 	n.transport = inProcess{n}
+	if cfg.Deterministic {
+		n.det = newDeterministic(cfg.Seed)
+		n.transport = n.det
+		for _, p := range n.pes {
+			p.flushEvery = 1 // every send is on the wire at once
+		}
+	}
 	for _, p := range n.pes {
 		p.handler = mk(p)
 		p.idle, _ = p.handler.(IdleHandler)
@@ -123,6 +142,9 @@ func (n *Node) WireCheck() bool { return n.cfg.WireCheck }
 
 // Start launches one goroutine per PE.
 func (n *Node) Start() {
+	if n.det != nil {
+		return // Wait runs them
+	}
 	for _, p := range n.pes {
 		n.wg.Add(1)
 		go p.run()
@@ -163,7 +185,9 @@ func (n *Node) Replace(i int, mk func(p *PE) Handler) Handler {
 	if p.life.Load() != peDying {
 		return nil
 	}
-	<-p.exited
+	if n.det == nil {
+		<-p.exited
+	}
 	old := p.handler
 	p.clear()
 	p.start(mk)
@@ -197,7 +221,9 @@ func (p *PE) start(mk func(p *PE) Handler) {
 	p.idle, _ = p.handler.(IdleHandler)
 	p.exited = make(chan struct{})
 	p.life.Store(peRunning)
-	go p.run()
+	if p.node.det == nil {
+		go p.run()
+	}
 }
 
 // RollBack stops every PE of this process at a message boundary (a PE
@@ -229,14 +255,16 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 			in.signal()
 		}
 	}
-	for _, p := range n.pes {
-		<-p.exited
+	if n.det == nil {
+		for _, p := range n.pes {
+			<-p.exited
+		}
 	}
 	if n.stopped.Load() {
 		// The dying goroutines left their counts to successors that will
 		// not come.
 		for _, p := range n.pes {
-			if p.life.CompareAndSwap(peDying, peExited) {
+			if p.life.CompareAndSwap(peDying, peExited) && n.det == nil {
 				n.wg.Done()
 			}
 		}
@@ -246,6 +274,9 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 	n.injected.Store(0)
 	for _, p := range n.pes {
 		p.clear()
+	}
+	if n.det != nil {
+		n.det.clear()
 	}
 	for i, p := range n.pes {
 		p.handler = mk(p, p.handler, failed[i])
@@ -259,7 +290,9 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 	for _, p := range n.pes {
 		p.exited = make(chan struct{})
 		p.life.Store(peRunning)
-		go p.run()
+		if n.det == nil {
+			go p.run()
+		}
 	}
 	return true
 }
@@ -302,6 +335,9 @@ func (n *Node) Done() <-chan struct{} { return n.done }
 // Wait blocks until every PE goroutine has returned and gives the exit code
 // and the error that ended the run, if any.
 func (n *Node) Wait() (int, error) {
+	if n.det != nil {
+		n.drive()
+	}
 	<-n.done
 	n.wg.Wait()
 	n.errMu.Lock()

@@ -12,15 +12,24 @@ import (
 // Kill is an injected failure: PE fails (fail-stop) when the program
 // reports step Step (AtStep), or After the run started (Step < 0), or —
 // with Checkpoint > 0, for tests — while checkpoint number Checkpoint is
-// being taken (its snapshots are on their way to the buddies).
+// being taken (its snapshots are on their way to the buddies), or — with
+// Event > 0, in a deterministic run (pe.Config.Deterministic), for
+// simulations — just before event number Event (1 is the first).
 type Kill struct {
 	PE         int
 	Step       int
 	After      time.Duration
 	Checkpoint uint64
+	Event      int
 }
 
+// timed reports whether the kill happens After the start.
+func (k Kill) timed() bool { return k.Step < 0 && k.Checkpoint == 0 && k.Event == 0 }
+
 func (k Kill) String() string {
+	if k.Event > 0 {
+		return fmt.Sprintf("PE %d before event %d", k.PE, k.Event)
+	}
 	if k.Checkpoint > 0 {
 		return fmt.Sprintf("PE %d during checkpoint %d", k.PE, k.Checkpoint)
 	}

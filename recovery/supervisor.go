@@ -72,10 +72,11 @@ type Supervisor struct {
 	// resumes; the PEs that failed (the first is the failure, the others
 	// failed at the same moment); whether every PE was stopped already
 	// (later failures wait for the program to resume).
-	rolling   bool
-	resetDone bool
-	dead      []int
-	deadKills []Kill
+	rolling    bool
+	resetDone  bool
+	rolledBack bool // a global rollback happened
+	dead       []int
+	deadKills  []Kill
 	// Where a rollback finds the snapshots no surviving PE holds: the
 	// checkpoint directory, and the checkpoint the run was restarted from.
 	restartDir    string
@@ -120,7 +121,7 @@ func (s *Supervisor) Begin(node *pe.Node, initial [][]pe.Envelope) {
 	s.node, s.initial = node, initial
 	s.inc = make([]uint32, node.NumPEs())
 	for i, k := range s.kills {
-		if k.Step >= 0 || k.Checkpoint > 0 || s.fired[i] {
+		if !k.timed() || s.fired[i] {
 			continue
 		}
 		i, k := i, k
@@ -144,6 +145,12 @@ func (s *Supervisor) AtStep(step int) {
 	}
 	s.mu.Unlock()
 	s.fireWhere(func(k Kill) bool { return k.Checkpoint == 0 && k.Step == step })
+}
+
+// AtEvent: a deterministic run is about to run event number e (1 is the
+// first); failures injected before it happen now.
+func (s *Supervisor) AtEvent(e int) {
+	s.fireWhere(func(k Kill) bool { return k.Event == e })
 }
 
 func (s *Supervisor) fireWhere(due func(Kill) bool) {
@@ -204,12 +211,12 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		s.failed = time.Now()
 		s.recovering = k.PE
 		s.inc[k.PE]++
-		inc, initial, recovered := s.inc[k.PE], s.initial[k.PE], slices.Clone(s.recovered)
+		inc, initial, recovered, rolledBack := s.inc[k.PE], s.initial[k.PE], slices.Clone(s.recovered), s.rolledBack
 		s.ft.Failures++
 		s.ft.PEsRolledBack++
 		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", &PEFailure{PE: k.PE, Kill: k}, s.ft.Protocol)
 		s.mu.Unlock()
-		go s.replace(node, k.PE, inc, initial, recovered)
+		node.Later(func() { s.replace(node, k.PE, inc, initial, recovered, rolledBack) })
 		return
 	}
 	if s.rolling && s.resetDone {
@@ -243,7 +250,7 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 	launch := begins && s.rolling
 	s.mu.Unlock()
 	if launch {
-		go s.rollBack(node)
+		node.Later(func() { s.rollBack(node) })
 	}
 }
 
@@ -253,7 +260,7 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 // by messages on where to go back to (manager.RollbackMsg).
 func (s *Supervisor) rollBack(node *pe.Node) {
 	s.mu.Lock()
-	s.resetDone = true
+	s.resetDone, s.rolledBack = true, true
 	failed := make([]int32, len(s.dead))
 	for i, p := range s.dead {
 		failed[i] = int32(p)
@@ -282,10 +289,10 @@ func (s *Supervisor) rollBack(node *pe.Node) {
 }
 
 // replace starts PE y's new incarnation and tells the others.
-func (s *Supervisor) replace(node *pe.Node, y int, inc uint32, initial []pe.Envelope, recovered []int32) {
+func (s *Supervisor) replace(node *pe.Node, y int, inc uint32, initial []pe.Envelope, recovered []int32, rolledBack bool) {
 	old := node.Replace(y, func(p *pe.PE) pe.Handler {
 		m := s.mk(p)
-		m.Revive(inc, initial)
+		m.Revive(inc, initial, rolledBack)
 		return m
 	})
 	if old == nil {
@@ -364,10 +371,9 @@ func (s *Supervisor) RollingBack(epoch uint64, from string) {
 	s.dead, s.deadKills = nil, nil
 	s.ft.PEsRolledBack += s.node.NumPEs()
 	s.ft.Restored = append(s.ft.Restored, epoch)
-	if epoch == 0 { // back to the start: recovered once it restarted
+	if epoch == 0 {
 		fmt.Fprintf(s.notices, "charmgo: %v; every PE starts the run again (no checkpoint was taken yet)\n", f)
 		s.mu.Unlock()
-		s.Restored()
 		return
 	}
 	fmt.Fprintf(s.notices, "charmgo: %v; every PE rolls back to checkpoint %d (%s)\n", f, epoch, from)

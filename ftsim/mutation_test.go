@@ -1,0 +1,72 @@
+package ftsim
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A mutation is a bug put into the protocol's code on purpose: the
+// simulations must fail with it.
+type mutation struct {
+	name, file, from, to string
+}
+
+var mutations = []mutation{
+	{"replay order: a recorded reception delivered out of its turn", "ftlayer/causal.go",
+		"	if r, ok := s.recorded[s.key(m)]; ok {\n		return r == s.rsn+1\n	}",
+		"	if _, ok := s.recorded[s.key(m)]; ok {\n		return true\n	}"},
+	{"duplicate detection: a point-to-point message seen before is not dropped", "ftlayer/causal.go",
+		"	return m.Inc < s.incMap[m.Sender] || s.recv[m.Sender].has(m.CSN), nil\n}",
+		"	return m.Inc < s.incMap[m.Sender], nil\n}"},
+	{"a keeper's window: only results past the last one kept are kept", "ftlayer/hops.go",
+		"	if m.Inc < s.incMap[m.Sender] || st.kept.has(m.Num) {",
+		"	if m.Inc < s.incMap[m.Sender] || m.Num <= st.kept.contig || len(st.kept.extra) > 0 {"},
+	{"ack batching: a node acknowledges the determinants it only passes up the tree", "ftlayer/causal.go",
+		"		if s.passesDetsUp(m) {\n			s.stashUp(m.Dets)\n		} else {",
+		"		if s.passesDetsUp(m) {\n			s.stashUp(m.Dets)\n			out = s.ackDets(m, out)\n		} else {"},
+}
+
+// TestMutationsFailTheSimulations builds the simulations with each
+// mutation in turn (go test -overlay: the tree is left alone) and
+// requires them to fail. It takes a few minutes, so it runs when
+// FTSIM_MUTATIONS=1 is set:
+//
+//	FTSIM_MUTATIONS=1 go test -run Mutations -v ./ftsim
+func TestMutationsFailTheSimulations(t *testing.T) {
+	if os.Getenv("FTSIM_MUTATIONS") == "" {
+		t.Skip("set FTSIM_MUTATIONS=1 to build and run the simulations with each mutation")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	for _, mu := range mutations {
+		t.Run(mu.name, func(t *testing.T) {
+			path := filepath.Join(root, mu.file)
+			src, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, 1, strings.Count(string(src), mu.from), "the mutation no longer applies to %s: update it", mu.file)
+			dir := t.TempDir()
+			mutated := filepath.Join(dir, filepath.Base(mu.file))
+			require.NoError(t, os.WriteFile(mutated, []byte(strings.Replace(string(src), mu.from, mu.to, 1)), 0o644))
+			overlay, err := json.Marshal(map[string]map[string]string{"Replace": {path: mutated}})
+			require.NoError(t, err)
+			ov := filepath.Join(dir, "overlay.json")
+			require.NoError(t, os.WriteFile(ov, overlay, 0o644))
+			cmd := exec.Command("go", "test", "-overlay="+ov, "-count=1", "-run", "Failures", "./ftsim")
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			require.Error(t, err, "the simulations passed with the mutation:\n%s", out)
+			require.NotContains(t, string(out), "build failed", "the mutation does not build:\n%s", out)
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(strings.TrimSpace(line), "--- FAIL") {
+					t.Log(strings.TrimSpace(line))
+				}
+			}
+		})
+	}
+}

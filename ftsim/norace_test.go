@@ -1,0 +1,5 @@
+//go:build !race
+
+package ftsim
+
+const raceOn = false

@@ -1,0 +1,149 @@
+package ftsim
+
+import (
+	"github.com/charmgo/charmgo/chare"
+)
+
+// Mix is a program that uses what recovery must rebuild and replay: a
+// bounded array and a sparse 2D array inserted across PEs, a section with
+// a repeated member, broadcasts, section multicasts, point-to-point sends,
+// array and section reductions, a checkpoint, and a migration after it.
+// Its results (the main chare's logs) do not depend on the order in which
+// messages arrive, so every interleaving and every recovery must end with
+// the same ones. MixMain is its main chare.
+type MixMain struct {
+	A      chare.ArrayProxy[MixA]
+	S      chare.ArrayProxy[MixS]
+	Sec    chare.SectionProxy[MixA]
+	Step   int
+	Got    int
+	Steps  int
+	Ckpt   int
+	ALog   []int64
+	SLog   []int64
+	SecLog []int64
+}
+
+// MixA is an element of the bounded array.
+type MixA struct {
+	V  int64
+	Vs []int64 // V before each step: a step's broadcast and multicast race at an element
+	S  chare.ArrayProxy[MixS]
+}
+
+// MixS is an element of the sparse array.
+type MixS struct {
+	W    int64
+	Seen int // bumps this step
+}
+
+type mixTouch struct {
+	Step int
+	Sec  chare.SectionProxy[MixA]
+}
+
+// MixArgs are the program's parameters: steps, and the step after which
+// it checkpoints (0: never).
+type MixArgs struct{ Steps, Ckpt int }
+
+// Logs are the program's results: the array's, the sparse array's and
+// the section's reduction results, step by step.
+func (m *MixMain) Logs() [3][]int64 { return [3][]int64{m.ALog, m.SLog, m.SecLog} }
+
+var (
+	// Mix is the program's main chare type (see MixMain).
+	Mix       = chare.NewMainTypeOf[MixMain, MixArgs]("ftsim.mix.Main")
+	mixAT     = chare.NewType[MixA, chare.ArrayProxy[MixS]]("ftsim.mix.A")
+	mixST     = chare.NewType[MixS, int64]("ftsim.mix.S")
+	mixAStep  = chare.NewEntry[int](mixAT, "Step")
+	mixATouch = chare.NewEntry[mixTouch](mixAT, "Touch")
+	mixSBump  = chare.NewEntry[int](mixST, "Bump")
+	mixASum   = chare.NewEntry[int64](Mix, "ASum")
+	mixSSum   = chare.NewEntry[int64](Mix, "SSum")
+	mixSecSum = chare.NewEntry[int64](Mix, "SecSum")
+	mixResume = chare.NewEntry[struct{}](Mix, "Resume")
+)
+
+func mixSIndex(i int) chare.Index { j := i % 6; return chare.Idx(j%4, j/2) }
+
+func (m *MixMain) Init(ctx *chare.Ctx, a MixArgs) {
+	m.Steps = a.Steps
+	m.S = mixST.NewSparseArray(ctx, []int{4, 4})
+	for i := 0; i < 6; i++ {
+		mixST.Insert(ctx, m.S, mixSIndex(i), i%ctx.NumPEs(), int64(i+1))
+	}
+	m.S.DoneInserting(ctx)
+	m.A = mixAT.NewArray(ctx, []int{8}, m.S)
+	m.Sec = m.A.Section(ctx, []chare.Index{chare.Idx(1), chare.Idx(3), chare.Idx(5), chare.Idx(5)})
+	chare.StepRange(ctx, 1, m.Steps)
+	m.Ckpt = a.Ckpt
+	m.next(ctx)
+}
+
+func (m *MixMain) next(ctx *chare.Ctx) {
+	m.Step++
+	if m.Step > m.Steps {
+		ctx.Exit(0)
+		return
+	}
+	chare.AtStep(ctx, m.Step)
+	mixAStep.Broadcast(ctx, m.A, m.Step)
+	mixATouch.Multicast(ctx, m.Sec, mixTouch{m.Step, m.Sec})
+}
+
+func (m *MixMain) result(ctx *chare.Ctx, log *[]int64, v int64) {
+	*log = append(*log, v)
+	if m.Got++; m.Got < 3 {
+		return
+	}
+	m.Got = 0
+	if m.Step == m.Ckpt {
+		chare.Checkpoint(ctx, mixResume.CallbackTo(Mix.MainProxy()))
+		return
+	}
+	m.next(ctx)
+}
+
+func (m *MixMain) ASum(ctx *chare.Ctx, v int64)      { m.result(ctx, &m.ALog, v) }
+func (m *MixMain) SSum(ctx *chare.Ctx, v int64)      { m.result(ctx, &m.SLog, v) }
+func (m *MixMain) SecSum(ctx *chare.Ctx, v int64)    { m.result(ctx, &m.SecLog, v) }
+func (m *MixMain) Resume(ctx *chare.Ctx, _ struct{}) { m.next(ctx) }
+
+func (a *MixA) Init(ctx *chare.Ctx, s chare.ArrayProxy[MixS]) {
+	a.V, a.S = int64(ctx.Index().C[0]), s
+	a.Vs = []int64{a.V}
+}
+
+func (a *MixA) Step(ctx *chare.Ctx, s int) {
+	i := int(ctx.Index().C[0])
+	a.V = (a.V*3 + int64(s+i)) % 1000003
+	a.Vs = append(a.Vs, a.V)
+	chare.Contribute(ctx, chare.SumInt64, a.V, mixASum.CallbackTo(Mix.MainProxy()))
+	j := i % 6
+	mixSBump.Send(ctx, a.S.At(j%4, j/2), s)
+	if s == 4 && i == 2 { // moves after the checkpoint
+		ctx.Migrate((ctx.PE() + 1) % ctx.NumPEs())
+	}
+}
+
+func (a *MixA) Touch(ctx *chare.Ctx, t mixTouch) {
+	// the value the previous step left: this step's broadcast may or may
+	// not have come first
+	v := a.Vs[t.Step-1]
+	chare.ContributeSection(ctx, t.Sec, chare.SumInt64, v*2+int64(t.Step), mixSecSum.CallbackTo(Mix.MainProxy()))
+}
+
+func (s *MixS) Init(ctx *chare.Ctx, w int64) { s.W = w }
+
+func (s *MixS) Bump(ctx *chare.Ctx, step int) {
+	s.W = (s.W*7 + int64(step)) % 1000003
+	s.Seen++
+	want := 1
+	if ix := ctx.Index(); ix.C[1] == 0 && ix.C[0] < 2 { // S(0,0), S(1,0) get two A elements each
+		want = 2
+	}
+	if s.Seen == want {
+		s.Seen = 0
+		chare.Contribute(ctx, chare.SumInt64, s.W, mixSSum.CallbackTo(Mix.MainProxy()))
+	}
+}

@@ -1,153 +1,142 @@
 package ftlayer
 
 import (
-	"encoding/binary"
 	"testing"
+
+	"github.com/charmgo/charmgo/pe"
 )
 
-// BenchmarkSCMELPerMessage is the protocol's cost on one message's path:
-// Send on one PE (stamp, piggyback, log) and Receive on another (checks,
-// rsn, determinant, ack), with the ack processed every 8 messages as a
-// steady flow would. Compare with a cross-PE message (~250 ns one way in
-// process, bench/README.md).
-func BenchmarkSCMELPerMessage(b *testing.B) {
-	a, c := NewSCMEL(0, 2, Collectives{}), NewSCMEL(1, 2, Collectives{})
-	payload := make([]byte, 64)
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		out := a.Send(1, payload)
-		acts, _ := c.Receive(&out)
-		for _, x := range acts {
-			if x.Kind == ActSend && x.Packet.Kind == PktAck {
-				a.Receive(&x.Packet)
-			}
-		}
-		if i%8 == 7 { // c answers now and then, carrying its determinants
-			back := c.Send(0, payload)
-			acts, _ := a.Receive(&back)
-			for _, x := range acts {
-				if x.Kind == ActSend && x.Packet.Kind == PktAck {
-					c.Receive(&x.Packet)
-				}
-			}
-		}
-		if i%1024 == 1023 { // a checkpoint now and then keeps the logs bounded
-			a.Prepare()
-			c.Prepare()
-			a.Checkpoint()
-			c.Checkpoint()
-		}
+// benchHops runs hooks of n PEs over one binary tree (group 1: PEs
+// 0..n-1, rooted at 0) as the runtime's manager calls them: Send on every
+// hop, Arrive on every envelope, Idle when a PE's turn ends (the batched
+// acknowledgements), Packet for what the hooks send each other. The
+// harness itself allocates nothing per message.
+type benchHops struct {
+	h   *hopNet
+	env []pe.Envelope
+}
+
+func newBenchHops(b *testing.B, proto string) *benchHops {
+	t := &testing.T{}
+	h := newHopNet(t, 7, 2, proto)
+	if t.Failed() {
+		b.Fatal("hop net")
 	}
+	return &benchHops{h: h}
 }
 
-// benchNet runs protocols of n PEs over an in-memory FIFO network: every
-// packet is received at once, in order.
-type benchNet struct {
-	pes   []Protocol
-	queue []Packet
-}
-
-func newBenchNet(f Factory, n int) *benchNet {
-	net := &benchNet{}
-	for i := 0; i < n; i++ {
-		net.pes = append(net.pes, f.New(int32(i), n))
-	}
-	return net
-}
-
-func (n *benchNet) send(p Packet) {
-	n.queue = append(n.queue[:0], p)
-	n.drain()
-}
-
-func (n *benchNet) run(acts []Action, err error) {
-	if err != nil {
+func (n *benchHops) hop(from, to int, role Role, num uint64, first bool, env *pe.Envelope) {
+	if err := n.h.hooks[from].Send(to, role, 1, num, first, env); err != nil {
 		panic(err)
 	}
-	n.queue = n.queue[:0]
-	for _, a := range acts {
-		if a.Kind == ActSend {
-			n.queue = append(n.queue, a.Packet)
-		}
+	if a, err := n.h.hooks[to].Arrive(env); err != nil || a != Handle {
+		panic(err)
 	}
-	n.drain()
 }
 
-func (n *benchNet) drain() {
-	for head := 0; head < len(n.queue); head++ {
-		p := &n.queue[head]
-		acts, err := n.pes[p.To].Receive(p)
-		if err != nil {
+// settle lets the PEs go idle and delivers the packets that causes.
+func (n *benchHops) settle() {
+	for _, hk := range n.h.hooks {
+		hk.Idle()
+	}
+	for len(n.h.acks) > 0 {
+		p := n.h.acks[0]
+		n.h.acks = n.h.acks[1:]
+		if err := n.h.hooks[p.To].Packet(&p); err != nil {
 			panic(err)
 		}
-		for _, a := range acts {
-			if a.Kind == ActSend {
-				n.queue = append(n.queue, a.Packet)
-			}
-		}
-		for acts := n.pes[p.To].Next(); len(acts) > 0; acts = n.pes[p.To].Next() {
-		}
+	}
+	n.h.acks = n.h.acks[:0]
+}
+
+func (n *benchHops) checkpoint() {
+	for _, hk := range n.h.hooks {
+		hk.Prepare()
+	}
+	for _, hk := range n.h.hooks {
+		hk.Checkpoint()
 	}
 }
 
-func (n *benchNet) checkpoint() {
-	for _, p := range n.pes {
-		p.Prepare()
-	}
-	for _, p := range n.pes {
-		p.Checkpoint()
-	}
-}
-
-// BenchmarkPerMessage is each protocol's cost per message on its send and
-// receive paths, with the acks it causes, over 7 PEs: point to point
-// (PE i to i+1), a multicast over a binary tree (root → 2 children → 4
-// grandchildren, reported per delivery), a reduction back up it (every PE
-// contributes, the root delivers; reported per contribution). "none" is
-// the baseline: no logging, no determinants.
+// BenchmarkPerMessage is the fault-tolerance hook's cost per message on
+// the runtime's send and receive paths, with the acknowledgements it
+// causes, over 7 PEs: point to point (PE i to i+1), a multicast down a
+// binary tree (root → 2 children → 4 grandchildren, reported per
+// delivery), a reduction's partials up it and its result at the root
+// (reported per partial). "none" is the hook the runtime runs without
+// message logging.
 func BenchmarkPerMessage(b *testing.B) {
-	gs := NewGroups()
-	if err := gs.Add(1, []int32{0, 1, 2, 3, 4, 5, 6}, 2); err != nil {
-		b.Fatal(err)
-	}
-	coll := Collectives{Groups: gs, Combine: func(_ uint64, a, c []byte) []byte {
-		binary.LittleEndian.PutUint64(a, binary.LittleEndian.Uint64(a)+binary.LittleEndian.Uint64(c))
-		return a
-	}}
-	for _, f := range []Factory{NoneFactory{Coll: coll}, SCMELFactory{Coll: coll}, CAMELFactory{Coll: coll}} {
-		b.Run(f.Name()+"/p2p", func(b *testing.B) {
-			net := newBenchNet(f, 7)
-			payload := make([]byte, 64)
+	payload := make([]byte, 64)
+	for _, proto := range []string{"none", "scmel", "camel"} {
+		if proto == "none" {
+			b.Run("none/p2p", func(b *testing.B) {
+				var hk Hook = NopHook{}
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					env := pe.Envelope{Type: 1, Kind: pe.KindP2P, Payload: payload}
+					if hk.Send(1, RoleP2P, 0, 0, false, &env) != nil {
+						b.Fatal("send")
+					}
+					if env.FT != nil {
+						hk.Arrive(&env)
+					}
+				}
+			})
+			continue
+		}
+		b.Run(proto+"/p2p", func(b *testing.B) {
+			n := newBenchHops(b, proto)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				from := int32(i % 7)
-				net.send(net.pes[from].Send((from+1)%7, payload))
+				from := i % 7
+				env := pe.Envelope{Type: 1, Kind: pe.KindP2P, Payload: payload}
+				n.hop(from, (from+1)%7, RoleP2P, 0, false, &env)
+				if i%8 == 7 {
+					n.settle()
+				}
 				if i%1024 == 1023 {
-					net.checkpoint()
+					n.checkpoint()
 				}
 			}
 		})
-		b.Run(f.Name()+"/multicast", func(b *testing.B) {
-			net := newBenchNet(f, 7)
-			payload := make([]byte, 64)
+		b.Run(proto+"/multicast", func(b *testing.B) {
+			n := newBenchHops(b, proto)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i += 6 { // 6 deliveries per multicast
-				net.run(net.pes[0].Multicast(1, payload))
+				root := pe.Envelope{Type: 1, Kind: pe.KindMulticast, Payload: payload}
+				for c := 1; c <= 2; c++ {
+					env := root
+					n.hop(0, c, RoleMcastRoot, 0, c == 1, &env)
+					for g := 2*c + 1; g <= 2*c+2; g++ {
+						fwd := env
+						n.hop(c, g, RoleMcastFwd, 0, false, &fwd)
+					}
+				}
+				n.settle()
 				if i%1024 < 6 {
-					net.checkpoint()
+					n.checkpoint()
 				}
 			}
 		})
-		b.Run(f.Name()+"/reduction", func(b *testing.B) {
-			net := newBenchNet(f, 7)
+		b.Run(proto+"/reduction", func(b *testing.B) {
+			n := newBenchHops(b, proto)
 			b.ReportAllocs()
-			val := make([]byte, 8)
-			for i := 0; i < b.N; i += 7 { // 7 contributions per reduction
-				for pe := 6; pe >= 0; pe-- {
-					net.run(net.pes[pe].Contribute(1, val))
+			num := uint64(0)
+			for i := 0; i < b.N; i += 6 { // 6 partials per reduction
+				num++
+				for c := 1; c <= 2; c++ {
+					for g := 2*c + 1; g <= 2*c+2; g++ {
+						env := pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: payload}
+						n.hop(g, c, RolePartial, num, false, &env)
+					}
+					env := pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: payload}
+					n.hop(c, 0, RolePartial, num, false, &env)
 				}
-				if i%1024 < 7 {
-					net.checkpoint()
+				result := pe.Envelope{Type: 1, Kind: pe.KindReduction, Payload: payload}
+				n.h.hooks[0].Reduced(1, num, &result)
+				n.settle()
+				if i%1024 < 6 {
+					n.checkpoint()
 				}
 			}
 		})

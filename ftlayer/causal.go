@@ -82,39 +82,33 @@ type logEntry struct {
 // recognise duplicates in O(1), and they survive checkpoints, so a
 // duplicate from before a checkpoint is still recognised after it.
 //
-// Four departures from Algorithms 2–3 as published, each found by the
-// simulator (fttest: the randomized search fails the published version,
-// CAMELFactory.Verbatim, in about a third of its runs), the first's hop
-// mode by LeanMD's failure tests on 6+ PEs:
+// The runtime drives it in hop mode (hops.go): its manager runs the
+// trees, folds the reductions and sends every hop through SendHop. Four
+// departures from Algorithms 2–3 as published, found by simulations (an
+// earlier simulator of a whole-collective mode, since removed, failed the
+// published version in about a third of its randomized runs) and by
+// LeanMD's failure tests on 6+ PEs:
 //
-//   - A contribution to an intermediate node is dropped from its
-//     sender's log at the reduction's ack, so determinants that node
-//     stored from it would die with the node, and their owner's later
-//     recovery would miss them. In the simulated protocol such a
-//     contribution carries none. In hop mode an intermediate node passes
-//     them up with its own partial instead, neither storing nor
-//     acknowledging them, and the root stores them and acknowledges them
-//     to their owners; there they are as safe as the root's own (in the
-//     copies of its children's partials, then in the kept result). A
-//     sender's partial to an intermediate node carries only its
-//     determinants no earlier partial took there (upDets), and a PE
-//     stores what reaches it by several paths once each (storeDets).
-//     Carrying none left a hole the simulator cannot see (its
-//     contributions do not depend on the order of their sender's
-//     receptions): a PE two levels down failed after its contribution
-//     was folded, nobody held its receptions' determinants, and its
-//     replay received them in another order (LeanMD on 6 and 8 PEs: a
-//     compute paired one cell's positions of two steps).
-//   - A root keeps a copy of the contributions its children sent it since
-//     the checkpoint, and hands a recovering child back those of
-//     reductions already complete: the child no longer recomputes them
-//     (their inputs were dropped at the ack), yet the root's own later
-//     recovery needs them from the child's log. (In hop mode the root
-//     keeps, and hands back to its keeper, the results instead: see
-//     Reduced.)
+//   - A partial sent to an intermediate node is dropped from its sender's
+//     log at the reduction's ack, so determinants that node stored from
+//     it would die with the node, and their owner's later recovery would
+//     miss them. An intermediate node passes them up with its own
+//     partial instead, neither storing nor acknowledging them, and the
+//     root stores them and acknowledges them to their owners; there they
+//     are as safe as the root's own (in the kept result). A sender's
+//     partial to an intermediate node carries only its determinants no
+//     earlier partial took there (upDets), and a PE stores what reaches
+//     it by several paths once each (storeDets). Carrying none left a
+//     hole (LeanMD on 6 and 8 PEs: a PE two levels down failed after its
+//     contribution was folded, nobody held its receptions' determinants,
+//     its replay received them in another order, and a compute paired
+//     one cell's positions of two steps).
+//   - A root keeps, and hands back to a recovering keeper, the results of
+//     its reductions (see Reduced): the children no longer hold the
+//     partials (they were dropped at the ack), yet the root's own later
+//     recovery needs them.
 //   - A recovering PE defers completion notices (acks) until it has
-//     recovered: it regenerates, and logs, its contributions to the
-//     reductions completed meanwhile, and its children keep theirs.
+//     recovered: its children keep what they sent until then.
 //   - Old incarnations' multicasts are dropped like any old message (see
 //     reforward for how a multicast still completes).
 //
@@ -125,7 +119,6 @@ type Causal struct {
 	me      int32
 	n       int
 	camel   bool
-	verbat  bool // Algorithms 2–3 exactly as published (tests only)
 	inc     uint32
 	incMap  []uint32
 	ssn     uint64
@@ -176,7 +169,6 @@ type Causal struct {
 	byRound      map[[2]uint64][]recordedAt // recorded receptions of partials, by group and number (placeResult)
 	held         []*Message                 // messages waiting for their turn
 	heldRec      map[uint64]*Message        // of them, those with a recorded reception, by its rsn
-	pendingOwn   []ownPart                  // CAMEL: own contributions made while collecting
 	deferred     []Reduced                  // CAMEL: completions heard while recovering
 
 	failing  int32        // a peer that is recovering, or -1
@@ -192,12 +184,6 @@ type Causal struct {
 	sealed bool
 }
 
-type ownPart struct {
-	g   uint64
-	k   uint64
-	val []byte
-}
-
 // checkpointMark is what a checkpoint's snapshot covers: messages sent and
 // received up to it, determinants stored before it.
 type checkpointMark struct {
@@ -205,28 +191,9 @@ type checkpointMark struct {
 	detLog      int
 }
 
-// NewSCMEL makes PE me's SCMEL protocol for a job of n PEs, from the
-// start. Collectives travel hop by hop as ordinary logged messages.
-func NewSCMEL(me int32, n int, c Collectives) *Causal { return newCausal(me, n, c, false) }
-
-// NewCAMEL makes PE me's CAMEL protocol for a job of n PEs, from the start.
-func NewCAMEL(me int32, n int, c Collectives) *Causal { return newCausal(me, n, c, true) }
-
-func newCausal(me int32, n int, c Collectives, camel bool) *Causal {
+func newCausal(me int32, n int, t Trees, camel bool) *Causal {
 	return &Causal{me: me, n: n, camel: camel, incMap: make([]uint32, n), sendCSN: make([]uint64, n), detTop: make([]uint64, n),
-		recv: make([]window, n), coll: newColls(me, c), failing: -1}
-}
-
-// RestartSCMEL makes the new incarnation inc of PE me from its checkpoint.
-// It holds every application message until all other PEs sent the
-// determinants they keep for it, then replays in the recorded order.
-func RestartSCMEL(me int32, n int, c Collectives, ck Counters, inc uint32) *Causal {
-	return restartCausal(newCausal(me, n, c, false), ck, inc)
-}
-
-// RestartCAMEL is RestartSCMEL for CAMEL.
-func RestartCAMEL(me int32, n int, c Collectives, ck Counters, inc uint32) *Causal {
-	return restartCausal(newCausal(me, n, c, true), ck, inc)
+		recv: make([]window, n), coll: colls{me: me, t: t, state: map[uint64]*groupState{}}, failing: -1, batchAcks: true}
 }
 
 func restartCausal(s *Causal, ck Counters, inc uint32) *Causal {
@@ -332,123 +299,17 @@ func (s *Causal) piggyback() []Det {
 	return s.detBuf[:len(s.detBuf):len(s.detBuf)]
 }
 
-// stamp makes a message carried hop by hop (point to point, or a
-// collective's hop under SCMEL) and logs it.
-func (s *Causal) stamp(kind MsgKind, g uint64, to int32, num uint64, payload []byte) *Message {
-	m := &Message{}
-	s.number(m, kind, g, to, num, payload)
-	if to != s.me {
-		s.log(m)
-	}
-	return m
-}
-
 // number fills in a hop-by-hop message: ssn, channel number,
 // determinants. A message to itself carries none: this PE's own
 // determinants are only safe once another PE holds them. Nor is it
 // logged: its only reader would be this PE's own recovery, which loses
 // the log and re-sends it anyway.
-func (s *Causal) number(m *Message, kind MsgKind, g uint64, to int32, num uint64, payload []byte) {
+func (s *Causal) number(m *Message, kind MsgKind, g uint64, to int32, num uint64) {
 	s.ssn++
 	s.sendCSN[to]++
-	*m = Message{Kind: kind, Payload: payload, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc}}
+	*m = Message{Kind: kind, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc}}
 	if to != s.me {
 		m.Dets = s.piggyback()
-	}
-}
-
-// Send is SENDMSG: stamp, piggyback the unacknowledged determinants, log.
-func (s *Causal) Send(to int32, payload []byte) Packet {
-	return Packet{Kind: PktApp, From: s.me, To: to, Msg: s.stamp(KindP2P, 0, to, 0, payload)}
-}
-
-// Multicast is SENDMULTICASTMSG: under CAMEL the message is logged once,
-// here at the root, and goes to the root's children; under SCMEL each of
-// them gets its own logged copy.
-func (s *Causal) Multicast(g uint64, payload []byte) ([]Action, error) {
-	st, err := s.coll.rootOf(g)
-	if err != nil {
-		return nil, err
-	}
-	st.mcastSent++
-	kids := s.coll.t.Children(g, s.me)
-	out := make([]Action, 0, len(kids))
-	if !s.camel {
-		for _, c := range kids {
-			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: s.stamp(KindMulticast, g, c, st.mcastSent, payload)}})
-		}
-		return out, nil
-	}
-	s.ssn++
-	m := &Message{Kind: KindMulticast, Payload: payload, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: -1, SSN: s.ssn, Num: st.mcastSent, Inc: s.inc}}
-	if len(kids) > 0 {
-		m.Dets = s.piggyback()
-	}
-	s.log(m)
-	for _, c := range kids {
-		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: m}})
-	}
-	return out, nil
-}
-
-// Contribute is SENDREDUCTIONMSG: this PE's part of group g's next
-// reduction.
-func (s *Causal) Contribute(g uint64, payload []byte) ([]Action, error) {
-	st, err := s.coll.group(g)
-	if err != nil {
-		return nil, err
-	}
-	st.contributed++
-	if s.camel && s.collecting() {
-		// Whether this reduction is already complete at the root is not
-		// known until every peer answered.
-		s.pendingOwn = append(s.pendingOwn, ownPart{g, st.contributed, payload})
-		return nil, nil
-	}
-	return s.addOwn(g, st, st.contributed, payload, nil), nil
-}
-
-func (s *Causal) addOwn(g uint64, st *groupState, k uint64, val []byte, out []Action) []Action {
-	if st.has(k, -1) {
-		return out // complete already (CAMEL, after a restart): its result was delivered
-	}
-	s.coll.add(g, st, k, -1, val)
-	return s.fold(g, st, out)
-}
-
-// fold is VERIFYREDUCTIONMSG: pass every reduction whose contributions
-// are all in up the tree, or deliver it at the root.
-func (s *Causal) fold(g uint64, st *groupState, out []Action) []Action {
-	for {
-		k, val, ok := s.coll.ready(g, st)
-		if !ok {
-			return out
-		}
-		if s.coll.isRoot(g) {
-			out = append(out, s.coll.result(g, k, val))
-			if s.camel {
-				st.complete(k)
-				for _, c := range s.coll.t.Children(g, s.me) {
-					out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{{g, k}}}})
-				}
-			}
-			continue
-		}
-		parent := s.coll.t.Parent(g, s.me)
-		var m *Message
-		if s.camel {
-			// No ssn: an intermediate node folds in arrival order, which
-			// is not recorded, so its sends must not shift the ssns of the
-			// messages its recorded receptions cause.
-			m = &Message{Kind: KindReduction, Payload: val, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: parent, Num: k, Inc: s.inc}}
-			if parent == s.coll.t.Root(g) || s.verbat {
-				m.Dets = s.piggyback()
-			}
-			s.log(m)
-		} else {
-			m = s.stamp(KindReduction, g, parent, k, val)
-		}
-		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: parent, Msg: m}})
 	}
 }
 
@@ -461,7 +322,7 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 		s.removeAcked(p.Dets)
 		return nil, nil
 	case PktRedAck: // RECEIVEMSGACK
-		if s.recovering && !s.verbat {
+		if s.recovering {
 			// Not yet: this PE must regenerate, and log, its contributions
 			// to reductions completed since the root answered its recovery
 			// (the root's own later recovery needs them); its children
@@ -487,12 +348,8 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 			s.recorded[msgKey{d.Sender, d.Group, d.SSN}] = d.RSN
 			s.lastRecorded = max(s.lastRecorded, d.RSN)
 		}
-		for _, m := range p.Relog {
-			if !s.keepsResults() {
-				s.log(m) // contributions to complete reductions, back from their root
-				continue
-			}
-			if _, err := s.storeResult(m); err != nil { // results it keeps, back from their root
+		for _, m := range p.Relog { // results it keeps, back from their root
+			if _, err := s.storeResult(m); err != nil {
 				return nil, err
 			}
 		}
@@ -504,11 +361,6 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 		s.detsIn++
 		if !s.collecting() {
 			s.sortHeld()
-			// made before any replayed reception, as in the first run
-			for _, o := range s.pendingOwn {
-				out = s.addOwn(o.g, s.coll.state[o.g], o.k, o.val, out)
-			}
-			s.pendingOwn = nil
 			out = s.endRecovery(out)
 		}
 		return out, nil
@@ -538,14 +390,7 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 		if !st.complete(r.Num) {
 			continue
 		}
-		switch {
-		case s.keepsResults():
-			out = s.releasePartials(r, out)
-		case s.coll.t.Parent(r.Group, s.me) != s.coll.t.Root(r.Group):
-			s.dropLogged(func(m *Message) bool {
-				return m.Kind == KindReduction && m.Group == r.Group && m.Num <= r.Num && !isResult(m)
-			})
-		}
+		out = s.releasePartials(r, out) // CAMEL alone acknowledges reductions
 		for _, c := range s.coll.t.Children(r.Group, s.me) {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{r}}})
 		}
@@ -609,19 +454,6 @@ func (s *Causal) compactLog() {
 // releasePartials may release.
 func (s *Causal) releases(m *Message) bool {
 	return s.keepsResults() && m.Kind == KindReduction && !isResult(m)
-}
-
-func (s *Causal) dropLogged(drop func(*Message) bool) {
-	keep := s.msgLog[:0]
-	for _, e := range s.msgLog {
-		if drop(e.m) {
-			s.countLog(e.m, false)
-			continue
-		}
-		keep = append(keep, e)
-	}
-	clear(s.msgLog[len(keep):])
-	s.msgLog = keep
 }
 
 // removeAcked drops acknowledged determinants from detBuf. Both lists are
@@ -688,15 +520,12 @@ func (s *Causal) duplicate(m *Message) (bool, error) {
 			return m.Inc < s.incMap[m.Sender] || s.recv[m.Sender].has(m.CSN), nil
 		}
 		if m.Kind == KindMulticast {
-			return st.mcastRecv.has(m.Num) || m.Inc < s.incMap[m.Sender] && !s.verbat, nil
+			return st.mcastRecv.has(m.Num) || m.Inc < s.incMap[m.Sender], nil
 		}
-		if s.coll.ext {
-			if isResult(m) {
-				return m.Num <= st.done, nil // its placement decided the rest
-			}
-			return m.Inc < s.incMap[m.Sender] || st.redFrom(m.Sender).has(m.Num), nil
+		if isResult(m) {
+			return m.Num <= st.done, nil // its placement decided the rest
 		}
-		return m.Inc < s.incMap[m.Sender] || st.has(m.Num, m.Sender), nil
+		return m.Inc < s.incMap[m.Sender] || st.redFrom(m.Sender).has(m.Num), nil
 	}
 	return m.Inc < s.incMap[m.Sender] || s.recv[m.Sender].has(m.CSN), nil
 }
@@ -712,7 +541,7 @@ func (s *Causal) receiveMsg(m *Message, out []Action) ([]Action, error) {
 		return out, err
 	}
 	if dup {
-		if s.camel && m.Kind == KindMulticast && !s.verbat {
+		if s.camel && m.Kind == KindMulticast {
 			out = s.reforward(m, out)
 		}
 		s.stats.Dropped++
@@ -732,7 +561,7 @@ func (s *Causal) receiveMsg(m *Message, out []Action) ([]Action, error) {
 // incarnations' multicasts are dropped (unlike Algorithm 2, which keeps
 // them to make multicasts atomic: one delivered after the survivors
 // reported their determinants may reflect receptions the new incarnation
-// orders otherwise, an orphan the simulator found). Children that dropped
+// orders otherwise, an orphan a simulation found). Children that dropped
 // this PE's earlier forward get the multicast this way, so it still
 // completes.
 func (s *Causal) reforward(m *Message, out []Action) []Action {
@@ -805,7 +634,7 @@ func (s *Causal) canDeliver(m *Message) bool {
 // gets a survivor's messages sent before it heard of the failure ahead of
 // the copies it replays of those lost in flight.
 func (s *Causal) inOrder(m *Message) bool {
-	if !s.coll.ext || m.CSN == 0 || s.camel && m.Kind != KindP2P && m.Kind != KindSystem {
+	if m.CSN == 0 || s.camel && m.Kind != KindP2P && m.Kind != KindSystem {
 		return true
 	}
 	return m.CSN == s.recv[m.Sender].contig+1
@@ -847,57 +676,32 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 	case KindP2P, KindSystem:
 		return append(out, Action{Kind: ActDeliver, Msg: m})
 	case KindMulticast: // RECEIVEMULTICASTMSG
-		st := s.coll.state[m.Group]
-		out = append(out, Action{Kind: ActDeliver, Msg: m})
 		if s.camel {
+			st := s.coll.state[m.Group]
 			st.mcastRecv.add(m.Num)
 			st.noteInc(m.Num, m.Inc)
 		}
-		if s.coll.ext {
-			return out // the runtime forwards it down its tree (SendHop)
-		}
-		kids := s.coll.t.Children(m.Group, s.me)
-		if s.camel {
-			if len(kids) == 0 {
-				return out
-			}
-			fwd := *m // forwarded unlogged, without the root's determinants
-			fwd.Dets, fwd.Recver = nil, -1
-			for _, c := range kids {
-				out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: &fwd}})
-			}
-			return out
-		}
-		for _, c := range kids {
-			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: c, Msg: s.stamp(KindMulticast, m.Group, c, m.Num, m.Payload)}})
-		}
-		return out
+		// the runtime forwards it down its tree (SendHop)
+		return append(out, Action{Kind: ActDeliver, Msg: m})
 	default: // RECEIVEREDUCTIONMSG
-		st := s.coll.state[m.Group]
-		if s.camel && !s.verbat && s.coll.isRoot(m.Group) {
-			if s.keepsResults() {
-				// The copy goes into the kept result, which brings back
-				// to this PE, should it fail, the determinants it stored
-				// from the partial: those new here. The others it stored
-				// from an earlier message, which brings them back itself
-				// (a partial is released only once its result is kept).
-				// A child's list is all it has not had acknowledged, and
-				// a burst of partials repeats it: copying it whole made
-				// the kept results most of CAMEL's allocation.
-				m.Dets = s.detLog[stored:len(s.detLog):len(s.detLog)]
-			}
+		if s.camel && s.coll.isRoot(m.Group) {
+			// The copy goes into the kept result, which brings back to
+			// this PE, should it fail, the determinants it stored from
+			// the partial: those new here. The others it stored from an
+			// earlier message, which brings them back itself (a partial
+			// is released only once its result is kept). A child's list
+			// is all it has not had acknowledged, and a burst of partials
+			// repeats it: copying it whole made the kept results most of
+			// CAMEL's allocation.
+			m.Dets = s.detLog[stored:len(s.detLog):len(s.detLog)]
 			s.logSeq++
 			s.kept = append(s.kept, logEntry{s.logSeq, m})
 			s.countLog(m, true)
 			count(&s.copies, m, true)
 		}
-		if s.coll.ext {
-			// the runtime folds it and passes the partial up (SendHop)
-			st.redFrom(m.Sender).add(m.Num)
-			return append(out, Action{Kind: ActDeliver, Msg: m})
-		}
-		s.coll.add(m.Group, st, m.Num, m.Sender, m.Payload)
-		return s.fold(m.Group, st, out)
+		// the runtime folds it and passes the partial up (SendHop)
+		s.coll.state[m.Group].redFrom(m.Sender).add(m.Num)
+		return append(out, Action{Kind: ActDeliver, Msg: m})
 	}
 }
 
@@ -1374,7 +1178,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 				if m.Group != g || m.Num > st.done {
 					continue
 				}
-				if s.keepsResults() && isResult(m) && s.keeper(g) == y || !s.keepsResults() && m.Sender == y {
+				if isResult(m) && s.keeper(g) == y {
 					rec.Relog = append(rec.Relog, m)
 				}
 			}

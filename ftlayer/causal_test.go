@@ -9,135 +9,63 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// app builds a message whose channel sequence number equals its ssn (the
-// sender sends only to this receiver) unless csn says otherwise.
-func app(from, to int32, ssn uint64, inc uint32, dets ...Det) *Packet {
-	return appCSN(from, to, ssn, ssn, inc, dets...)
+// p2p is a point-to-point envelope from PE from to PE to as a hook
+// stamped it: ssn, channel number csn, incarnation inc.
+func p2p(from, to int32, ssn, csn uint64, inc uint32, dets ...Det) *pe.Envelope {
+	return &pe.Envelope{Type: 3, Kind: pe.KindP2P, Seq: ssn, FT: &pe.FTHeader{Sender: from, Recver: to, SSN: ssn, CSN: csn, Inc: inc, Dets: dets}}
 }
 
-func appCSN(from, to int32, ssn, csn uint64, inc uint32, dets ...Det) *Packet {
-	return &Packet{Kind: PktApp, From: from, To: to, Msg: &Message{Payload: []byte{byte(ssn)}, FTHeader: pe.FTHeader{Sender: from, Recver: to, SSN: ssn, CSN: csn, Inc: inc, Dets: dets}}}
-}
-
-func delivered(acts []Action) []uint64 {
-	var out []uint64
-	for _, a := range acts {
-		if a.Kind == ActDeliver {
-			out = append(out, a.Msg.SSN)
-		}
-	}
-	return out
+func arrive(t *testing.T, hk *CausalHook, env *pe.Envelope) Arrival {
+	t.Helper()
+	a, err := hk.Arrive(env)
+	require.NoError(t, err)
+	return a
 }
 
 // Scenario 9: an old-incarnation message and a duplicate are dropped.
 func TestOldAndDuplicateMessagesAreDropped(t *testing.T) {
-	s := NewSCMEL(0, 3, Collectives{})
-	acts, err := s.Receive(app(1, 0, 1, 0))
-	require.NoError(t, err)
-	require.Equal(t, []uint64{1}, delivered(acts))
-	acts, _ = s.Receive(app(1, 0, 1, 0)) // the same message again
-	require.Empty(t, delivered(acts))
-	_, err = s.PeerFailed(1, 1) // PE 1 restarts as incarnation 1
-	require.NoError(t, err)
-	acts, _ = s.Receive(app(1, 0, 2, 0)) // late, from incarnation 0
-	require.Empty(t, delivered(acts))
-	acts, _ = s.Receive(app(1, 0, 2, 1)) // the new incarnation's
-	require.Equal(t, []uint64{2}, delivered(acts))
-	require.Equal(t, uint64(2), s.Stats().Dropped)
+	hk := newHopNet(t, 3, 4, "scmel").hooks[0]
+	require.Equal(t, Handle, arrive(t, hk, p2p(1, 0, 1, 1, 0)))
+	require.Equal(t, Dropped, arrive(t, hk, p2p(1, 0, 1, 1, 0)), "the same message again")
+	require.NoError(t, hk.PeerFailed(1, 1)) // PE 1 restarts as incarnation 1
+	require.Equal(t, Dropped, arrive(t, hk, p2p(1, 0, 2, 2, 0)), "late, from incarnation 0")
+	require.Equal(t, Handle, arrive(t, hk, p2p(1, 0, 2, 2, 1)), "the new incarnation's")
+	require.Equal(t, uint64(2), hk.Stats().Dropped)
 }
 
 // Scenario 10: during replay, messages arriving in reverse order and new
 // messages without a recorded reception are delivered in the recorded
 // order, the unrecorded ones after it.
 func TestReplayFollowsTheRecordedOrder(t *testing.T) {
-	s := RestartSCMEL(0, 3, Collectives{}, Counters{IncMap: make([]uint32, 3)}, 1)
-	// PE 1 knows that PE 0 received (2,ssn 5) first and (1,ssn 7) second.
-	for _, p := range []*Packet{appCSN(1, 0, 7, 1, 0), appCSN(2, 0, 9, 2, 0), appCSN(2, 0, 5, 1, 0)} {
-		acts, err := s.Receive(p)
-		require.NoError(t, err)
-		require.Empty(t, delivered(acts), "nothing before every peer's determinants are in")
+	hk := newHopNet(t, 3, 4, "scmel").hooks[0]
+	hk.Restart(&Counters{IncMap: make([]uint32, 3)}, 1, nil)
+	// PE 1 knows that PE 0 received (2, ssn 5) first and (1, ssn 7) second.
+	for _, env := range []*pe.Envelope{p2p(1, 0, 7, 1, 0), p2p(2, 0, 9, 2, 0), p2p(2, 0, 5, 1, 0)} {
+		require.Equal(t, Held, arrive(t, hk, env), "nothing before every peer's determinants are in")
 	}
-	acts, _ := s.Receive(&Packet{Kind: PktRecovery, From: 1, To: 0, Dets: []Det{{Sender: 2, Recver: 0, SSN: 5, RSN: 1}, {Sender: 1, Recver: 0, SSN: 7, RSN: 2}}})
-	require.Empty(t, delivered(acts))
-	require.True(t, s.Recovering())
-	acts, _ = s.Receive(&Packet{Kind: PktRecovery, From: 2, To: 0})
-	require.Empty(t, delivered(acts))
+	require.NoError(t, hk.Packet(&Packet{Kind: PktRecovery, From: 1, To: 0, Dets: []Det{{Sender: 2, Recver: 0, SSN: 5, RSN: 1}, {Sender: 1, Recver: 0, SSN: 7, RSN: 2}}}))
+	require.True(t, hk.Recovering())
+	var out pe.Envelope
+	require.False(t, hk.Next(&out), "PE 2's determinants are not in")
+	require.NoError(t, hk.Packet(&Packet{Kind: PktRecovery, From: 2, To: 0}))
 	var got []uint64
-	for acts := s.Next(); len(acts) > 0; acts = s.Next() { // one at a time
-		require.Len(t, delivered(acts), 1)
-		got = append(got, delivered(acts)...)
+	for hk.Next(&out) { // one at a time
+		got = append(got, out.Seq)
 	}
 	require.Equal(t, []uint64{5, 7, 9}, got)
-	require.True(t, s.Recovering(), "until every peer's replay is in")
-	s.Receive(&Packet{Kind: PktReplayed, From: 1, To: 0})
-	s.Receive(&Packet{Kind: PktReplayed, From: 2, To: 0})
-	require.False(t, s.Recovering())
-}
-
-// Determinants ride on messages until acknowledged, and never on a
-// message to the PE itself, which is not logged either.
-func TestDeterminantsArePiggybackedUntilAcked(t *testing.T) {
-	s := NewSCMEL(0, 2, Collectives{})
-	s.Receive(app(1, 0, 1, 0))
-	self := s.Send(0, []byte("self"))
-	require.Empty(t, self.Msg.Dets)
-	out := s.Send(1, []byte("x"))
-	dets := out.Msg.Dets
-	require.Equal(t, []Det{{Sender: 1, Recver: 0, SSN: 1, RSN: 1}}, dets)
-	s.Receive(&Packet{Kind: PktAck, From: 1, To: 0, Dets: dets})
-	require.Empty(t, s.Send(1, []byte("y")).Msg.Dets)
-	st := s.Stats()
-	require.Equal(t, uint64(1), st.DetsAcked)
-	require.Equal(t, uint64(2), st.Logged())
-
-	// The receiver keeps them for PE 0 and hands them back if it fails.
-	r := NewSCMEL(1, 2, Collectives{})
-	acts, _ := r.Receive(&out)
-	require.Equal(t, PktAck, acts[0].Packet.Kind)
-	rec, err := r.PeerFailed(0, 1)
-	require.NoError(t, err)
-	require.Equal(t, PktRecovery, rec[0].Packet.Kind)
-	require.Equal(t, dets, rec[0].Packet.Dets)
+	require.True(t, hk.Recovering(), "until every peer's replay is in")
+	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 1, To: 0}))
+	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 2, To: 0}))
+	require.False(t, hk.Recovering())
 }
 
 func TestSecondFailureDuringRecoveryIsReported(t *testing.T) {
-	s := NewSCMEL(0, 3, Collectives{})
-	_, err := s.PeerFailed(1, 1)
-	require.NoError(t, err)
-	_, err = s.PeerFailed(2, 1)
-	require.ErrorIs(t, err, ErrConcurrentFailure)
-	s.Recovered(1)
-	_, err = s.PeerFailed(2, 1)
-	require.NoError(t, err)
-	_, err = s.PeerFailed(1, 2) // while 2 recovers
-	require.ErrorIs(t, err, ErrConcurrentFailure)
-}
-
-// A checkpoint drops only what its snapshot covers: what was sent,
-// received or stored after Prepare stays until the next one.
-func TestCheckpointKeepsWhatCameAfterTheSnapshot(t *testing.T) {
-	s := NewSCMEL(0, 2, Collectives{})
-	s.Send(1, []byte("before"))
-	s.Receive(app(1, 0, 1, 0, Det{Sender: 0, Recver: 1, SSN: 1, RSN: 1}))
-	ck := s.Prepare()
-	require.Equal(t, uint64(1), ck.SSN)
-	require.Equal(t, []uint64{0, 1}, ck.RecvCSN)
-	s.Send(1, []byte("after"))
-	acts, _ := s.Receive(app(1, 0, 2, 0, Det{Sender: 0, Recver: 1, SSN: 2, RSN: 2}))
-	require.Empty(t, delivered(acts), "held between the snapshot and its commit")
-	require.Empty(t, s.Next())
-	s.Checkpoint()
-	require.Equal(t, []uint64{2}, delivered(s.Next()), "released once committed")
-	require.Equal(t, uint64(1), s.Stats().Logged(), "the message sent after the snapshot is still logged")
-	require.Len(t, s.detLog, 1)
-	require.Equal(t, []Det{{Sender: 1, Recver: 0, SSN: 2, RSN: 2}}, s.detBuf)
-	// a late duplicate of a covered message is dropped, the later one is known
-	acts, _ = s.Receive(app(1, 0, 1, 0))
-	require.Empty(t, delivered(acts))
-	acts, _ = s.Receive(app(1, 0, 2, 0))
-	require.Empty(t, delivered(acts))
-	acts, _ = s.Receive(app(1, 0, 3, 0))
-	require.Equal(t, []uint64{3}, delivered(acts))
+	hk := newHopNet(t, 3, 4, "scmel").hooks[0]
+	require.NoError(t, hk.PeerFailed(1, 1))
+	require.ErrorIs(t, hk.PeerFailed(2, 1), ErrConcurrentFailure)
+	hk.PeerRecovered(1)
+	require.NoError(t, hk.PeerFailed(2, 1))
+	require.ErrorIs(t, hk.PeerFailed(1, 2), ErrConcurrentFailure, "while 2 recovers")
 }
 
 // Acknowledgements come back from several peers, each for what it was
@@ -168,7 +96,7 @@ func TestRemoveAcked(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := NewSCMEL(0, 2, Collectives{})
+			s := newCausal(0, 2, nil, false)
 			s.detBuf = slices.Clone(c.buf)
 			s.removeAcked(c.acked)
 			require.Equal(t, len(c.left), len(s.detBuf))
@@ -186,7 +114,7 @@ func TestRemoveAcked(t *testing.T) {
 // tree by other PEs, which come in no order. One brought late by a
 // longer path is stored, not taken for one stored already.
 func TestDeterminantsFromSeveralPathsAreStoredOnce(t *testing.T) {
-	s := NewSCMEL(0, 6, Collectives{})
+	s := newCausal(0, 6, nil, false)
 	dets := func(owner int32, from, to uint64) []Det {
 		var out []Det
 		for r := from; r <= to; r++ {

@@ -29,10 +29,7 @@ const (
 // NewHopCausal makes PE me's SCMEL (camel false) or CAMEL protocol in hop
 // mode, for a job of n PEs whose groups' trees t describes.
 func NewHopCausal(me int32, n int, t Trees, camel bool) *Causal {
-	s := newCausal(me, n, Collectives{}, camel)
-	s.coll.t, s.coll.ext = t, true
-	s.batchAcks = true
-	return s
+	return newCausal(me, n, t, camel)
 }
 
 // SendHop stamps one hop of the runtime's traffic and logs it (or not) as
@@ -70,7 +67,7 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		if env.Kind == KindSystem {
 			kind = KindSystem
 		}
-		s.number(m, kind, 0, to, 0, nil)
+		s.number(m, kind, 0, to, 0)
 	case RoleMcastRoot:
 		st, _ := s.coll.group(g)
 		switch {
@@ -84,29 +81,24 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 			if first {
 				st.mcastSent++
 			}
-			s.number(m, KindMulticast, g, to, st.mcastSent, nil)
+			s.number(m, KindMulticast, g, to, st.mcastSent)
 		}
 	case RoleMcastFwd:
 		if rx == nil || rx.Group != g {
 			return nil, fmt.Errorf("PE %d: forwarding a multicast of group %d that carries no header of that group", s.me, g)
 		}
-		s.number(m, KindMulticast, g, to, rx.Num, nil)
+		s.number(m, KindMulticast, g, to, rx.Num)
 	case RolePartial:
 		if !s.camel {
-			s.number(m, KindReduction, g, to, num, nil)
+			s.number(m, KindReduction, g, to, num)
 			break
 		}
-		st, _ := s.coll.group(g)
-		st.forwarded = max(st.forwarded, num)
+		s.coll.group(g) // its state, which the reduction's acknowledgement finds
 		// No ssn: an inner node folds in arrival order, which is not
 		// recorded, so its sends must not shift the ssns of the messages
 		// its recorded receptions cause.
 		*m = Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, Num: num, Inc: s.inc}}
-		if s.keepsResults() {
-			m.Dets = s.upDets(to, to == s.coll.t.Root(g))
-		} else if to == s.coll.t.Root(g) {
-			m.Dets = s.piggyback()
-		}
+		m.Dets = s.upDets(to, to == s.coll.t.Root(g))
 	default:
 		return nil, fmt.Errorf("PE %d: hop of unknown role %d", s.me, role)
 	}
@@ -142,9 +134,7 @@ func encodedSize(env *pe.Envelope) int {
 // envelope of what it delivered, to its first child (the keeper) to keep
 // until the checkpoint, and keeps a copy itself; the keeper tells the
 // root's other children, which drop what they sent for it. Without a
-// result in hop mode nothing is acknowledged; in the simulated protocol
-// the news goes straight down the tree, and the partials sent to the
-// root stay until the checkpoint.
+// result nothing is acknowledged.
 func (s *Causal) Reduced(g, num uint64, result *pe.Envelope) []Action {
 	if !s.camel {
 		return nil
@@ -178,7 +168,7 @@ func (s *Causal) Reduced(g, num uint64, result *pe.Envelope) []Action {
 // reductions fold once, at the root, in contributor order), so keeping
 // them until the checkpoint would keep every contribution; the result is
 // the size of one.
-func (s *Causal) keepsResults() bool { return s.camel && s.coll.ext && !s.verbat }
+func (s *Causal) keepsResults() bool { return s.camel }
 
 // resultMark is the Recver of a kept result: sent by a root for its own
 // recovery, held by its keeper.

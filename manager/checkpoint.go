@@ -22,8 +22,10 @@ import (
 // checkpoint directory if there is one. Once every PE committed, PE 0
 // delivers the program's callback.
 
-// SnapshotVersion is the version of PESnapshot's encoding.
-const SnapshotVersion = 3
+// SnapshotVersion is the version of PESnapshot's encoding. 4: the
+// protocol counters (ftlayer.GroupCounters) lost the fields of a reduction
+// folded inside the protocol, which only its simulator used.
+const SnapshotVersion = 4
 
 // PESnapshot is one PE's part of a coordinated checkpoint: enough to
 // rebuild the PE (Restore) at the point the checkpoint was taken.
@@ -548,14 +550,15 @@ func restoreSource(msg *RestoreMsg) string {
 	return msg.From
 }
 
-// Checkpointer is this PE's side of the coordinated checkpoints: the
-// committed snapshots it holds (its own and its neighbour's).
-func (m *Manager) Checkpointer() *ftlayer.Checkpointer { return m.checkpointer() }
-
 // DecodeSnapshot reads a PESnapshot (a checkpoint file's payload) and
 // checks everything it holds on its own (see CheckCheckpoint for a whole
 // checkpoint): the error names what is wrong and where.
 func DecodeSnapshot(b []byte) (*PESnapshot, error) {
+	// the version first: another version's fields are not this one's
+	var v struct{ Version uint8 }
+	if err := msgpack.Unmarshal(b, &v); err == nil && v.Version != SnapshotVersion && v.Version != 0 {
+		return nil, fmt.Errorf("checkpoint version %d, this build reads %d", v.Version, SnapshotVersion)
+	}
 	var s PESnapshot
 	if err := strictUnmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("not a charmgo checkpoint (%d bytes): %w", len(b), err)

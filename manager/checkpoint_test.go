@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,7 +30,7 @@ func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
 		edit func(*PESnapshot)
 		err  string
 	}{
-		{"version", func(s *PESnapshot) { s.Version = 9 }, "checkpoint version 9, this build reads 3"},
+		{"version", func(s *PESnapshot) { s.Version = 9 }, "checkpoint version 9, this build reads 4"},
 		{"location", func(s *PESnapshot) { s.Collections[0].Locs = []LocSnapshot{{Index: []int32{0, 1}, PE: 5}} }, "collection 1 (a): location 0: index [0 1] on PE 5"},
 		{"rounds", func(s *PESnapshot) { s.Sections = []SectionMsg{{Sec: 9, Tree: []int{0}, K: 2}} }, "1 sections but 0 section rounds"},
 		{"section tree", func(s *PESnapshot) {
@@ -170,4 +171,14 @@ func TestCheckCheckpointRefusesLocationCycles(t *testing.T) {
 	// the home points to `other`, which points back to the home: a cycle
 	err := CheckCheckpoint(at(third, map[int]int32{home: int32(other), other: int32(home)}))
 	require.ErrorContains(t, err, "the location records of element [7] lead from PE")
+}
+
+// A snapshot of another version is refused by its version, whatever
+// fields it has that this one does not.
+func TestSnapshotOfAnotherVersionIsRefusedByVersion(t *testing.T) {
+	old := map[string]any{"Version": 3, "PE": 0, "NumPEs": 1, "FT": map[string]any{"Groups": []map[string]any{{"ID": 1, "Contributed": 4}}}}
+	b, err := msgpack.Marshal(old)
+	require.NoError(t, err)
+	_, err = DecodeSnapshot(b)
+	require.EqualError(t, err, fmt.Sprintf("checkpoint version 3, this build reads %d", SnapshotVersion))
 }

@@ -1,0 +1,233 @@
+// Package ftlayer owns charmgo's message logging: the protocols as
+// deterministic state machines — an envelope sent or arriving, a packet
+// from a peer, a checkpoint, a failure notice in; envelopes to handle in
+// order and packets to send out — with no goroutines, clocks or I/O, and
+// the coordinated checkpoint's two phases (Checkpointer). The runtime
+// calls them through a Hook on every hop it sends and every envelope that
+// arrives (hook.go, hops.go); nothing in the runtime names a protocol:
+// it looks one up by name (ProtocolSpec) and asks whether a failed PE
+// recovers alone.
+//
+// Protocols and the failures they survive:
+//
+//   - none (checkpoint/restart; NopHook): any failures, one after another
+//     or at once, as long as a PE and its buddy (the next PE) do not fail
+//     together without a checkpoint directory; every PE rolls back to the
+//     last checkpoint (or to the start, before the first).
+//   - scmel (Algorithm 1 of the CAMEL paper, papers/000): one PE at a
+//     time recovers alone, the others replay to it; collectives are
+//     logged hop by hop as ordinary messages. A failure due while a PE
+//     recovers waits until it caught up; a PE failing while a checkpoint
+//     is being taken rolls every PE back, as under none.
+//   - camel (Algorithms 2–3): the same failures as scmel, with a
+//     multicast logged once at its root and a reduction's result kept
+//     instead of its partials (by the root's first child, the keeper);
+//     see Causal for where it departs from the paper.
+//
+// A second failure during a recovery that the launcher did not hold back
+// is reported (ErrConcurrentFailure), never silently mishandled.
+//
+// Where recovery lives: the launcher's side (injected failures, a failed
+// PE's new incarnation, stopping and restarting every PE for a global
+// rollback, the statistics) in package recovery; each PE's side in
+// package manager — recover.go (a PE recovering alone: its snapshot from
+// its buddy, the survivors' determinants and replays through this
+// package), rollback.go (every PE going back to a checkpoint, agreed by
+// messages: offers, a plan, snapshots sent by their holders),
+// checkpoint.go, ckptfile.go, validate.go and redistribute.go (snapshots,
+// their files and checks, a restart on another PE count). No PE reads
+// another's memory: everything a recovery needs travels as messages, so
+// PEs in other processes recover the same way. Package ftsim runs all of
+// it, deterministically, failing PEs before every event.
+//
+// Layering (go list -deps): pe ← ftlayer ← manager ← recovery ← chare ←
+// ftsim and the programs; ftlayer imports pe alone.
+package ftlayer
+
+import (
+	"errors"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// MsgKind says how a message travels: point to point, down a group's
+// multicast tree, or up its reduction tree. It is the envelope's kind, so
+// the runtime hands it over as is.
+type MsgKind = pe.Kind
+
+const (
+	KindP2P       = pe.KindP2P
+	KindMulticast = pe.KindMulticast
+	KindReduction = pe.KindReduction
+	KindSystem    = pe.KindSystem // runtime bookkeeping, logged point to point
+	numKinds      = KindSystem + 1
+)
+
+// Det is a determinant (see pe.Det: the runtime carries them on envelopes).
+type Det = pe.Det
+
+// Message is an application message as the protocol sees it: a header (the
+// one the runtime carries on its envelopes) and the runtime's envelope,
+// payload included, which it never looks into: what a replay re-sends.
+// Size is its payload's bytes for the statistics.
+type Message struct {
+	pe.FTHeader
+	Kind MsgKind
+	Env  *pe.Envelope
+	Size int
+	// released: dropped from its sender's log by a release (the entry
+	// may linger there until the log is compacted)
+	released bool
+}
+
+// bytes is the payload size the statistics count.
+func (m *Message) bytes() uint64 { return uint64(m.Size) }
+
+// PacketKind says what a packet between two PEs' protocols carries.
+type PacketKind uint8
+
+const (
+	PktApp      PacketKind = iota + 1 // an application message
+	PktAck                            // acknowledges piggybacked determinants
+	PktRecovery                       // a survivor's determinants (and reductions done) for a recovering PE
+	PktRedAck                         // CAMEL: reduction Num of Group is complete (travels down the tree)
+	PktReplayed                       // a survivor re-sent all it logged for a recovering PE (after them on the channel)
+	// PktRedResult (CAMEL, hop mode): a root hands its first child
+	// (the keeper) the result of a reduction to keep until the next
+	// checkpoint, in Relog; the keeper acknowledges the reduction to the
+	// root's other children, which may then drop what they sent for it.
+	PktRedResult
+)
+
+// Packet is one unit the network carries between PEs.
+type Packet struct {
+	Kind     PacketKind
+	From, To int32
+	Msg      *Message  // PktApp
+	Dets     []Det     // PktAck, PktRecovery
+	Done     []Reduced // PktRecovery, PktRedAck
+	// Relog: PktRecovery (CAMEL), the results a recovering keeper kept,
+	// from their root's copies; PktRedResult, the result to keep.
+	Relog []*Message
+	Ckpt  *CkptMsg // the checkpoint protocol's packets
+}
+
+// Reduced says that a group's reductions up to Num are complete at its root.
+type Reduced struct {
+	Group uint64
+	Num   uint64
+}
+
+// ActionKind says what a protocol asks its host to do.
+type ActionKind uint8
+
+const (
+	ActSend    ActionKind = iota + 1 // put Packet on the network
+	ActDeliver                       // hand Msg to the application (in the order given)
+	// ActRelease: Msg, which this PE sent and logged, left its log for
+	// good, and no PE will read its payload again (see Hook.OnRelease).
+	ActRelease
+)
+
+// Action is one output of a protocol. A delivered Msg of KindReduction is
+// a reduction's result, at the group's root.
+type Action struct {
+	Kind   ActionKind
+	Packet Packet
+	Msg    *Message
+}
+
+// LogStats counts a sender-based log's messages of one kind.
+type LogStats struct {
+	Msgs, Bytes           uint64 // in the log now
+	TotalMsgs, TotalBytes uint64 // ever logged
+	PeakBytes             uint64 // the most this kind ever held at once
+	// AtCheckpointBytes: the most this kind held when a checkpoint's
+	// snapshot was taken (what a commit drops; the run is quiet then, so
+	// nothing in flight is counted)
+	AtCheckpointBytes uint64
+}
+
+// Stats is what every protocol reports. Log is indexed by MsgKind.
+type Stats struct {
+	Log [numKinds]LogStats
+	// RootCopies: what CAMEL roots keep of their reductions (counted in
+	// Log[KindReduction] too): copies of their children's contributions,
+	// or in hop mode of the results their keepers hold.
+	RootCopies      LogStats
+	DetsCreated     uint64
+	DetsPiggybacked uint64 // determinant copies carried on messages
+	DetsAcked       uint64
+	Replayed        uint64 // logged messages re-sent to a recovering PE
+	Dropped         uint64 // old or duplicate messages suppressed
+	Held            uint64 // messages held back to keep the recorded order
+	// RolledBack is 1 for an incarnation restarted from a checkpoint
+	// (summed over a PE's incarnations by the host).
+	RolledBack uint64
+	// CheckpointBytes is filled in by the host from its Checkpointer.
+	CheckpointBytes uint64
+}
+
+// Total sums one field of the per-kind log statistics over every kind.
+func (s Stats) Total(field func(LogStats) uint64) (n uint64) {
+	for _, l := range s.Log {
+		n += field(l)
+	}
+	return n
+}
+
+// Logged is the number of messages in the log now, all kinds.
+func (s Stats) Logged() uint64 { return s.Total(func(l LogStats) uint64 { return l.Msgs }) }
+
+// LoggedBytes is the payload bytes in the log now, all kinds.
+func (s Stats) LoggedBytes() uint64 { return s.Total(func(l LogStats) uint64 { return l.Bytes }) }
+
+// LoggedTotal is the number of messages ever logged, all kinds.
+func (s Stats) LoggedTotal() uint64 { return s.Total(func(l LogStats) uint64 { return l.TotalMsgs }) }
+
+// LoggedTotalBytes is the payload bytes ever logged, all kinds.
+func (s Stats) LoggedTotalBytes() uint64 {
+	return s.Total(func(l LogStats) uint64 { return l.TotalBytes })
+}
+
+// Peak is the sum of the kinds' peaks: at least the most the log held at
+// once.
+func (s Stats) Peak() uint64 { return s.Total(func(l LogStats) uint64 { return l.PeakBytes }) }
+
+// AtCheckpoint is the sum of the kinds' logs at a checkpoint (see
+// LogStats.AtCheckpointBytes).
+func (s Stats) AtCheckpoint() uint64 {
+	return s.Total(func(l LogStats) uint64 { return l.AtCheckpointBytes })
+}
+
+// Add sums two PEs' (or incarnations') statistics; peaks add too, which
+// bounds the job's peak from above.
+func (s *Stats) Add(o Stats) {
+	for k := range s.Log {
+		a, b := &s.Log[k], o.Log[k]
+		a.Msgs += b.Msgs
+		a.Bytes += b.Bytes
+		a.TotalMsgs += b.TotalMsgs
+		a.TotalBytes += b.TotalBytes
+		a.PeakBytes += b.PeakBytes
+		a.AtCheckpointBytes += b.AtCheckpointBytes
+	}
+	s.RootCopies.Msgs += o.RootCopies.Msgs
+	s.RootCopies.Bytes += o.RootCopies.Bytes
+	s.RootCopies.TotalMsgs += o.RootCopies.TotalMsgs
+	s.RootCopies.TotalBytes += o.RootCopies.TotalBytes
+	s.RootCopies.PeakBytes += o.RootCopies.PeakBytes
+	s.DetsCreated += o.DetsCreated
+	s.DetsPiggybacked += o.DetsPiggybacked
+	s.DetsAcked += o.DetsAcked
+	s.Replayed += o.Replayed
+	s.Dropped += o.Dropped
+	s.Held += o.Held
+	s.RolledBack += o.RolledBack
+	s.CheckpointBytes += o.CheckpointBytes
+}
+
+// ErrConcurrentFailure is reported when a PE fails while another is still
+// recovering: causal logging keeps one copy of each determinant, so two
+// simultaneous failures may lose the order of some receptions.
+var ErrConcurrentFailure = errors.New("a second PE failed while one was still recovering: unsupported by this protocol")

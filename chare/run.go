@@ -439,22 +439,21 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("kill %v: a deterministic run has no clock", k)}}
 		}
 	}
-	var start [][]byte // each PE's encoded snapshot to restore (nil: a fresh start)
-	var from []string  // where each came from, for errors
-	var restartEpoch uint64
+	var restart recovery.Restart // the snapshots to restore (none: a fresh start)
 	if cfg.Restart != "" {
 		var err error
-		if start, restartEpoch, from, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
+		if restart, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --restart: %w", err)}}
 		}
 	}
+	start, from := restart.Snaps, restart.From
 	rs := &runState{stdout: cfg.Stdout, start: time.Now(), ckptSteps: cfg.CkptSteps, ckptEvery: cfg.CkptEvery}
 	if rs.stdout == nil {
 		rs.stdout = os.Stdout
 	}
 	newManager := func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
 	rs.sup = recovery.New(recovery.Config{PEs: cfg.PEs, Protocol: spec, Kills: cfg.Kills, Notices: cfg.Notices,
-		RestartDir: cfg.Restart, RestartEpoch: restartEpoch, NewManager: newManager})
+		RestartDir: cfg.Restart, RestartEpoch: restart.Epoch, NewManager: newManager})
 	limit := watchdogLimit(cfg)
 	var res Result
 	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls,

@@ -29,16 +29,16 @@
 //
 // Where recovery lives: the launcher's side (injected failures, a failed
 // PE's new incarnation, stopping and restarting every PE for a global
-// rollback, the statistics) in package recovery; each PE's side in
-// package manager — recover.go (a PE recovering alone: its snapshot from
-// its buddy, the survivors' determinants and replays through this
-// package), rollback.go (every PE going back to a checkpoint, agreed by
-// messages: offers, a plan, snapshots sent by their holders),
-// checkpoint.go, ckptfile.go, validate.go and redistribute.go (snapshots,
-// their files and checks, a restart on another PE count). No PE reads
-// another's memory: everything a recovery needs travels as messages, so
-// PEs in other processes recover the same way. Package ftsim runs all of
-// it, deterministically, failing PEs before every event.
+// rollback, loading a checkpoint and redistributing it on another PE
+// count, the statistics) in package recovery; each PE's side in package
+// manager — recover.go (a PE recovering alone: its snapshot from its
+// buddy, the survivors' determinants and replays through this package),
+// rollback.go (every PE going back to a checkpoint, agreed by messages:
+// offers, a plan, snapshots sent by their holders), checkpoint.go,
+// ckptfile.go and validate.go (snapshots, their files and checks). No PE
+// reads another's memory: everything a recovery needs travels as
+// messages, so PEs in other processes recover the same way. Package ftsim
+// runs all of it, deterministically, failing PEs before every event.
 //
 // Layering (go list -deps): pe ← ftlayer ← manager ← recovery ← chare ←
 // ftsim and the programs; ftlayer imports pe alone.

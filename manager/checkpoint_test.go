@@ -78,39 +78,6 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	})
 }
 
-func TestRedistributeRefusesWhatCannotMove(t *testing.T) {
-	snap := func(p int32, kind CollKind, round uint32) *PESnapshot {
-		return &PESnapshot{Version: SnapshotVersion, PE: p, NumPEs: 2, Epoch: 1, Collections: []CollSnapshot{
-			{CreateMsg: CreateMsg{Coll: 1, Kind: kind, Name: "c"}, RedNext: round, Elements: []ElemSnapshot{{Index: []int32{p}}}}}}
-	}
-	_, err := Redistribute([]*PESnapshot{snap(0, CollGroup, 0), snap(1, CollGroup, 0)}, 3, 2)
-	require.ErrorContains(t, err, "c is a group (one member per PE): it cannot be restarted on 3 PEs instead of 2")
-	_, err = Redistribute([]*PESnapshot{snap(0, CollArray, 4), snap(1, CollArray, 5)}, 3, 2)
-	require.ErrorContains(t, err, "c: reduction round 5 on PE 1, 4 on PE 0")
-
-	// a 1D array of 2 elements on 2 PEs, moved to 3: each element once,
-	// every PE knows where all are, counts follow the elements
-	a, b := snap(0, CollArray, 2), snap(1, CollArray, 2)
-	a.Collections[0].Bounds, b.Collections[0].Bounds = []int{2}, []int{2}
-	out, err := Redistribute([]*PESnapshot{a, b}, 3, 2)
-	require.NoError(t, err)
-	var elems, locs int
-	var counted int64
-	for _, s := range out {
-		c := s.Collections[0]
-		elems += len(c.Elements)
-		locs += len(c.Locs)
-		counted += c.RedLocal
-		require.Equal(t, uint32(2), c.RedNext)
-		require.Len(t, c.Elements, int(c.RedLocal))
-		require.Equal(t, 2, len(c.Elements)+len(c.Locs))
-	}
-	require.Equal(t, 2, elems)
-	require.Equal(t, 4, locs)
-	require.Equal(t, int64(2), counted)
-	require.Equal(t, []int64{1, 0}, out[0].Collections[0].RedChildren, "PE 1's subtree holds element 1")
-}
-
 // FuzzReadLatest: LATEST comes from disk; any bytes give a marker whose
 // counts are in range and consistent, or an error naming the file, never
 // a panic or an allocation its counts ask for.

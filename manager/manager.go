@@ -13,11 +13,12 @@
 // dispatches messages to the concepts that wire them: collection.go,
 // location.go, route.go, insert.go, migrate.go, broadcast.go, section.go,
 // contribute.go, atsync.go, quiescence.go, dump.go, msgs.go (the messages).
-// Fault tolerance: fthook.go (the hook on the send and receive paths),
-// checkpoint.go, ckptfile.go, validate.go, redistribute.go (snapshots,
-// their files, their checks, a restart on another PE count) and
-// recover.go (a PE recovering alone), rollback.go (every PE going back to
-// a checkpoint).
+// Fault tolerance, each PE's side of it: fthook.go (the hook on the send
+// and receive paths), checkpoint.go, ckptfile.go, validate.go (snapshots,
+// their files, their checks), recover.go (a PE recovering alone) and
+// rollback.go (every PE going back to a checkpoint, agreed by messages).
+// The launcher's side — injected failures, new incarnations, starting a
+// rollback, a restart on another PE count — is package recovery's.
 package manager
 
 import (

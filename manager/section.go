@@ -304,3 +304,18 @@ func (m *Manager) deliverSecElem(e *Element, env *pe.Envelope) {
 	m.host.Invoke(m, e, env)
 	m.afterInvoke(e)
 }
+
+// SecRoot places section Sec's root on a PE other than its id says (the
+// id's PE does not exist after a restart on fewer PEs).
+type SecRoot struct {
+	Sec  uint64
+	Root int32
+}
+
+// sectionRoot is the PE at the root of section sec's tree on this run.
+func (m *Manager) sectionRoot(sec uint64) int {
+	if r, ok := m.secRoots[sec]; ok {
+		return r
+	}
+	return SectionRoot(sec)
+}

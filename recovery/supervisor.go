@@ -2,8 +2,9 @@
 // failures injected into a run (--kill, --kill-file), a failed PE's new
 // incarnation (recovery alone, under the logging protocols), the start of
 // a global rollback (every PE stopped and restarted with only its own
-// checkpoint memory), and the statistics of what fault tolerance did.
-// What the PEs do then is agreed by messages between their managers
+// checkpoint memory), loading a checkpoint to restart from (restart.go:
+// on another PE count its elements are redistributed), and the
+// statistics of what fault tolerance did. What the PEs do then is agreed by messages between their managers
 // (manager/recover.go, manager/rollback.go); nothing here reads a PE's
 // memory for a recovery.
 //

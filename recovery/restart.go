@@ -1,12 +1,68 @@
-package manager
+package recovery
 
 import (
 	"cmp"
 	"fmt"
 	"slices"
 
+	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
+	"github.com/vmihailenco/msgpack/v5"
 )
+
+// Restart is a checkpoint to resume from, placed on the run's PEs: each
+// PE's encoded snapshot, the checkpoint's epoch, and where each snapshot
+// came from (for errors).
+type Restart struct {
+	Snaps [][]byte
+	Epoch uint64
+	From  []string
+}
+
+// LoadCheckpoint reads the last complete checkpoint in dir, one snapshot
+// per PE, has check accept each snapshot (that it is this program's:
+// file names it), and places its elements on pes PEs with branching-ary
+// trees, redistributing them if the checkpoint was taken on another count
+// or with other trees.
+func LoadCheckpoint(dir string, pes, branching int, check func(file string, s *manager.PESnapshot) error) (Restart, error) {
+	latest, err := manager.ReadLatest(dir)
+	if err != nil {
+		return Restart{}, err
+	}
+	old := int(latest.NumPEs)
+	snaps, decoded, err := manager.ReadSnapshots(dir, latest)
+	if err != nil {
+		return Restart{}, err
+	}
+	if err := manager.CheckCheckpoint(decoded); err != nil {
+		return Restart{}, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
+	}
+	for p, s := range decoded {
+		if err := check(manager.SnapshotFile(dir, latest.Epoch, p), s); err != nil {
+			return Restart{}, err
+		}
+	}
+	from := make([]string, pes)
+	if old == pes && int(decoded[0].Branching) == branching {
+		for p := range from {
+			from[p] = manager.SnapshotFile(dir, latest.Epoch, p)
+		}
+		return Restart{Snaps: snaps, Epoch: latest.Epoch, From: from}, nil
+	}
+	// another PE count (or other trees): every element finds a new place
+	moved, err := Redistribute(decoded, pes, branching)
+	if err != nil {
+		return Restart{}, fmt.Errorf("restarting the %d-PE checkpoint in %s on %d PEs: %w", old, dir, pes, err)
+	}
+	out := make([][]byte, pes)
+	for p, s := range moved {
+		if out[p], err = msgpack.Marshal(s); err != nil {
+			return Restart{}, err
+		}
+		from[p] = fmt.Sprintf("checkpoint %d in %s (its %d PEs' snapshots placed on %d)", latest.Epoch, dir, old, pes)
+	}
+	return Restart{Snaps: out, Epoch: latest.Epoch, From: from}, nil
+}
 
 // Redistribute turns a checkpoint of len(old) PEs into one of n PEs, for a
 // restart on another PE count. Elements of bounded arrays go to their home
@@ -17,13 +73,13 @@ import (
 // and trees, and a root on the new PEs (recorded where the id's own root
 // no longer exists). Groups, one member per PE, cannot change PE count.
 // On the same PE count it serves a restart with another tree arity.
-func Redistribute(old []*PESnapshot, n, k int) ([]*PESnapshot, error) {
+func Redistribute(old []*manager.PESnapshot, n, k int) ([]*manager.PESnapshot, error) {
 	if n < 1 || len(old) == 0 {
 		return nil, fmt.Errorf("redistribute %d snapshots over %d PEs", len(old), n)
 	}
-	out := make([]*PESnapshot, n)
+	out := make([]*manager.PESnapshot, n)
 	for p := range out {
-		out[p] = &PESnapshot{Version: SnapshotVersion, PE: int32(p), NumPEs: int32(n), Branching: int32(k), Epoch: old[0].Epoch}
+		out[p] = &manager.PESnapshot{Version: manager.SnapshotVersion, PE: int32(p), NumPEs: int32(n), Branching: int32(k), Epoch: old[0].Epoch}
 	}
 	for _, s := range old {
 		for _, o := range out {
@@ -41,14 +97,14 @@ func Redistribute(old []*PESnapshot, n, k int) ([]*PESnapshot, error) {
 		}
 	}
 	where := map[uint32]map[pe.Index]int32{} // collection -> element -> new PE
-	tree := PETree(n, 0, k)
+	tree := manager.PETree(n, 0, k)
 	for ci, def := range old[0].Collections {
-		if def.Kind == CollGroup && len(old) != n {
+		if def.Kind == manager.CollGroup && len(old) != n {
 			return nil, fmt.Errorf("%s is a group (one member per PE): it cannot be restarted on %d PEs instead of %d", def.Name, n, len(old))
 		}
 		type elem struct {
 			ix pe.Index
-			es ElemSnapshot
+			es manager.ElemSnapshot
 		}
 		var all []elem
 		var bcast uint64
@@ -62,16 +118,16 @@ func Redistribute(old []*PESnapshot, n, k int) ([]*PESnapshot, error) {
 			}
 			bcast = max(bcast, cs.BcastDelivered)
 			for _, es := range cs.Elements {
-				all = append(all, elem{index(es.Index), es})
+				all = append(all, elem{snapIndex(es.Index), es})
 			}
 		}
 		slices.SortFunc(all, func(a, b elem) int { return a.ix.Compare(b.ix) })
-		c := &Collection{Kind: def.Kind, Map: def.Map, MapFn: def.MapFn, Bounds: def.Bounds}
+		c := &manager.Collection{Kind: def.Kind, Map: def.Map, MapFn: def.MapFn, Bounds: def.Bounds}
 		place := map[pe.Index]int32{}
 		local := make([]int64, n)
 		for i, e := range all {
 			p := i % n
-			if !def.Sparse || def.Kind != CollArray {
+			if !def.Sparse || def.Kind != manager.CollArray {
 				p = c.Home(e.ix, n)
 			}
 			place[e.ix] = int32(p)
@@ -93,7 +149,7 @@ func Redistribute(old []*PESnapshot, n, k int) ([]*PESnapshot, error) {
 			cs.Locs, cs.Elements = nil, nil
 			for _, e := range all {
 				if int(place[e.ix]) != p {
-					cs.Locs = append(cs.Locs, LocSnapshot{Index: e.es.Index, PE: place[e.ix], Moves: e.es.Moves})
+					cs.Locs = append(cs.Locs, manager.LocSnapshot{Index: e.es.Index, PE: place[e.ix], Moves: e.es.Moves})
 					continue
 				}
 				es := e.es
@@ -126,14 +182,14 @@ func Redistribute(old []*PESnapshot, n, k int) ([]*PESnapshot, error) {
 				}
 				nm.Homes[j], pes[j] = p, int(p)
 			}
-			root := SectionRoot(sm.Sec)
+			root := manager.SectionRoot(sm.Sec)
 			if root >= n {
 				root %= n
 				for _, o := range out {
-					o.SecRoots = append(o.SecRoots, SecRoot{Sec: sm.Sec, Root: int32(root)})
+					o.SecRoots = append(o.SecRoots, manager.SecRoot{Sec: sm.Sec, Root: int32(root)})
 				}
 			}
-			t := SectionTree(root, pes, k)
+			t := manager.SectionTree(root, pes, k)
 			nm.Tree, nm.K = t.Members, t.K
 			for _, p := range t.Members {
 				out[p].Sections = append(out[p].Sections, nm)
@@ -142,22 +198,14 @@ func Redistribute(old []*PESnapshot, n, k int) ([]*PESnapshot, error) {
 		}
 	}
 	for _, o := range out {
-		slices.SortFunc(o.SecRoots, func(a, b SecRoot) int { return cmp.Compare(a.Sec, b.Sec) })
+		slices.SortFunc(o.SecRoots, func(a, b manager.SecRoot) int { return cmp.Compare(a.Sec, b.Sec) })
 	}
 	return out, nil
 }
 
-// SecRoot places section Sec's root on a PE other than its id says (the
-// id's PE does not exist after a restart on fewer PEs).
-type SecRoot struct {
-	Sec  uint64
-	Root int32
-}
-
-// sectionRoot is the PE at the root of section sec's tree on this run.
-func (m *Manager) sectionRoot(sec uint64) int {
-	if r, ok := m.secRoots[sec]; ok {
-		return r
-	}
-	return SectionRoot(sec)
+func snapIndex(c []int32) pe.Index {
+	var ix pe.Index
+	ix.Dims = uint8(len(c))
+	copy(ix.C[:], c)
+	return ix
 }

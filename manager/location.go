@@ -60,37 +60,81 @@ func (c *Collection) setLoc(ix pe.Index, l loc) {
 	c.locs[ix] = l
 }
 
-// forward passes on a message for an element that is not on this PE.
-func (m *Manager) forward(c *Collection, env *pe.Envelope) {
-	ix := env.Index
-	me := m.Me()
+// locAct is what becomes of a message for an element not on this PE.
+type locAct uint8
+
+const (
+	locSend     locAct = iota // to the PE it was last known on
+	locSendHome               // to its home, which knows where it is
+	locHold                   // here, its home, until its location is known
+	locDeleted                // the element was deleted: an error
+	locOutside                // the index is outside the array: an error
+)
+
+// locDecision is the location table's answer for one message.
+type locDecision struct {
+	act  locAct
+	pe   int  // locSend, locSendHome
+	tell bool // locSend: correct the sender's cache (it sent here, not there)
+}
+
+// route decides where a message for element ix goes from PE me, which
+// does not hold it: src sent it, p2p says it is point to point (whose
+// senders cache locations), home is ix's home PE. It changes nothing: the
+// manager acts on the decision (forward).
+func (c *Collection) route(ix pe.Index, me int, src int32, p2p bool, home int) locDecision {
 	if l, ok := c.getLoc(ix); ok {
 		if l.pe < 0 {
-			m.failf("message %s to %s%v: the element was deleted", pe.TypeName(env.Type), c.Name, ix)
-			return
+			return locDecision{act: locDeleted}
 		}
 		if int(l.pe) != me {
-			if env.Kind == pe.KindP2P && int(env.Src) != me && env.Src != l.pe {
-				// Correct the sender's cache so its next message goes direct.
-				m.sendSys(int(env.Src), tLoc, &LocMsg{Coll: c.ID, Index: ix, PE: l.pe, Moves: l.moves})
-			}
-			m.send(int(l.pe), env)
-			return
+			return locDecision{act: locSend, pe: int(l.pe), tell: p2p && int(src) != me && src != l.pe}
 		}
 	}
-	if m.home(c, ix) != me {
-		m.send(m.home(c, ix), env)
-		return
+	if home != me {
+		return locDecision{act: locSendHome, pe: home}
 	}
-	if err := c.InBounds(ix); err != nil {
-		m.failf("message %s: %v", pe.TypeName(env.Type), err)
-		return
+	if c.InBounds(ix) != nil {
+		return locDecision{act: locOutside}
 	}
 	// Unknown here even after DoneInserting: its insertion's notice may
 	// still be on its way (it comes from the inserting PE, DoneInserting
 	// from another). Whether it exists is settled when the run goes quiet
 	// (CheckQuiet).
-	c.homeBuf[ix] = append(c.homeBuf[ix], *env)
+	return locDecision{act: locHold}
+}
+
+// learn records that ix is on l.pe after l.moves migrations, unless what
+// this PE knows is newer. It reports whether it took it.
+func (c *Collection) learn(ix pe.Index, l loc) bool {
+	if cur, ok := c.getLoc(ix); ok && l.moves < cur.moves {
+		return false
+	}
+	c.setLoc(ix, l)
+	return true
+}
+
+// forward passes on a message for an element that is not on this PE.
+func (m *Manager) forward(c *Collection, env *pe.Envelope) {
+	ix := env.Index
+	d := c.route(ix, m.Me(), env.Src, env.Kind == pe.KindP2P, m.home(c, ix))
+	switch d.act {
+	case locSend:
+		if d.tell {
+			// Correct the sender's cache so its next message goes direct.
+			l, _ := c.getLoc(ix)
+			m.sendSys(int(env.Src), tLoc, &LocMsg{Coll: c.ID, Index: ix, PE: l.pe, Moves: l.moves})
+		}
+		m.send(d.pe, env)
+	case locSendHome:
+		m.send(d.pe, env)
+	case locDeleted:
+		m.failf("message %s to %s%v: the element was deleted", pe.TypeName(env.Type), c.Name, ix)
+	case locOutside:
+		m.failf("message %s: %v", pe.TypeName(env.Type), c.InBounds(ix))
+	case locHold:
+		c.homeBuf[ix] = append(c.homeBuf[ix], *env)
+	}
 }
 
 func (m *Manager) flushHomeBuf(c *Collection, ix pe.Index) {
@@ -116,9 +160,7 @@ func (m *Manager) onLoc(env *pe.Envelope) {
 	if c.get(lm.Index) != nil {
 		return // we hold it: nothing is newer
 	}
-	if cur, ok := c.getLoc(lm.Index); !ok || lm.Moves >= cur.moves {
-		c.setLoc(lm.Index, loc{pe: lm.PE, moves: lm.Moves})
-	}
+	c.learn(lm.Index, loc{pe: lm.PE, moves: lm.Moves})
 	if m.home(c, lm.Index) == m.Me() {
 		m.flushHomeBuf(c, lm.Index)
 	}

@@ -9,7 +9,9 @@
 //
 // A file per concept. Plain state machines, tested without a PE: tree.go
 // (spanning trees), reduce.go (a reduction's rounds on one PE, reducers),
-// the counting of quiescence.go (qdRoot). The per-PE Manager (this file)
+// the location table of location.go (Collection.route and learn), the
+// counting of quiescence.go (qdRoot), the rollback plan of rollback.go
+// (PlanRollback). The per-PE Manager (this file)
 // dispatches messages to the concepts that wire them: collection.go,
 // location.go, route.go, insert.go, migrate.go, broadcast.go, section.go,
 // contribute.go, atsync.go, quiescence.go, dump.go, msgs.go (the messages).

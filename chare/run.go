@@ -59,7 +59,8 @@ type Config struct {
 	// Deterministic runs every PE on the calling goroutine, one event at a
 	// time, in an interleaving chosen by Seed (pe.Config.Deterministic):
 	// simulations run the runtime itself this way and fail PEs before
-	// any event (Kill.Event). MaxEvents bounds such a run (0: none).
+	// any event or after any message a PE hands over (Kill.Event,
+	// Kill.HandOver). MaxEvents bounds such a run (0: none).
 	Deterministic bool
 	Seed          uint64
 	MaxEvents     int
@@ -432,10 +433,10 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		if k.PE < 0 || k.PE >= cfg.PEs {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --kill: PE %d, but the run has %d PEs (0..%d)", k.PE, cfg.PEs, cfg.PEs-1)}}
 		}
-		if k.Event > 0 && !cfg.Deterministic {
-			return Result{Code: 2, Err: InputError{fmt.Errorf("kill %v: a failure before an event needs a deterministic run", k)}}
+		if k.Simulated() && !cfg.Deterministic {
+			return Result{Code: 2, Err: InputError{fmt.Errorf("kill %v: needs a deterministic run", k)}}
 		}
-		if cfg.Deterministic && k.Event == 0 && k.Step < 0 && k.Checkpoint == 0 {
+		if cfg.Deterministic && !k.Simulated() && k.Step < 0 && k.Checkpoint == 0 {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("kill %v: a deterministic run has no clock", k)}}
 		}
 	}
@@ -460,6 +461,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents}
 	if cfg.Deterministic {
 		pcfg.OnEvent = func(_ *pe.Node, e int) { rs.sup.AtEvent(e + 1) }
+		pcfg.OnHandOver = func(_ *pe.Node, src int, count uint64) { rs.sup.AtHandOver(src, count) }
 		limit = 0 // no clock: a run with nothing to do ends at once
 	}
 	node, err := pe.NewNode(pcfg, func(p *pe.PE) pe.Handler { return newManager(p) })

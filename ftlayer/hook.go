@@ -278,7 +278,15 @@ func (h *CausalHook) Describe(w io.Writer) {
 	}
 	if s.recovering {
 		fmt.Fprintf(w, "  recovering: determinants from %d of %d peers, replay complete from %d; %d messages held for their turn (last recorded reception %d)\n",
-			s.detsIn, s.n-1, s.replayedIn, len(s.held), s.lastRecorded)
+			s.detsIn, s.n-1, s.replayedIn, len(s.held)+len(s.heldRec), s.lastRecorded)
+		next := "not recorded"
+		for k, r := range s.recorded {
+			if r == s.rsn+1 {
+				next = fmt.Sprintf("PE %d's message %d (group %d)", k.sender, k.ssn, k.group)
+			}
+		}
+		_, held := s.heldRec[s.rsn+1]
+		fmt.Fprintf(w, "  reception %d is next: %s, here: %v\n", s.rsn+1, next, held)
 	} else if len(s.held) > 0 && !s.sealed {
 		fmt.Fprintf(w, "  %d messages held for their turn\n", len(s.held))
 	}

@@ -129,7 +129,16 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 			msg.Relog[i] = *r.Env
 		}
 	}
-	m.sendSys(dst, tFTPacket, msg)
+	env := &pe.Envelope{Type: tFTPacket, Kind: pe.KindSystem, Payload: msg}
+	if p.Kind == ftlayer.PktReplayed {
+		// It says every replayed message was sent: it must not overtake
+		// them, and the replays of application messages go in the
+		// application lane. (Overtaking them, it ended the recovery
+		// before they came, and the determinants they bring back for
+		// others were missing when one of those failed next.)
+		env.Flags = pe.FlagAppLane
+	}
+	m.send(dst, env)
 }
 
 func (m *Manager) onFTPacket(env *pe.Envelope) {

@@ -13,17 +13,23 @@ import (
 // and clocks taken out: the goroutine that calls Wait runs every PE, one
 // event at a time. An event is either a PE handling one message (its
 // sends go on the wire at once, and when it runs out of work its idle
-// hook runs as a parking PE's would) or the delivery of the first
-// message on one wire: a (sender, receiver, lane) channel, FIFO as the
-// hand-over between two PEs is, while wires interleave in any order. A
+// hook runs as a parking PE's would) or the delivery of a message from
+// one wire, the channel from one PE to another: its first message, or
+// its first system message, which may overtake the application messages
+// ahead of it (a PE hands its system lane over before its application
+// lane, and empties its own system lane first) while an application
+// message never overtakes anything. Wires interleave in any order. A
 // seeded generator chooses each event among all that can happen, so a
 // seed is an interleaving, and a simulation can fail a PE before any
-// event (Config.OnEvent). Work that a launcher does on a goroutine of
-// its own (Node.Later: a new incarnation, a rollback) runs between two
+// event (Config.OnEvent) or after any message it hands over
+// (Config.OnHandOver). Work that a launcher does on a goroutine of its
+// own (Node.Later: a new incarnation, a rollback) runs between two
 // events.
 type deterministic struct {
+	node  *Node
+	sent  []uint64 // messages each PE handed to another
 	rng   *rand.Rand
-	wires map[wire][]Envelope
+	wires map[wire][]onWire
 	live  []wire // wires with messages, in order
 	mu    sync.Mutex
 	later []func()
@@ -31,42 +37,71 @@ type deterministic struct {
 	trace uint64 // a hash of every choice made
 }
 
-type wire struct {
-	src, dst int
-	sys      bool
+type wire struct{ src, dst int }
+
+type onWire struct {
+	env Envelope
+	sys bool // in the system lane
 }
 
-func (a wire) less(b wire) bool {
+func (a wire) compare(b wire) int {
 	if a.src != b.src {
-		return a.src < b.src
+		return a.src - b.src
 	}
-	if a.dst != b.dst {
-		return a.dst < b.dst
-	}
-	return !a.sys && b.sys
+	return a.dst - b.dst
 }
 
-func newDeterministic(seed uint64) *deterministic {
-	return &deterministic{rng: rand.New(rand.NewPCG(seed, 0x5eed)), wires: map[wire][]Envelope{}}
+func newDeterministic(n *Node, seed uint64) *deterministic {
+	return &deterministic{node: n, sent: make([]uint64, len(n.pes)), rng: rand.New(rand.NewPCG(seed, 0x5eed)), wires: map[wire][]onWire{}}
 }
 
 // Deliver puts a PE's hand-over on its wire.
 func (d *deterministic) Deliver(src, dst int, sys bool, batch *[]Envelope) error {
-	w := wire{src, dst, sys}
+	w := wire{src, dst}
 	if len(d.wires[w]) == 0 {
-		i, _ := slices.BinarySearchFunc(d.live, w, func(a, b wire) int {
-			switch {
-			case a.less(b):
-				return -1
-			case b.less(a):
-				return 1
-			}
-			return 0
-		})
+		i, _ := slices.BinarySearchFunc(d.live, w, wire.compare)
 		d.live = slices.Insert(d.live, i, w)
 	}
-	d.wires[w] = append(d.wires[w], *batch...)
+	for _, env := range *batch {
+		d.wires[w] = append(d.wires[w], onWire{env, sys})
+	}
+	if f := d.node.cfg.OnHandOver; f != nil {
+		for range *batch {
+			d.sent[src]++
+			f(d.node, src, d.sent[src])
+		}
+	}
 	return nil
+}
+
+// overtaker is the position of w's first system message if application
+// messages are ahead of it (it may go first), or -1.
+func (d *deterministic) overtaker(w wire) int {
+	q := d.wires[w]
+	if q[0].sys {
+		return -1
+	}
+	for i := range q {
+		if q[i].sys {
+			return i
+		}
+	}
+	return -1
+}
+
+// take delivers message i of wire w (its position in live: at) to its
+// receiver.
+func (d *deterministic) take(w wire, at, i int) {
+	q := d.wires[w]
+	m := q[i]
+	q = slices.Delete(q, i, i+1)
+	if len(q) == 0 {
+		delete(d.wires, w)
+		d.live = slices.Delete(d.live, at, at+1)
+	} else {
+		d.wires[w] = q
+	}
+	d.node.pes[w.dst].in.push(m.sys, []Envelope{m.env})
 }
 
 // clear drops everything on the wires (a rollback).
@@ -142,7 +177,15 @@ func (n *Node) drive() {
 				ready = append(ready, i)
 			}
 		}
-		choices := len(ready) + len(d.live)
+		// the wires' choices: each one's first message, and its first
+		// system message where application messages are ahead of it
+		var over []int // wire index in live, per overtaking choice
+		for i, w := range d.live {
+			if d.overtaker(w) >= 0 {
+				over = append(over, i)
+			}
+		}
+		choices := len(ready) + len(d.live) + len(over)
 		if choices == 0 {
 			if n.idleArmed.CompareAndSwap(true, false) {
 				n.pes[n.idleDst].in.push(true, []Envelope{n.idleEnv})
@@ -163,36 +206,27 @@ func (n *Node) drive() {
 		}
 		d.event++
 		c := d.rng.IntN(choices)
-		if c < len(ready) {
+		switch {
+		case c < len(ready):
 			d.note(uint64(ready[c]))
 			n.pes[ready[c]].step()
-			continue
+		case c < len(ready)+len(d.live):
+			at := c - len(ready)
+			w := d.live[at]
+			d.note(1<<32 | uint64(w.src)<<16 | uint64(w.dst)<<1)
+			d.take(w, at, 0)
+		default:
+			at := over[c-len(ready)-len(d.live)]
+			w := d.live[at]
+			d.note(1<<32 | uint64(w.src)<<16 | uint64(w.dst)<<1 | 1)
+			d.take(w, at, d.overtaker(w))
 		}
-		w := d.live[c-len(ready)]
-		d.note(1<<32 | uint64(w.src)<<16 | uint64(w.dst)<<1 | uint64(b2i(w.sys)))
-		q := d.wires[w]
-		env := q[0]
-		q[0] = Envelope{}
-		if q = q[1:]; len(q) == 0 {
-			delete(d.wires, w)
-			d.live = slices.Delete(d.live, c-len(ready), c-len(ready)+1)
-		} else {
-			d.wires[w] = q
-		}
-		n.pes[w.dst].in.push(w.sys, []Envelope{env})
 	}
 	n.doneOnce.Do(func() { close(n.done) })
 }
 
 func (d *deterministic) note(v uint64) {
 	d.trace = (d.trace ^ v) * 0x100000001b3
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Trace is a hash of every choice a deterministic run made: two runs with

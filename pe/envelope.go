@@ -55,6 +55,16 @@ type Envelope struct {
 	FT *FTHeader
 }
 
+// FlagAppLane sends a system message in the application lane: it is
+// handled behind the application messages its sender sent before it,
+// instead of overtaking them (a marker that says they were all sent).
+// Within that, the flag bits below 0x20 are the layer above's.
+const FlagAppLane uint8 = 0x20
+
+// systemLane reports whether env goes in the system lane, which the
+// receiving PE empties first.
+func (e *Envelope) systemLane() bool { return e.Kind == KindSystem && e.Flags&FlagAppLane == 0 }
+
 // InlineSize is how many bytes of payload a plain point-to-point message can
 // carry in Seq and Aux instead of Payload (no allocation, no pointer chase).
 const InlineSize = 16

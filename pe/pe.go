@@ -50,6 +50,11 @@ type Config struct {
 	// events with an error.
 	OnEvent   func(n *Node, event int)
 	MaxEvents int
+	// OnHandOver, in a deterministic run, is called each time PE src has
+	// handed one more message to another PE (count, from 1): a
+	// simulation fails a PE there, in the middle of what its handler
+	// sends (the rest is never sent).
+	OnHandOver func(n *Node, src int, count uint64)
 }
 
 // Stats counts one PE's traffic. Only the owning PE writes it; read it after
@@ -118,7 +123,7 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 	}
 	n.transport = inProcess{n}
 	if cfg.Deterministic {
-		n.det = newDeterministic(cfg.Seed)
+		n.det = newDeterministic(n, cfg.Seed)
 		n.transport = n.det
 		for _, p := range n.pes {
 			p.flushEvery = 1 // every send is on the wire at once
@@ -284,7 +289,7 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 	}
 	for _, p := range n.pes {
 		for _, env := range first(p) {
-			p.in.push(env.Kind == KindSystem, []Envelope{env})
+			p.in.push(env.systemLane(), []Envelope{env})
 		}
 	}
 	for _, p := range n.pes {
@@ -301,7 +306,7 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 // runtime's own control (failure notices), which quiescence detection
 // must not wait for.
 func (n *Node) InjectControl(dst int, env Envelope) {
-	n.pes[dst].in.push(env.Kind == KindSystem, []Envelope{env})
+	n.pes[dst].in.push(env.systemLane(), []Envelope{env})
 }
 
 // Stop ends the run with an exit code; every PE stops after its current
@@ -351,7 +356,7 @@ func (n *Node) Wait() (int, error) {
 // balance them against the messages PEs processed.
 func (n *Node) Inject(dst int, env Envelope) {
 	n.injected.Add(1)
-	sys := env.Kind == KindSystem
+	sys := env.systemLane()
 	if n.cfg.WireCheck {
 		var err error
 		if env, err = wireRoundTrip(env); err != nil {
@@ -593,7 +598,7 @@ func (p *PE) Handler() Handler { return p.handler }
 func (p *PE) Send(dst int, env *Envelope) {
 	env.Src = int32(p.id)
 	p.Stats.Sent[env.Kind]++
-	sys := env.Kind == KindSystem
+	sys := env.systemLane()
 	if dst == p.id {
 		p.Stats.SentLocal++
 		if p.wire {
@@ -623,7 +628,7 @@ func (p *PE) Send(dst int, env *Envelope) {
 		p.dirty[dst] = true
 		p.dirtyList = append(p.dirtyList, dst)
 	}
-	if n >= p.flushEvery {
+	if n >= p.flushEvery && !p.dead() {
 		p.flushTo(dst)
 	}
 }

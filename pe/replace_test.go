@@ -150,3 +150,36 @@ func TestRollBackDiscardsEverythingInFlight(t *testing.T) {
 	require.False(t, n.RollBack(func(p *PE, prev Handler, failed bool) Handler { return prev },
 		func(*PE) []Envelope { return nil }), "no rollback once the run stopped")
 }
+
+// order records the types PE 1 handles; type 7 on PE 0 sends three
+// application messages, then a system message, then one in the system
+// lane marked to go behind the application messages.
+type order struct {
+	got *[]uint32
+}
+
+func (h order) Handle(p *PE, env *Envelope) {
+	if p.ID() == 0 {
+		for i := 0; i < 3; i++ {
+			p.Send(1, &Envelope{Type: 1, Kind: KindP2P})
+		}
+		p.Send(1, &Envelope{Type: 2, Kind: KindSystem, Flags: FlagAppLane})
+		p.Send(1, &Envelope{Type: 3, Kind: KindSystem})
+		return
+	}
+	*h.got = append(*h.got, env.Type)
+	if len(*h.got) == 5 {
+		p.Node().Stop(0)
+	}
+}
+
+func TestAppLaneSystemMessagesDoNotOvertake(t *testing.T) {
+	var got []uint32
+	n, err := NewNode(Config{NumPEs: 2}, func(p *PE) Handler { return order{&got} })
+	require.NoError(t, err)
+	n.Start()
+	n.Inject(0, Envelope{Type: 7, Kind: KindP2P})
+	_, err = n.Wait()
+	require.NoError(t, err)
+	require.Equal(t, []uint32{3, 1, 1, 1, 2}, got, "the plain system message overtakes; the marked one comes behind the application messages")
+}

@@ -12,23 +12,33 @@ import (
 // Kill is an injected failure: PE fails (fail-stop) when the program
 // reports step Step (AtStep), or After the run started (Step < 0), or —
 // with Checkpoint > 0, for tests — while checkpoint number Checkpoint is
-// being taken (its snapshots are on their way to the buddies), or — with
-// Event > 0, in a deterministic run (pe.Config.Deterministic), for
-// simulations — just before event number Event (1 is the first).
+// being taken (its snapshots are on their way to the buddies), or, in a
+// deterministic run (pe.Config.Deterministic), for simulations: with
+// Event > 0, just before event number Event (1 is the first); with
+// HandOver > 0, right after it handed its HandOver-th message to another
+// PE, in the middle of what its handler sends.
 type Kill struct {
 	PE         int
 	Step       int
 	After      time.Duration
 	Checkpoint uint64
 	Event      int
+	HandOver   uint64
 }
 
 // timed reports whether the kill happens After the start.
-func (k Kill) timed() bool { return k.Step < 0 && k.Checkpoint == 0 && k.Event == 0 }
+func (k Kill) timed() bool { return k.Step < 0 && k.Checkpoint == 0 && k.Event == 0 && k.HandOver == 0 }
+
+// Simulated reports whether the kill happens at a moment only a
+// deterministic run has (an event, a hand-over).
+func (k Kill) Simulated() bool { return k.Event > 0 || k.HandOver > 0 }
 
 func (k Kill) String() string {
 	if k.Event > 0 {
 		return fmt.Sprintf("PE %d before event %d", k.PE, k.Event)
+	}
+	if k.HandOver > 0 {
+		return fmt.Sprintf("PE %d after it handed over message %d", k.PE, k.HandOver)
 	}
 	if k.Checkpoint > 0 {
 		return fmt.Sprintf("PE %d during checkpoint %d", k.PE, k.Checkpoint)

@@ -154,6 +154,12 @@ func (s *Supervisor) AtEvent(e int) {
 	s.fireWhere(func(k Kill) bool { return k.Event == e })
 }
 
+// AtHandOver: in a deterministic run, PE p has just handed its count-th
+// message to another PE; failures injected then happen now.
+func (s *Supervisor) AtHandOver(p int, count uint64) {
+	s.fireWhere(func(k Kill) bool { return k.HandOver == count && k.PE == p })
+}
+
 func (s *Supervisor) fireWhere(due func(Kill) bool) {
 	s.mu.Lock()
 	node := s.node
@@ -413,10 +419,21 @@ func (s *Supervisor) Unfired() error {
 	defer s.mu.Unlock()
 	for i, k := range s.kills {
 		if !s.fired[i] {
-			return fmt.Errorf("flag --kill: %v never happened: the run ended first (after %v)", k, time.Since(s.start).Round(time.Millisecond))
+			return &UnfiredError{Kill: k, After: time.Since(s.start).Round(time.Millisecond)}
 		}
 	}
 	return nil
+}
+
+// UnfiredError is an injected failure that never happened: the run ended
+// After so long, first.
+type UnfiredError struct {
+	Kill  Kill
+	After time.Duration
+}
+
+func (e *UnfiredError) Error() string {
+	return fmt.Sprintf("flag --kill: %v never happened: the run ended first (after %v)", e.Kill, e.After)
 }
 
 // restored: the program resumes from the checkpoint it rolled back to

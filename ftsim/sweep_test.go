@@ -213,3 +213,32 @@ func TestRecoveryEndsOnlyOnceTheReplaysAreIn(t *testing.T) {
 		require.NoError(t, checkChain(chainLogsOf(t, res), 6), c.ft)
 	}
 }
+
+// A PE and its buddy failing before the same event: nobody holds one of
+// their snapshots any more, and the checkpoint directory has it (or the
+// run starts again, before the first checkpoint).
+func TestAPEAndItsBuddyFailingTogether(t *testing.T) {
+	stride := 5
+	if raceOn {
+		stride = 37
+	}
+	for _, ft := range []string{"none", "scmel", "camel"} {
+		t.Run(ft, func(t *testing.T) {
+			cfg := chare.Config{PEs: 4, FT: ft, Branching: 2}
+			free := Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 5)
+			require.NoError(t, free.Err)
+			for e := 1; e <= free.Stats.Events; e += stride {
+				c := cfg
+				c.CheckpointDir = t.TempDir()
+				c.Kills = []chare.Kill{{PE: 1, Step: -1, Event: e}, {PE: 2, Step: -1, Event: e}}
+				res := Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, c, 5)
+				if Unfired(res) {
+					continue // the second waited for the first's recovery, and the run ended first
+				}
+				require.NoError(t, res.Err, "%s, before event %d", ft, e)
+				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, before event %d", ft, e)
+				require.Equal(t, 2, res.Stats.FT.Failures)
+			}
+		})
+	}
+}

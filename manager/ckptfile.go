@@ -216,6 +216,14 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// NoCheckpointError says that a directory holds no complete checkpoint:
+// none was committed there yet.
+type NoCheckpointError struct{ Dir string }
+
+func (e NoCheckpointError) Error() string {
+	return fmt.Sprintf("%s holds no complete checkpoint (no LATEST file)", e.Dir)
+}
+
 // ReadLatest reads and checks DIR/LATEST. Errors name the directory or
 // the file and say what is wrong.
 func ReadLatest(dir string) (Latest, error) {
@@ -232,7 +240,7 @@ func ReadLatest(dir string) (Latest, error) {
 	file := filepath.Join(dir, "LATEST")
 	b, err := readBounded(file, maxLatestSize)
 	if errors.Is(err, fs.ErrNotExist) {
-		return l, fmt.Errorf("%s holds no complete checkpoint (no LATEST file)", dir)
+		return l, NoCheckpointError{Dir: dir}
 	}
 	if err != nil {
 		return l, err
@@ -298,24 +306,25 @@ func strictUnmarshal(b []byte, v any) error {
 	return nil
 }
 
-// ReadCheckpoint reads checkpoint epoch of a run of n PEs from dir
-// (a rollback finds there what no surviving PE holds).
-func ReadCheckpoint(dir string, epoch uint64, n int) ([][]byte, error) {
+// ReadCheckpoint reads the last complete checkpoint in dir, of a run of n
+// PEs, checked whole: a rollback finds there what no surviving PE holds.
+// It returns each PE's snapshot and the checkpoint's epoch.
+func ReadCheckpoint(dir string, n int) ([][]byte, uint64, error) {
 	latest, err := ReadLatest(dir)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if latest.Epoch != epoch || int(latest.NumPEs) != n {
-		return nil, fmt.Errorf("%s holds checkpoint %d of %d PEs, not checkpoint %d of %d", dir, latest.Epoch, latest.NumPEs, epoch, n)
+	if int(latest.NumPEs) != n {
+		return nil, 0, fmt.Errorf("%s holds checkpoint %d of %d PEs, not of %d", dir, latest.Epoch, latest.NumPEs, n)
 	}
 	snaps, decoded, err := ReadSnapshots(dir, latest)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := CheckCheckpoint(decoded); err != nil {
-		return nil, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
+		return nil, 0, fmt.Errorf("checkpoint %d in %s: %w", latest.Epoch, dir, err)
 	}
-	return snaps, nil
+	return snaps, latest.Epoch, nil
 }
 
 // ReadSnapshots reads and checks the snapshot files of the checkpoint

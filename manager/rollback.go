@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -189,8 +190,19 @@ func (m *Manager) onRollbackOffer(msg *RollbackOfferMsg) {
 	}
 	plan, err := PlanRollback(n, rb.start, rb.offers, m.opt.CheckpointDir)
 	if err == nil && plan.Source == FromDirectory {
-		rb.read, err = ReadCheckpoint(m.opt.CheckpointDir, plan.Epoch, n)
-		if err != nil {
+		// the last checkpoint complete there: the one memory lacks, or
+		// the one before if the failure came while it was being written
+		var epoch uint64
+		rb.read, epoch, err = ReadCheckpoint(m.opt.CheckpointDir, n)
+		switch {
+		case err == nil:
+			if epoch != plan.Epoch {
+				plan.From += fmt.Sprintf(" (checkpoint %d was not complete there)", plan.Epoch)
+			}
+			plan.Epoch = epoch
+		case errors.As(err, new(NoCheckpointError)):
+			plan, err = beforeAnyCheckpoint(rb.start), nil
+		default:
 			err = fmt.Errorf("%s failed and no PE holds every snapshot of checkpoint %d; reading it from --ckpt-dir: %w", peNames(rb.start.Failed), plan.Epoch, err)
 		}
 	}
@@ -208,9 +220,11 @@ func (m *Manager) onRollbackOffer(msg *RollbackOfferMsg) {
 // last checkpoint anyone saw committed (or the launcher did, or the run
 // was restarted from), and for each PE one that holds its snapshot of it,
 // itself first. When no PE holds some snapshot, the checkpoint directory
-// (if the run has one), else the checkpoint the run was restarted from;
-// a run that took no checkpoint and was not restarted starts again. Else
-// the error names the snapshot that no copy of survives.
+// (if the run has one: the coordinator then takes the last checkpoint
+// complete there, or goes back to before any checkpoint if none is),
+// else the checkpoint the run was restarted from; a run that took no
+// checkpoint and was not restarted starts again. Else the error names
+// the snapshot that no copy of survives.
 func PlanRollback(n int, start *RollbackMsg, offers []*RollbackOfferMsg, dir string) (*RollbackPlanMsg, error) {
 	epoch := max(start.Committed, start.Restart)
 	for _, o := range offers {
@@ -244,9 +258,19 @@ func PlanRollback(n int, start *RollbackMsg, offers []*RollbackOfferMsg, dir str
 	case dir != "":
 		return &RollbackPlanMsg{Epoch: epoch, Source: FromDirectory, From: "from " + dir}, nil
 	case start.Restart > 0:
-		return &RollbackPlanMsg{Epoch: start.Restart, Source: FromRestart, From: "the one the run was restarted from, in " + start.RestartDir}, nil
+		return beforeAnyCheckpoint(start), nil
 	}
 	return nil, fmt.Errorf("%s failed and no copy of PE %d's snapshot of checkpoint %d survives (each PE's snapshot is held by it and its buddy); give --ckpt-dir to keep one on disk", peNames(start.Failed), missing, epoch)
+}
+
+// beforeAnyCheckpoint is where a run goes back to when no checkpoint of
+// its own is complete anywhere: the one it was restarted from, or its
+// start.
+func beforeAnyCheckpoint(start *RollbackMsg) *RollbackPlanMsg {
+	if start.Restart > 0 {
+		return &RollbackPlanMsg{Epoch: start.Restart, Source: FromRestart, From: "the one the run was restarted from, in " + start.RestartDir}
+	}
+	return &RollbackPlanMsg{Source: FromStart, From: "the start of the run"}
 }
 
 func (m *Manager) onRollbackPlan(plan *RollbackPlanMsg) {

@@ -56,6 +56,14 @@ type Config struct {
 	// Stdout is where the program's chares print (Ctx.Out; default:
 	// standard output).
 	Stdout io.Writer
+	// TransportChaos, if not zero, seeds a transport that holds messages
+	// between PEs back for random short times, reordering them across
+	// channels (each channel stays FIFO), as between processes: a program
+	// counting on causal order across three PEs shows it in process
+	// (--transport-chaos SEED; the environment variable
+	// CHARMGO_TRANSPORT_CHAOS gives it to every run that sets none, so
+	// whole test suites run under it).
+	TransportChaos uint64
 	// Deterministic runs every PE on the calling goroutine, one event at a
 	// time, in an interleaving chosen by Seed (pe.Config.Deterministic):
 	// simulations run the runtime itself this way and fail PEs before
@@ -95,6 +103,9 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          or "PE @STEP". Under --ft none every PE rolls back to
                          the last checkpoint; under scmel and camel the failed
                          PE alone does, and the others replay its messages
+  --transport-chaos SEED hold messages between PEs back for random short
+                         times (seeded), reordering them across channels as
+                         between processes; each channel stays FIFO
   --watchdog D           end a run in which no PE makes progress for D (10s,
                          2m; default 10m; 0: never) with exit code 3 and a
                          dump of every PE's state; SIGQUIT prints the same
@@ -108,7 +119,7 @@ var runtimeFlags = map[string]bool{
 	"+p": true, "--pes": true, "-pes": true, "--wire-check": false, "--branching": true,
 	"+balancer": true, "--lb": true, "--balancer": true, "--spin": true,
 	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true,
-	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true,
+	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true,
 }
 
@@ -225,6 +236,10 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 			if v, err = value(); err == nil {
 				cfg.Watchdog, err = watchdogFlag(v)
 			}
+		case "--transport-chaos":
+			if v, err = value(); err == nil {
+				cfg.TransportChaos, err = chaosSeed("flag --transport-chaos", v)
+			}
 		case "--restart", "+restart":
 			if v, err = value(); err == nil && v == "" {
 				err = fmt.Errorf("flag --restart: empty directory name")
@@ -299,6 +314,15 @@ func ckptPeriod(v string) (int, time.Duration, error) {
 		return 0, 0, fmt.Errorf("flag --ckpt-period: %v: want a positive duration", d)
 	}
 	return 0, d, nil
+}
+
+// chaosSeed reads a transport-chaos seed: a whole number, 0 for none.
+func chaosSeed(what, v string) (uint64, error) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a seed (a whole number; 0: off)", what, v)
+	}
+	return n, nil
 }
 
 // watchdogFlag reads --watchdog's value: a duration, or 0 / off.
@@ -457,7 +481,14 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		RestartDir: cfg.Restart, RestartEpoch: restart.Epoch, NewManager: newManager})
 	limit := watchdogLimit(cfg)
 	var res Result
-	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls,
+	if v := os.Getenv("CHARMGO_TRANSPORT_CHAOS"); v != "" && cfg.TransportChaos == 0 && !cfg.Deterministic {
+		seed, err := chaosSeed("CHARMGO_TRANSPORT_CHAOS", v)
+		if err != nil {
+			return Result{Code: 2, Err: InputError{err}}
+		}
+		cfg.TransportChaos = seed
+	}
+	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls, Chaos: cfg.TransportChaos,
 		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents}
 	if cfg.Deterministic {
 		pcfg.OnEvent = func(_ *pe.Node, e int) { rs.sup.AtEvent(e + 1) }

@@ -144,6 +144,9 @@ type ckptState struct {
 	restored int
 	resume   *Callback
 	started  bool // the PEs started the run again (RestoredMsg.Start)
+	// PE 0: snapshots are being taken (from the epoch's quiet moment to
+	// its commit): no moment is quiet meanwhile (qdRoot.reply)
+	taking bool
 }
 
 // StartCheckpoint asks for a coordinated checkpoint; cb receives
@@ -187,6 +190,7 @@ func (m *Manager) ckptQuiescent(epoch uint64) {
 		m.StartQD(ckptQDTag | epoch)
 		return
 	}
+	m.ckpt.taking = true
 	for p := 0; p < m.NumPEs(); p++ {
 		m.sendSys(p, tCkptTake, &CkptTakeMsg{Epoch: epoch})
 	}
@@ -316,7 +320,7 @@ func (m *Manager) onCkptDone(env *pe.Envelope) {
 	m.Stats.CheckpointBytes += c.bytes
 	m.Stats.CheckpointNanos += uint64(time.Since(c.start))
 	cb, epoch := c.cb, c.epoch
-	c.epoch = 0
+	c.epoch, c.taking = 0, false
 	m.host.CheckpointCommitted(m, epoch)
 	m.DeliverCallback(cb, struct{}{})
 	if len(c.queued) > 0 {

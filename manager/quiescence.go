@@ -86,8 +86,13 @@ func (q *qdRoot) startWave(injected uint64) uint64 {
 // says what comes next and which waiting detections are released: at a
 // quiet moment a checkpoint's goes alone (it resumes the program, so the
 // others wait for the next), and the end of the run's only with nothing
-// else (the program's own callbacks may give it more to do).
-func (q *qdRoot) reply(wave, sent, proc uint64, n int) (release []qdWaiter, next qdNext) {
+// else (the program's own callbacks may give it more to do). busy says a
+// checkpoint is being taken: its messages are not counted, and the
+// program resumes when it ends, so no moment during it is quiet (in one
+// process every PE parked meant nothing was in flight, and a checkpoint
+// was over; between processes, or under a chaos transport, its messages
+// can be on their way while every PE waits).
+func (q *qdRoot) reply(wave, sent, proc uint64, n int, busy bool) (release []qdWaiter, next qdNext) {
 	if wave != q.wave || !q.inWave {
 		return nil, qdWait // an old wave's
 	}
@@ -98,7 +103,7 @@ func (q *qdRoot) reply(wave, sent, proc uint64, n int) (release []qdWaiter, next
 		return nil, qdWait
 	}
 	q.inWave = false
-	ok := q.sent == q.proc
+	ok := q.sent == q.proc && !busy
 	if !(ok && q.prevOK && q.sent == q.prevSent && q.proc == q.prevProc) {
 		q.prevOK, q.prevSent, q.prevProc = ok, q.sent, q.proc
 		if ok {
@@ -191,7 +196,7 @@ func (m *Manager) qdIdle() {
 }
 
 func (m *Manager) onQDReply(r *QDReplyMsg) {
-	release, next := m.qd.root.reply(r.Wave, r.Sent, r.Processed, m.NumPEs())
+	release, next := m.qd.root.reply(r.Wave, r.Sent, r.Processed, m.NumPEs(), m.ckpt.taking)
 	switch next {
 	case qdWaveAgain:
 		m.qdWave()

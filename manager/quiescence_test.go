@@ -17,7 +17,7 @@ func TestQuiescenceCounting(t *testing.T) {
 		var rel []qdWaiter
 		next := qdWait
 		for i, r := range rs {
-			rel, next = q.reply(w, r.sent, r.proc, n)
+			rel, next = q.reply(w, r.sent, r.proc, n, false)
 			if i < len(rs)-1 {
 				require.Equal(t, qdWait, next, "reply %d of %d", i+1, n)
 			}
@@ -57,11 +57,28 @@ func TestQuiescenceCounting(t *testing.T) {
 	q = qdRoot{}
 	q.request(qdWaiter{pe: 0, tag: 1})
 	w := q.startWave(0)
-	_, next = q.reply(w, 1, 1, 2)
+	_, next = q.reply(w, 1, 1, 2, false)
 	require.Equal(t, qdWait, next)
 	require.True(t, q.peerFailed())
-	_, next = q.reply(w, 1, 1, 2)
+	_, next = q.reply(w, 1, 1, 2, false)
 	require.Equal(t, qdWait, next, "the abandoned wave's reply")
 	require.False(t, q.peerFailed(), "no wave in flight")
 	require.True(t, q.idle())
+
+	// while a checkpoint is being taken no moment is quiet, however the
+	// counts look: its messages are not counted
+	q = qdRoot{}
+	q.request(qdWaiter{pe: 0, tag: EndQDTag})
+	for i := 0; i < 3; i++ {
+		w = q.startWave(0)
+		rel, next = q.reply(w, 2, 2, 1, true)
+		require.Empty(t, rel)
+		require.Equal(t, qdArm, next)
+	}
+	w = q.startWave(0)
+	_, next = q.reply(w, 2, 2, 1, false)
+	require.Equal(t, qdWaveAgain, next, "quiet once the checkpoint is over: confirmed by a second wave")
+	w = q.startWave(0)
+	rel, _ = q.reply(w, 2, 2, 1, false)
+	require.Equal(t, []qdWaiter{{0, EndQDTag}}, rel)
 }

@@ -185,7 +185,14 @@ func (n *Node) drive() {
 				over = append(over, i)
 			}
 		}
-		choices := len(ready) + len(d.live) + len(over)
+		// every PE idle while messages are on the wires: between
+		// processes (or under a chaos transport) the idle notice can
+		// come then too
+		idleNow := 0
+		if len(ready) == 0 && len(d.live) > 0 && n.idleArmed.Load() {
+			idleNow = 1
+		}
+		choices := len(ready) + len(d.live) + len(over) + idleNow
 		if choices == 0 {
 			if n.idleArmed.CompareAndSwap(true, false) {
 				n.pes[n.idleDst].in.push(true, []Envelope{n.idleEnv})
@@ -215,6 +222,11 @@ func (n *Node) drive() {
 			w := d.live[at]
 			d.note(1<<32 | uint64(w.src)<<16 | uint64(w.dst)<<1)
 			d.take(w, at, 0)
+		case c == choices-idleNow && idleNow == 1:
+			d.note(2 << 32)
+			if n.idleArmed.CompareAndSwap(true, false) {
+				n.pes[n.idleDst].in.push(true, []Envelope{n.idleEnv})
+			}
 		default:
 			at := over[c-len(ready)-len(d.live)]
 			w := d.live[at]

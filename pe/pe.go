@@ -39,6 +39,10 @@ type Config struct {
 	// FlushEvery bounds how many messages a busy PE processes before it
 	// hands its buffered cross-PE messages over. Default 64.
 	FlushEvery int
+	// Chaos, if not zero, seeds a transport that holds hand-overs back for
+	// random short times, reordering them across channels while each
+	// channel stays FIFO (see chaos.go).
+	Chaos uint64
 	// Deterministic runs the PEs on the goroutine that calls Wait, one
 	// event at a time, chosen by a generator seeded with Seed (see
 	// deterministic.go): the same seed gives the same interleaving.
@@ -98,6 +102,7 @@ type Node struct {
 	idleDst   int
 	idleEnv   Envelope
 	det       *deterministic // nil unless cfg.Deterministic
+	chaos     *chaos         // nil unless cfg.Chaos
 }
 
 // NewNode creates cfg.NumPEs PEs; mk is called once per PE to make its
@@ -122,6 +127,10 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 		n.pes[i] = p
 	}
 	n.transport = inProcess{n}
+	if cfg.Chaos != 0 && !cfg.Deterministic {
+		n.chaos = newChaos(n, cfg.Chaos)
+		n.transport = n.chaos
+	}
 	if cfg.Deterministic {
 		n.det = newDeterministic(n, cfg.Seed)
 		n.transport = n.det
@@ -277,6 +286,9 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 	}
 	n.idleArmed.Store(false)
 	n.injected.Store(0)
+	if n.chaos != nil {
+		n.chaos.drop() // first: nothing it held may reach an inbox cleared below
+	}
 	for _, p := range n.pes {
 		p.clear()
 	}

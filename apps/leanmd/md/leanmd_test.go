@@ -1,6 +1,7 @@
 package md
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,6 +16,7 @@ import (
 	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/recovery"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -578,4 +580,52 @@ func TestTwoRunsAtOnce(t *testing.T) {
 	require.NotContains(t, outs[0].String(), "X:3 Y:2 Z:2")
 	require.Contains(t, outs[1].String(), "Cell Array Dimension X:3 Y:2 Z:2")
 	require.Contains(t, outs[1].String(), "allowed 5.000e-01")
+}
+
+// LeanMD run deterministically (every PE on one goroutine, a seeded
+// interleaving) with failures at random moments — before an event, or in
+// the middle of a handler after a message its PE handed over — under
+// every protocol: the energies and the final atoms are the failure-free
+// run's, bitwise. The sweeps of package ftsim do the same for every
+// moment of smaller programs.
+func TestFailuresAtRandomMomentsOfADeterministicRun(t *testing.T) {
+	p := params(2, 2, 2, 12)
+	p.CkptPeriod = 5
+	base := run(t, p, chare.Config{PEs: 4})
+	trials := 12
+	if raceOn {
+		trials = 1 // one goroutine runs it: the README's command runs them all without -race
+	}
+	for _, ft := range []string{"none", "scmel", "camel"} {
+		rng := rand.New(rand.NewPCG(uint64(len(ft)), 9))
+		ran := 0
+		for trial := 0; trial < trials; trial++ {
+			cfg := chare.Config{PEs: 3 + rng.IntN(2), FT: ft, Deterministic: true, Seed: rng.Uint64(), Balancer: "rotate"}
+			free := run(t, p, cfg)
+			requireSameEnergies(t, base, free, "deterministic, no failure")
+			for i := 0; i < 1+rng.IntN(2); i++ {
+				k := chare.Kill{PE: rng.IntN(cfg.PEs), Step: -1}
+				if rng.IntN(3) == 0 {
+					st := free.Ops.PEs[k.PE]
+					var sent uint64
+					for _, n := range st.Sent {
+						sent += n
+					}
+					k.HandOver = 1 + rng.Uint64N(sent-st.SentLocal)
+				} else {
+					k.Event = 1 + rng.IntN(free.Ops.Events)
+				}
+				cfg.Kills = append(cfg.Kills, k)
+			}
+			r, err := Run(p, cfg, io.Discard)
+			var unfired *recovery.UnfiredError
+			if errors.As(err, &unfired) {
+				continue // the run ended before a failure's moment came
+			}
+			require.NoError(t, err, "%s, %d PEs, seed %d, %v", ft, cfg.PEs, cfg.Seed, cfg.Kills)
+			requireSameEnergies(t, base, r, fmt.Sprintf("%s, %d PEs, seed %d, %v", ft, cfg.PEs, cfg.Seed, cfg.Kills))
+			ran++
+		}
+		t.Logf("%s: %d runs with failures", ft, ran)
+	}
 }

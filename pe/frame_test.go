@@ -1,0 +1,122 @@
+package pe
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// testBytesType carries a []byte as it is (the fast path of a real
+// payload codec).
+var testBytesType = RegisterType(TypeInfo{
+	Name:   "pe.bytes",
+	Encode: func(v any) ([]byte, error) { return v.([]byte), nil },
+	Decode: func(b []byte) (any, error) { return append([]byte(nil), b...), nil },
+})
+
+func frameOf(t testing.TB, gen uint64, dsts []int, envs []Envelope) []byte {
+	f := AppendFrameHeader(nil)
+	var err error
+	for i := range envs {
+		f, err = AppendFrameEntry(f, dsts[i], &envs[i])
+		require.NoError(t, err)
+	}
+	require.NoError(t, FinishFrame(f, gen, len(envs)))
+	return f
+}
+
+func TestFramesRoundTrip(t *testing.T) {
+	envs := []Envelope{
+		{Type: testBytesType, Kind: KindP2P, Index: Idx(1, 2), Seq: 9, Payload: []byte("abc")},
+		{Type: testBytesType, Kind: KindSystem, Flags: FlagAppLane, Src: 3, Payload: nil},
+		{Type: testBytesType, Kind: KindReduction, FT: &FTHeader{Sender: 3, Recver: 4, SSN: 7, Dets: []Det{{Sender: 1, Recver: 3, SSN: 2, RSN: 5}}}, Payload: []byte{}},
+	}
+	f := frameOf(t, 12, []int{4, 5, 4}, envs)
+	gen, count, body, err := FrameHeader(f)
+	require.NoError(t, err)
+	require.Equal(t, uint64(12), gen)
+	require.Equal(t, 3, count)
+	require.Equal(t, len(f)-FrameHeaderSize, body)
+	var got []Envelope
+	var to []int
+	require.NoError(t, DecodeFrameBody(f[FrameHeaderSize:], count, 4, 6, FrameHeaderSize, func(dst int, env *Envelope) {
+		to, got = append(to, dst), append(got, *env)
+	}))
+	require.Equal(t, []int{4, 5, 4}, to)
+	require.Len(t, got, 3)
+	require.Equal(t, envs[0].Payload, got[0].Payload)
+	require.Equal(t, envs[0].Index, got[0].Index)
+	require.Equal(t, FlagAppLane, got[1].Flags)
+	require.Equal(t, envs[2].FT.Dets, got[2].FT.Dets)
+
+	for _, c := range []struct {
+		name string
+		mut  func([]byte) []byte
+		lo   int
+		err  string
+	}{
+		{"not a frame", func(b []byte) []byte { b[0] = 'X'; return b }, 4, "bytes 0-2"},
+		{"another version", func(b []byte) []byte { b[3] = 9; return b }, 4, "byte 3: version 9"},
+		{"too many entries for its length", func(b []byte) []byte { b[12] = 200; return b }, 4, "bytes 12-15: 200 entries cannot fit"},
+		{"another process's PE", func(b []byte) []byte { return b }, 5, "entry 0 is for PE 4, not one of this process's (5 to 5)"},
+		{"cut short", func(b []byte) []byte { return b[:len(b)-2] }, 4, "entry 2 at byte"},
+	} {
+		b := c.mut(append([]byte(nil), f...))
+		gen, count, _, err := FrameHeader(b)
+		if err == nil {
+			delivered := 0
+			err = DecodeFrameBody(b[FrameHeaderSize:], count, c.lo, 6, FrameHeaderSize, func(int, *Envelope) { delivered++ })
+			require.Zero(t, delivered, "%s: a bad frame delivers nothing", c.name)
+			_ = gen
+		}
+		require.ErrorContains(t, err, c.err, c.name)
+	}
+}
+
+// FuzzDecodeFrame: frames come from other processes; any bytes decode to
+// envelopes for this process's PEs or to an error, never a panic, and a
+// frame with an error delivers nothing.
+func FuzzDecodeFrame(f *testing.F) {
+	f.Add(frameOf(f, 1, []int{0, 1}, []Envelope{{Type: testBytesType, Kind: KindP2P, Payload: []byte("x")}, {Type: testBytesType, Kind: KindSystem}}))
+	f.Add([]byte("CGF\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, count, body, err := FrameHeader(b)
+		if err != nil || len(b) < FrameHeaderSize+body {
+			return
+		}
+		delivered := 0
+		err = DecodeFrameBody(b[FrameHeaderSize:FrameHeaderSize+body], count, 0, 2, FrameHeaderSize, func(dst int, env *Envelope) {
+			require.True(t, dst >= 0 && dst < 2)
+			delivered++
+		})
+		if err != nil {
+			require.Zero(t, delivered)
+		} else {
+			require.Equal(t, count, delivered)
+		}
+	})
+}
+
+// BenchmarkFrame64 encodes and decodes frames of 64 small point-to-point
+// envelopes (16-byte payload), reported per envelope.
+func BenchmarkFrame64(b *testing.B) {
+	envs := make([]Envelope, 64)
+	dsts := make([]int, 64)
+	for i := range envs {
+		envs[i] = Envelope{Type: testBytesType, Kind: KindP2P, Index: Idx(i), Payload: make([]byte, 16)}
+		dsts[i] = i % 2
+	}
+	buf := make([]byte, 0, 8192)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i += 64 {
+		f := AppendFrameHeader(buf[:0])
+		for j := range envs {
+			f, _ = AppendFrameEntry(f, dsts[j], &envs[j])
+		}
+		_ = FinishFrame(f, 1, 64)
+		_, count, _, _ := FrameHeader(f)
+		if err := DecodeFrameBody(f[FrameHeaderSize:], count, 0, 2, FrameHeaderSize, func(int, *Envelope) {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package ftsim
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/recovery"
@@ -68,12 +69,7 @@ func SweepHandOvers[C, A any](main *chare.Type[C, A], arg A, cfg chare.Config, s
 		return 0, fmt.Errorf("the failure-free run (seed %d): %w", seed, free.Err)
 	}
 	for _, p := range pes {
-		st := free.Stats.PEs[p]
-		var sent uint64
-		for _, n := range st.Sent {
-			sent += n
-		}
-		sent -= st.SentLocal
+		sent := free.Stats.PEs[p].HandedOver()
 		handOvers += int(sent)
 		for s := uint64(1); s <= sent; s += uint64(max(stride, 1)) {
 			c := cfg
@@ -84,4 +80,47 @@ func SweepHandOvers[C, A any](main *chare.Type[C, A], arg A, cfg chare.Config, s
 		}
 	}
 	return handOvers, nil
+}
+
+// RandomFailures runs trials random runs of the program under protocol
+// ft: each on 3 to 7 PEs with 2- to 4-ary trees and its own interleaving,
+// first without failures, then with two or three failures at random
+// moments of that run (before an event or, one in three, right after a
+// message a PE hands over). check gets both runs and the configuration
+// of the second; runs in which a failure's moment never came are passed
+// over. rng chooses everything. It returns how many runs check got.
+func RandomFailures[C, A any](main *chare.Type[C, A], arg A, ft string, trials int, rng *rand.Rand,
+	check func(free, res chare.Result, cfg chare.Config)) (int, error) {
+	ran := 0
+	for trial := 0; trial < trials; trial++ {
+		pes := 3 + rng.IntN(5)
+		seed := rng.Uint64()
+		cfg := chare.Config{PEs: pes, FT: ft, Branching: 2 + rng.IntN(3)}
+		free := Run(main, arg, cfg, seed)
+		if free.Err != nil {
+			return ran, fmt.Errorf("%s, %d PEs, seed %d, without failures: %w", ft, pes, seed, free.Err)
+		}
+		cfg.Kills = make([]chare.Kill, 2+rng.IntN(2))
+		for i := range cfg.Kills {
+			cfg.Kills[i] = randomKill(rng, free)
+		}
+		cfg.Seed = seed
+		res := Run(main, arg, cfg, seed)
+		if Unfired(res) {
+			continue
+		}
+		ran++
+		check(free, res, cfg)
+	}
+	return ran, nil
+}
+
+// randomKill is a failure at a random moment of a run like free: before
+// an event, or (one in three) right after a message its PE hands over.
+func randomKill(rng *rand.Rand, free chare.Result) chare.Kill {
+	p := rng.IntN(len(free.Stats.PEs))
+	if sent := free.Stats.PEs[p].HandedOver(); rng.IntN(3) == 0 && sent > 0 {
+		return chare.Kill{PE: p, Step: -1, HandOver: 1 + rng.Uint64N(sent)}
+	}
+	return chare.Kill{PE: p, Step: -1, Event: 1 + rng.IntN(free.Stats.Events)}
 }

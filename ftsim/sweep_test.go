@@ -66,29 +66,12 @@ func TestRandomFailuresInOneRun(t *testing.T) {
 	}
 	for _, ft := range []string{"none", "scmel", "camel"} {
 		t.Run(ft, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(len(ft)), 3))
-			ran, skipped := 0, 0
-			for trial := 0; trial < trials; trial++ {
-				pes := 3 + rng.IntN(5)
-				seed := rng.Uint64()
-				cfg := chare.Config{PEs: pes, FT: ft, Branching: 2 + rng.IntN(3)}
-				free := Run(Mix, args, cfg, seed)
-				require.NoError(t, free.Err)
-				kills := make([]chare.Kill, 2+rng.IntN(2))
-				for i := range kills {
-					kills[i] = randomKill(rng, free)
-				}
-				cfg.Kills = kills
-				res := Run(Mix, args, cfg, seed)
-				if Unfired(res) {
-					skipped++
-					continue
-				}
-				ran++
-				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, pes, cfg.Branching, seed, kills)
-				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, %d PEs, branching %d, seed %d, kills %v", ft, pes, cfg.Branching, seed, kills)
-			}
-			t.Logf("%s: %d runs with every failure, %d where one never came", ft, ran, skipped)
+			ran, err := RandomFailures(Mix, args, ft, trials, rand.New(rand.NewPCG(uint64(len(ft)), 3)), func(free, res chare.Result, cfg chare.Config) {
+				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
+				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
+			})
+			require.NoError(t, err)
+			t.Logf("%s: %d runs with every failure, of %d", ft, ran, trials)
 		})
 	}
 }
@@ -118,27 +101,13 @@ func TestFailuresReplayTheOrderThatHappened(t *testing.T) {
 				require.NoError(t, checkChain(chainLogsOf(t, f.Res), args.Steps), "%s, %v", ft, f)
 			})
 			require.NoError(t, err)
-			rng := rand.New(rand.NewPCG(uint64(len(ft)), 5))
-			for trial := 0; trial < trials; trial++ {
-				pes := 3 + rng.IntN(5)
-				seed := rng.Uint64()
-				cfg := chare.Config{PEs: pes, FT: ft, Branching: 2 + rng.IntN(3)}
-				free := Run(chainMain, args, cfg, seed)
-				require.NoError(t, free.Err)
+			ran, err := RandomFailures(chainMain, args, ft, trials, rand.New(rand.NewPCG(uint64(len(ft)), 5)), func(free, res chare.Result, cfg chare.Config) {
 				require.NoError(t, checkChain(chainLogsOf(t, free), args.Steps))
-				kills := make([]chare.Kill, 2+rng.IntN(2))
-				for i := range kills {
-					kills[i] = randomKill(rng, free)
-				}
-				cfg.Kills = kills
-				res := Run(chainMain, args, cfg, seed)
-				if Unfired(res) {
-					continue
-				}
-				runs++
-				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, pes, cfg.Branching, seed, kills)
-				require.NoError(t, checkChain(chainLogsOf(t, res), args.Steps), "%s, %d PEs, branching %d, seed %d, kills %v", ft, pes, cfg.Branching, seed, kills)
-			}
+				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
+				require.NoError(t, checkChain(chainLogsOf(t, res), args.Steps), "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
+			})
+			require.NoError(t, err)
+			runs += ran
 			t.Logf("%s: %d runs (%d events without a failure)", ft, runs, events)
 		})
 	}
@@ -171,24 +140,6 @@ func TestFailuresInTheMiddleOfAHandler(t *testing.T) {
 			t.Logf("%s: %d runs over %d hand-overs, %d of the order-sensitive program", ft, runs, n, runs2)
 		})
 	}
-}
-
-// randomKill is a failure at a random moment of a run like free: before
-// an event, or (one in three) in the middle of a handler, after a
-// message its PE hands over.
-func randomKill(rng *rand.Rand, free chare.Result) chare.Kill {
-	p := rng.IntN(len(free.Stats.PEs))
-	if rng.IntN(3) == 0 {
-		st := free.Stats.PEs[p]
-		var sent uint64
-		for _, n := range st.Sent {
-			sent += n
-		}
-		if sent -= st.SentLocal; sent > 0 {
-			return chare.Kill{PE: p, Step: -1, HandOver: 1 + rng.Uint64N(sent)}
-		}
-	}
-	return chare.Kill{PE: p, Step: -1, Event: 1 + rng.IntN(free.Stats.Events)}
 }
 
 // Found by the sweeps: a PE's recovery ended when the marker that a

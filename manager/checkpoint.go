@@ -394,12 +394,6 @@ func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 
 func coords(ix pe.Index) []int32 { return slices.Clone(ix.C[:ix.Dims]) }
 
-func index(c []int32) pe.Index {
-	var ix pe.Index
-	ix.Dims = uint8(len(c))
-	copy(ix.C[:], c)
-	return ix
-}
 
 // Restore rebuilds this PE from its snapshot (in a new run, every PE from
 // its own): collections with their reduction rounds and counts, locations,
@@ -444,10 +438,10 @@ func (m *Manager) restore(s *PESnapshot) error {
 		c.doneInserting, c.countsSent = cs.DoneInserting, true
 		c.bcastNext, c.bcastDelivered = cs.BcastNext, cs.BcastDelivered
 		for _, l := range cs.Locs {
-			c.setLoc(index(l.Index), loc{pe: l.PE, moves: l.Moves})
+			c.setLoc(pe.IndexOf(l.Index), loc{pe: l.PE, moves: l.Moves})
 		}
 		for _, es := range cs.Elements {
-			e := &Element{Coll: c, Index: index(es.Index), RedHome: es.RedHome, RedNo: es.RedNo, Bcast: es.Bcast,
+			e := &Element{Coll: c, Index: pe.IndexOf(es.Index), RedHome: es.RedHome, RedNo: es.RedNo, Bcast: es.Bcast,
 				Moves: es.Moves, Epoch: es.Epoch, migrateTo: -1}
 			c.put(e)
 			c.setLoc(e.Index, loc{pe: int32(m.Me()), moves: e.Moves})
@@ -472,7 +466,7 @@ func (m *Manager) restore(s *PESnapshot) error {
 	for _, cs := range s.Collections {
 		c := m.coll(cs.Coll)
 		for _, es := range cs.Elements {
-			e := c.get(index(es.Index))
+			e := c.get(pe.IndexOf(es.Index))
 			for _, sm := range es.Secs {
 				ms := sm
 				if e.Secs == nil {

@@ -128,7 +128,7 @@ func checkCollection(c *CollSnapshot, me, n int32, kids int) error {
 		if err := checkIndex(&c.CreateMsg, e.Index, me); err != nil {
 			return fmt.Errorf("element %d: %w", j, err)
 		}
-		if j > 0 && index(c.Elements[j-1].Index).Compare(index(e.Index)) >= 0 {
+		if j > 0 && pe.IndexOf(c.Elements[j-1].Index).Compare(pe.IndexOf(e.Index)) >= 0 {
 			return fmt.Errorf("element %d: index %v listed after %v", j, e.Index, c.Elements[j-1].Index)
 		}
 		if e.RedHome < 0 || e.RedHome >= n {
@@ -262,7 +262,7 @@ func CheckCheckpoint(snaps []*PESnapshot) error {
 				where[c.Coll] = map[pe.Index]int32{}
 			}
 			for _, e := range c.Elements {
-				ix := index(e.Index)
+				ix := pe.IndexOf(e.Index)
 				if q, dup := where[c.Coll][ix]; dup {
 					return fmt.Errorf("%s%v is in PE %d's and PE %d's snapshots", c.Name, e.Index, q, p)
 				}
@@ -319,7 +319,7 @@ func checkLocations(snaps []*PESnapshot, ci int, where map[pe.Index]int32) error
 			if locs[p] == nil {
 				locs[p] = map[pe.Index]int32{}
 			}
-			locs[p][index(l.Index)] = l.PE
+			locs[p][pe.IndexOf(l.Index)] = l.PE
 		}
 	}
 	for p := range locs {

@@ -250,7 +250,9 @@ func (n *Node) Trace() uint64 {
 	return n.det.trace
 }
 
-// step handles one message, as one turn of run's loop does.
+// step handles one message, as one turn of run's loop does (its lines
+// are run's, repeated: a shared helper is not inlined, and run is the hot
+// path).
 func (p *PE) step() {
 	if p.in.pending.Load() {
 		p.grab()

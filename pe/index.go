@@ -39,6 +39,15 @@ func idxN(c []int) Index {
 	return ix
 }
 
+// IndexOf builds an index from coordinates stored as int32s (checkpoints
+// keep them so); those past MaxDims are dropped (a checked snapshot has
+// none).
+func IndexOf(c []int32) Index {
+	var ix Index
+	ix.Dims = uint8(copy(ix.C[:], c))
+	return ix
+}
+
 // Coords returns the index's coordinates as ints.
 func (ix Index) Coords() []int {
 	out := make([]int, ix.Dims)

@@ -70,6 +70,17 @@ type Stats struct {
 	Flushes   uint64           // cross-PE batch handoffs
 }
 
+// HandedOver is how many envelopes the PE handed to other PEs (sent, less
+// those to itself): in a deterministic run, the moments Config.OnHandOver
+// counts.
+func (s *Stats) HandedOver() uint64 {
+	var n uint64
+	for _, k := range s.Sent {
+		n += k
+	}
+	return n - s.SentLocal
+}
+
 // Add accumulates o.
 func (s *Stats) Add(o Stats) {
 	for k := range s.Sent {

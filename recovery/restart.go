@@ -118,7 +118,7 @@ func Redistribute(old []*manager.PESnapshot, n, k int) ([]*manager.PESnapshot, e
 			}
 			bcast = max(bcast, cs.BcastDelivered)
 			for _, es := range cs.Elements {
-				all = append(all, elem{snapIndex(es.Index), es})
+				all = append(all, elem{pe.IndexOf(es.Index), es})
 			}
 		}
 		slices.SortFunc(all, func(a, b elem) int { return a.ix.Compare(b.ix) })
@@ -201,11 +201,4 @@ func Redistribute(old []*manager.PESnapshot, n, k int) ([]*manager.PESnapshot, e
 		slices.SortFunc(o.SecRoots, func(a, b manager.SecRoot) int { return cmp.Compare(a.Sec, b.Sec) })
 	}
 	return out, nil
-}
-
-func snapIndex(c []int32) pe.Index {
-	var ix pe.Index
-	ix.Dims = uint8(len(c))
-	copy(ix.C[:], c)
-	return ix
 }

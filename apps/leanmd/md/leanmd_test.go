@@ -606,12 +606,7 @@ func TestFailuresAtRandomMomentsOfADeterministicRun(t *testing.T) {
 			for i := 0; i < 1+rng.IntN(2); i++ {
 				k := chare.Kill{PE: rng.IntN(cfg.PEs), Step: -1}
 				if rng.IntN(3) == 0 {
-					st := free.Ops.PEs[k.PE]
-					var sent uint64
-					for _, n := range st.Sent {
-						sent += n
-					}
-					k.HandOver = 1 + rng.Uint64N(sent-st.SentLocal)
+					k.HandOver = 1 + rng.Uint64N(free.Ops.PEs[k.PE].HandedOver())
 				} else {
 					k.Event = 1 + rng.IntN(free.Ops.Events)
 				}

@@ -394,7 +394,6 @@ func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 
 func coords(ix pe.Index) []int32 { return slices.Clone(ix.C[:ix.Dims]) }
 
-
 // Restore rebuilds this PE from its snapshot (in a new run, every PE from
 // its own): collections with their reduction rounds and counts, locations,
 // elements (Host.Restore), and sections, set up again as they were. The

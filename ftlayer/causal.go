@@ -3,8 +3,9 @@ package ftlayer
 import (
 	"cmp"
 	"fmt"
-	"github.com/charmgo/charmgo/pe"
 	"slices"
+
+	"github.com/charmgo/charmgo/pe"
 )
 
 // msgKey names a reception in the recorded order: a message by its

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +15,7 @@ import (
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
+	"github.com/charmgo/charmgo/pe/cluster"
 	"github.com/charmgo/charmgo/recovery"
 )
 
@@ -72,7 +74,20 @@ type Config struct {
 	Deterministic bool
 	Seed          uint64
 	MaxEvents     int
-	Args          []string
+	// Procs is how many OS processes the job's PEs are spread over
+	// (Charm++'s ++n; PPN, ++ppn, is PEs per process): each process runs
+	// an equal block of the PEs, numbered in the whole job. With several,
+	// this process's rank comes from its launcher (charmrun, srun,
+	// mpirun), and it meets the others through a rendezvous: charmrun's,
+	// Rendezvous (HOST:PORT, where process 0 listens) or RendezvousDir (a
+	// directory every host sees).
+	Procs, PPN     int
+	Rendezvous     string
+	RendezvousDir  string
+	Listen         string        // address to listen on (default 127.0.0.1: loopback only)
+	ConnectTimeout time.Duration // bound on the job's start (default 60s)
+	LogLevel       string        // debug, info, warn (default) or error
+	Args           []string
 }
 
 // MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per
@@ -110,6 +125,17 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          2m; default 10m; 0: never) with exit code 3 and a
                          dump of every PE's state; SIGQUIT prints the same
                          dump and the run goes on
+  ++n K                  spread the PEs over K processes (with +p N: N/K PEs
+                         each; ++ppn M: M PEs each): under charmrun, srun or
+                         mpirun, which start the processes
+  ++ppn M                PEs per process (any two of +p, ++n, ++ppn give the third)
+  --rendezvous HOST:PORT process 0 listens there and the others meet it
+                         (under srun or mpirun; charmrun needs none)
+  --rendezvous-dir DIR   meet through a file in DIR, a directory every host sees
+  --listen HOST          address the job listens on (default 127.0.0.1: this
+                         machine only; give the host's own for a real cluster)
+  --connect-timeout D    every process must have joined within D (default 60s)
+  --log-level L          debug, info, warn (default) or error
   --help                 this text
 `
 
@@ -120,7 +146,8 @@ var runtimeFlags = map[string]bool{
 	"+balancer": true, "--lb": true, "--balancer": true, "--spin": true,
 	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true,
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
-	"--restart": true, "+restart": true,
+	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
+	"--listen": true, "--connect-timeout": true, "--log-level": true,
 }
 
 // RuntimeFlag reports whether name (with its dashes or plus, without
@@ -150,6 +177,7 @@ func ParseFlags(args []string) (Config, error) { return ParseFlagsWith(args, nil
 // ParseFlagsWith is ParseFlags for a program that has flags of its own.
 func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 	cfg := Config{PEs: runtime.GOMAXPROCS(0), Branching: manager.DefaultBranching}
+	var pesGiven int
 	num := func(flag, v string, min, max int) (int, error) {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -190,6 +218,44 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 		case "+p", "--pes", "-pes":
 			if v, err = value(); err == nil {
 				cfg.PEs, err = num(name, v, 1, MaxPEs)
+				pesGiven = cfg.PEs
+			}
+		case "++n":
+			if v, err = value(); err == nil {
+				cfg.Procs, err = num(name, v, 1, MaxPEs)
+			}
+		case "++ppn":
+			if v, err = value(); err == nil {
+				cfg.PPN, err = num(name, v, 1, MaxPEs)
+			}
+		case "--rendezvous":
+			if v, err = value(); err == nil {
+				if _, _, e := net.SplitHostPort(v); e != nil {
+					err = fmt.Errorf("flag --rendezvous: %q is not HOST:PORT", v)
+				}
+				cfg.Rendezvous = v
+			}
+		case "--rendezvous-dir":
+			if v, err = value(); err == nil && v == "" {
+				err = fmt.Errorf("flag --rendezvous-dir: empty directory name")
+			}
+			cfg.RendezvousDir = v
+		case "--listen":
+			if v, err = value(); err == nil && v == "" {
+				err = fmt.Errorf("flag --listen: empty address")
+			}
+			cfg.Listen = v
+		case "--connect-timeout":
+			if v, err = value(); err == nil {
+				cfg.ConnectTimeout, err = time.ParseDuration(v)
+				if err != nil || cfg.ConnectTimeout <= 0 {
+					err = fmt.Errorf("flag --connect-timeout: %q is not a positive duration (30s, 2m)", v)
+				}
+			}
+		case "--log-level":
+			if v, err = value(); err == nil {
+				cfg.LogLevel = v
+				_, err = newLogger(v)
 			}
 		case "--wire-check":
 			cfg.WireCheck = true
@@ -269,6 +335,23 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 		}
 		if err != nil {
 			return cfg, err
+		}
+	}
+	_, launched, from, err := launcher(os.Getenv)
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.Procs > 0 || cfg.PPN > 0 || launched > 1 {
+		if launched == 1 && cfg.Procs == 0 && from != RankEnv {
+			launched = 0 // srun -n 1: one process, as without a launcher
+		}
+		pes, procs, ppn, err := layout(pesGiven, cfg.Procs, cfg.PPN, launched)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.PEs, cfg.Procs, cfg.PPN = pes, procs, ppn
+		if pes == 0 {
+			cfg.PEs = runtime.GOMAXPROCS(0)
 		}
 	}
 	return cfg, nil
@@ -385,8 +468,23 @@ type Result struct {
 	Err   error
 	Stats Stats
 	// Main is the main chare (a *C) as the run left it, in the process
-	// that holds PE 0 (nil if the run ended before it was made).
+	// that holds PE 0 (nil if the run ended before it was made, and in
+	// every other process).
 	Main any
+	// Process is this process's rank: only process 0 reports the job's
+	// results and statistics (the others' Stats are their own PEs').
+	Process int
+	// Processes lists the job's processes and the PEs each held.
+	Processes []Process
+}
+
+// finishTimeout bounds how long the processes of a job that ended wait
+// for each other's statistics.
+const finishTimeout = 30 * time.Second
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }
 
 func readKillFile(path string) ([]Kill, error) {
@@ -490,6 +588,31 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls, Chaos: cfg.TransportChaos,
 		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents}
+	log, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		return Result{Code: 2, Err: InputError{err}}
+	}
+	defer log.Sync()
+	var job *cluster.Job
+	if cfg.Procs > 1 {
+		switch {
+		case cfg.Deterministic:
+			return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: a deterministic run is one process", cfg.Procs)}}
+		case len(cfg.Kills) > 0:
+			return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: --kill injects failures into one process's PEs; with several processes kill a process (SIGKILL) instead", cfg.Procs)}}
+		}
+		if job, err = joinJob(&cfg, log); err != nil {
+			code := 1
+			if errors.As(err, new(InputError)) {
+				code = 2
+			}
+			return Result{Code: code, Err: err}
+		}
+		defer job.Close()
+		pcfg.FirstPE, pcfg.LocalPEs = job.PEs()
+		pcfg.Remote = job
+		pcfg.Chaos = 0
+	}
 	if cfg.Deterministic {
 		pcfg.OnEvent = func(_ *pe.Node, e int) { rs.sup.AtEvent(e + 1) }
 		pcfg.OnHandOver = func(_ *pe.Node, src int, count uint64) { rs.sup.AtHandOver(src, count) }
@@ -507,7 +630,8 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	dumpOnSignal(node, dumpTo, stopDumps)
 	initial := make([][]pe.Envelope, node.NumPEs())
-	for p := range initial {
+	first, local := node.LocalPEs()
+	for p := first; p < first+local; p++ {
 		env := pe.Envelope{Type: manager.CreateType(), Kind: pe.KindSystem, Payload: &manager.CreateMsg{
 			Coll: manager.MainCollection, Kind: manager.CollMain, Type: main.info.id, Name: main.info.name,
 			Arg: manager.Lazy{V: arg},
@@ -520,6 +644,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		node.Inject(p, env)
 	}
 	rs.sup.Begin(node, initial)
+	if job != nil {
+		job.Run(node)
+	}
 	node.Start()
 	if limit > 0 {
 		go watch(node, limit)
@@ -530,15 +657,53 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	res.Stats.Events, res.Stats.Trace = node.Events(), node.Trace()
 	res.Stats.PEs = make([]pe.Stats, node.NumPEs())
-	for i := range res.Stats.PEs {
-		res.Stats.PEs[i] = node.PE(i).Stats
+	mine := processResult{First: first, PEs: make([]pe.Stats, local)}
+	for i := first; i < first+local; i++ {
+		mine.PEs[i-first] = node.PE(i).Stats
 		m := manager.Of(node.PE(i))
-		res.Stats.Ops.Add(m.Stats)
-		rs.sup.AddLog(m.FT().Stats())
+		mine.Ops.Add(m.Stats)
+		mine.Log = append(mine.Log, m.FT().Stats())
 	}
-	if m := manager.Of(node.PE(0)).Collection(manager.MainCollection); m != nil {
-		if e := m.Local(pe.Idx(0)); e != nil {
-			res.Main = e.Obj
+	results := []processResult{mine}
+	res.Processes = []Process{{Rank: 0, FirstPE: first, PEs: local, Host: hostname()}}
+	if job != nil {
+		res.Process = job.Rank()
+		res.Processes = res.Processes[:0]
+		for _, m := range job.Members() {
+			f, c := cluster.Block(cfg.PEs, cfg.Procs, m.Rank)
+			res.Processes = append(res.Processes, Process{Rank: m.Rank, FirstPE: f, PEs: c, Host: m.Host})
+		}
+		mine.Host = hostname()
+		all, err := job.Finish(encodeResult(mine), finishTimeout)
+		if err != nil && res.Err == nil {
+			res.Code, res.Err = 1, err
+		}
+		if job.Rank() == 0 {
+			results = results[:0]
+			for r := range cfg.Procs {
+				pr, err := decodeResult(all[r])
+				if all[r] == nil || err != nil {
+					if res.Err == nil {
+						res.Code, res.Err = 1, fmt.Errorf("process %d sent no statistics at the end", r)
+					}
+					continue
+				}
+				results = append(results, pr)
+			}
+		}
+	}
+	for _, pr := range results {
+		copy(res.Stats.PEs[pr.First:], pr.PEs)
+		res.Stats.Ops.Add(pr.Ops)
+		for _, l := range pr.Log {
+			rs.sup.AddLog(l)
+		}
+	}
+	if node.IsLocal(0) {
+		if m := manager.Of(node.PE(0)).Collection(manager.MainCollection); m != nil {
+			if e := m.Local(pe.Idx(0)); e != nil {
+				res.Main = e.Obj
+			}
 		}
 	}
 	if res.Err == nil && res.Code == 0 {

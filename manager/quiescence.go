@@ -72,14 +72,17 @@ func (q *qdRoot) request(w qdWaiter) bool {
 // idle: the process went idle; it reports whether a wave starts now.
 func (q *qdRoot) idle() bool { return q.running && !q.inWave }
 
-// startWave begins a wave, its sums starting at injected (messages handed
-// in from outside the PEs were processed but never sent by one), and
-// returns its number.
-func (q *qdRoot) startWave(injected uint64) uint64 {
+// startWave begins a wave and returns its number.
+func (q *qdRoot) startWave() uint64 {
 	q.inWave = true
 	q.wave++
-	q.replies, q.sent, q.proc = 0, injected, 0
+	q.replies, q.sent, q.proc = 0, 0, 0
 	return q.wave
+}
+
+func firstLocal(n *pe.Node) int {
+	first, _ := n.LocalPEs()
+	return first
 }
 
 // reply adds one PE's counts to wave (of n PEs). Once every PE answered it
@@ -181,7 +184,7 @@ func (m *Manager) armQD() {
 }
 
 func (m *Manager) qdWave() {
-	w := m.qd.root.startWave(m.PE.Node().Injected())
+	w := m.qd.root.startWave()
 	for p := 0; p < m.NumPEs(); p++ {
 		m.PE.Send(p, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: w}})
 	}
@@ -192,7 +195,14 @@ func (m *Manager) qdIdle() {
 		return // a recovering PE answers once it caught up
 	}
 	m.qd.probeFrom = false
-	m.PE.Send(0, &pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: m.qd.probe, Sent: m.Sent, Processed: m.Processed}})
+	sent := m.Sent
+	if node := m.PE.Node(); m.Me() == firstLocal(node) {
+		// Messages handed in from outside the PEs (the launcher's) were
+		// processed but sent by none: each process's first PE counts
+		// its process's as sent.
+		sent += node.Injected()
+	}
+	m.PE.Send(0, &pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: m.qd.probe, Sent: sent, Processed: m.Processed}})
 }
 
 func (m *Manager) onQDReply(r *QDReplyMsg) {

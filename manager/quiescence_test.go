@@ -13,7 +13,7 @@ import (
 func TestQuiescenceCounting(t *testing.T) {
 	type reply struct{ sent, proc uint64 }
 	wave := func(q *qdRoot, n int, rs ...reply) ([]qdWaiter, qdNext) {
-		w := q.startWave(0)
+		w := q.startWave()
 		var rel []qdWaiter
 		next := qdWait
 		for i, r := range rs {
@@ -56,7 +56,7 @@ func TestQuiescenceCounting(t *testing.T) {
 	// abandoned, and a late reply of it is ignored
 	q = qdRoot{}
 	q.request(qdWaiter{pe: 0, tag: 1})
-	w := q.startWave(0)
+	w := q.startWave()
 	_, next = q.reply(w, 1, 1, 2, false)
 	require.Equal(t, qdWait, next)
 	require.True(t, q.peerFailed())
@@ -70,15 +70,15 @@ func TestQuiescenceCounting(t *testing.T) {
 	q = qdRoot{}
 	q.request(qdWaiter{pe: 0, tag: EndQDTag})
 	for i := 0; i < 3; i++ {
-		w = q.startWave(0)
+		w = q.startWave()
 		rel, next = q.reply(w, 2, 2, 1, true)
 		require.Empty(t, rel)
 		require.Equal(t, qdArm, next)
 	}
-	w = q.startWave(0)
+	w = q.startWave()
 	_, next = q.reply(w, 2, 2, 1, false)
 	require.Equal(t, qdWaveAgain, next, "quiet once the checkpoint is over: confirmed by a second wave")
-	w = q.startWave(0)
+	w = q.startWave()
 	rel, _ = q.reply(w, 2, 2, 1, false)
 	require.Equal(t, []qdWaiter{{0, EndQDTag}}, rel)
 }

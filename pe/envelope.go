@@ -109,6 +109,10 @@ func RegisterType(ti TypeInfo) uint32 {
 // SealTypes ends the registration of new message types (a run started).
 func SealTypes() { messageTypes.Seal() }
 
+// TypesDigest identifies the registered message types: processes of one
+// job must agree on it (they run one program).
+func TypesDigest() uint64 { return messageTypes.Digest() }
+
 // LookupType returns the registered type with this id.
 func LookupType(id uint32) (TypeInfo, bool) { return messageTypes.Get(id) }
 

@@ -59,6 +59,21 @@ type Config struct {
 	// simulation fails a PE there, in the middle of what its handler
 	// sends (the rest is never sent).
 	OnHandOver func(n *Node, src int, count uint64)
+	// FirstPE and LocalPEs are the PEs this process runs when the job
+	// spans several processes: FirstPE .. FirstPE+LocalPEs-1 of NumPEs,
+	// numbered in the whole job. LocalPEs 0 means every PE is here.
+	FirstPE, LocalPEs int
+	// Remote carries what local PEs send to the PEs of other processes;
+	// it must be set when LocalPEs < NumPEs.
+	Remote Remote
+}
+
+// Remote carries batches to PEs of other processes. Deliver must be done
+// with batch when it returns (the caller reuses it): it encodes or copies
+// it, and it may block while the peer's queue is full (back-pressure).
+// An error fails the run.
+type Remote interface {
+	Deliver(src, dst int, sys bool, batch []Envelope) error
 }
 
 // Stats counts one PE's traffic. Only the owning PE writes it; read it after
@@ -94,7 +109,9 @@ func (s *Stats) Add(o Stats) {
 // Node is the set of PEs of this process.
 type Node struct {
 	cfg       Config
-	pes       []*PE
+	pes       []*PE // this process's, PE first+i at i
+	first     int
+	total     int // PEs in the job
 	transport Transport
 	_         [64]byte
 	stopped   atomic.Bool // read by every PE on every message: alone on its cache line
@@ -125,10 +142,20 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 	if cfg.FlushEvery <= 0 {
 		cfg.FlushEvery = 64
 	}
-	n := &Node{cfg: cfg, done: make(chan struct{})}
-	n.pes = make([]*PE, cfg.NumPEs)
+	local := cfg.LocalPEs
+	if local == 0 {
+		local = cfg.NumPEs
+	}
+	if cfg.FirstPE < 0 || local < 1 || cfg.FirstPE+local > cfg.NumPEs {
+		return nil, fmt.Errorf("pe: PEs %d..%d of %d requested for this process", cfg.FirstPE, cfg.FirstPE+local-1, cfg.NumPEs)
+	}
+	if local < cfg.NumPEs && (cfg.Remote == nil || cfg.Deterministic) {
+		return nil, fmt.Errorf("pe: %d of %d PEs in this process needs a remote transport (and no deterministic run)", local, cfg.NumPEs)
+	}
+	n := &Node{cfg: cfg, done: make(chan struct{}), first: cfg.FirstPE, total: cfg.NumPEs}
+	n.pes = make([]*PE, local)
 	for i := range n.pes {
-		p := &PE{id: i, node: n, flushEvery: cfg.FlushEvery, wire: cfg.WireCheck, spin: cfg.SpinPolls}
+		p := &PE{id: cfg.FirstPE + i, node: n, flushEvery: cfg.FlushEvery, wire: cfg.WireCheck, spin: cfg.SpinPolls}
 		p.in.wake = make(chan struct{}, 1)
 		p.in.parkedCount = &n.parked
 		p.outApp = make([][]Envelope, cfg.NumPEs)
@@ -138,7 +165,9 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 		n.pes[i] = p
 	}
 	n.transport = inProcess{n}
-	if cfg.Chaos != 0 && !cfg.Deterministic {
+	if cfg.Remote != nil && local < cfg.NumPEs {
+		n.transport = &mixed{n: n, remote: cfg.Remote}
+	} else if cfg.Chaos != 0 && !cfg.Deterministic {
 		n.chaos = newChaos(n, cfg.Chaos)
 		n.transport = n.chaos
 	}
@@ -157,10 +186,16 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 }
 
 // NumPEs is the number of PEs in the job.
-func (n *Node) NumPEs() int { return len(n.pes) }
+func (n *Node) NumPEs() int { return n.total }
 
-// PE returns PE i of this process.
-func (n *Node) PE(i int) *PE { return n.pes[i] }
+// LocalPEs gives the PEs this process runs: first .. first+count-1.
+func (n *Node) LocalPEs() (first, count int) { return n.first, len(n.pes) }
+
+// IsLocal reports whether PE i runs in this process.
+func (n *Node) IsLocal(i int) bool { return uint(i-n.first) < uint(len(n.pes)) }
+
+// PE returns PE i of the job, which must run in this process (IsLocal).
+func (n *Node) PE(i int) *PE { return n.pes[i-n.first] }
 
 // WireCheck reports whether every message is encoded.
 func (n *Node) WireCheck() bool { return n.cfg.WireCheck }
@@ -181,7 +216,7 @@ func (n *Node) Start() {
 // from any goroutine, PE i's own included. It reports false if PE i is
 // failing already or the run is stopping.
 func (n *Node) FailPE(i int) bool {
-	p := n.pes[i]
+	p := n.PE(i)
 	// The slot keeps its one count in the node's WaitGroup: the dying
 	// goroutine leaves it to its successor (Replace).
 	if n.stopped.Load() || !p.life.CompareAndSwap(peRunning, peDying) {
@@ -204,7 +239,7 @@ func (n *Node) FailPE(i int) bool {
 // returns the old handler (for its statistics: a recovery must not read
 // it), or nil if PE i was not failed.
 func (n *Node) Replace(i int, mk func(p *PE) Handler) Handler {
-	p := n.pes[i]
+	p := n.PE(i)
 	p.replaceMu.Lock()
 	defer p.replaceMu.Unlock()
 	if p.life.Load() != peDying {
@@ -329,7 +364,7 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 // runtime's own control (failure notices), which quiescence detection
 // must not wait for.
 func (n *Node) InjectControl(dst int, env Envelope) {
-	n.pes[dst].in.push(env.systemLane(), []Envelope{env})
+	n.PE(dst).in.push(env.systemLane(), []Envelope{env})
 }
 
 // Stop ends the run with an exit code; every PE stops after its current
@@ -352,6 +387,14 @@ func (n *Node) Fail(err error) {
 	}
 	n.errMu.Unlock()
 	n.Stop(1)
+}
+
+// Outcome is the exit code and error the run is stopping with: final
+// once Done is closed.
+func (n *Node) Outcome() (int, error) {
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	return int(n.code.Load()), n.err
 }
 
 // Stopped reports whether Stop or Fail was called.
@@ -387,7 +430,14 @@ func (n *Node) Inject(dst int, env Envelope) {
 			return
 		}
 	}
-	n.pes[dst].in.push(sys, []Envelope{env})
+	n.PE(dst).in.push(sys, []Envelope{env})
+}
+
+// HandIn hands a batch that a PE of another process sent to PE dst of
+// this one, from the goroutine that received it. Such messages were
+// counted by their senders. It takes *batch like Transport.Deliver.
+func (n *Node) HandIn(dst int, sys bool, batch *[]Envelope) {
+	n.PE(dst).in.handOver(sys, batch)
 }
 
 // ArmIdleNotice asks the node to hand env to PE dst (system lane, not
@@ -398,7 +448,7 @@ func (n *Node) ArmIdleNotice(dst int, env Envelope) {
 	n.idleDst, n.idleEnv = dst, env
 	n.idleArmed.Store(true)
 	if int(n.parked.Load()) == len(n.pes) && n.idleArmed.CompareAndSwap(true, false) {
-		n.pes[dst].in.push(true, []Envelope{env})
+		n.PE(dst).in.push(true, []Envelope{env})
 	}
 }
 
@@ -422,7 +472,7 @@ func (n *Node) Progress() uint64 {
 
 // Parked reports whether PE i is blocked waiting for messages. Safe from
 // any goroutine (a snapshot: it may wake at once).
-func (n *Node) Parked(i int) bool { return n.pes[i].in.parked.Load() }
+func (n *Node) Parked(i int) bool { return n.PE(i).in.parked.Load() }
 
 // QueueLens is how many envelopes wait for this PE: in its system lane and
 // its application lane, taken from its inbox or not yet. Call it on the
@@ -454,6 +504,21 @@ type inProcess struct{ n *Node }
 func (t inProcess) Deliver(src, dst int, sys bool, batch *[]Envelope) error {
 	t.n.pes[dst].in.handOver(sys, batch)
 	return nil
+}
+
+// mixed hands batches for this process's PEs over in process and the
+// others to the remote transport.
+type mixed struct {
+	n      *Node
+	remote Remote
+}
+
+func (t *mixed) Deliver(src, dst int, sys bool, batch *[]Envelope) error {
+	if i := dst - t.n.first; uint(i) < uint(len(t.n.pes)) {
+		t.n.pes[i].in.handOver(sys, batch)
+		return nil
+	}
+	return t.remote.Deliver(src, dst, sys, *batch)
 }
 
 // CopyEnvelope returns a deep copy of env, made by encoding it and
@@ -609,7 +674,7 @@ func (p *PE) ID() int { return p.id }
 func (p *PE) Node() *Node { return p.node }
 
 // NumPEs is the number of PEs in the job.
-func (p *PE) NumPEs() int { return len(p.node.pes) }
+func (p *PE) NumPEs() int { return p.node.total }
 
 // Handler returns the layer above's per-PE state.
 func (p *PE) Handler() Handler { return p.handler }
@@ -819,7 +884,7 @@ func (p *PE) park() {
 	// Counted only once no work was found, so the count never exceeds the
 	// PEs that are really blocked.
 	if int(n.parked.Add(1)) == len(n.pes) && n.idleArmed.CompareAndSwap(true, false) {
-		n.pes[n.idleDst].in.push(true, []Envelope{n.idleEnv})
+		n.PE(n.idleDst).in.push(true, []Envelope{n.idleEnv})
 	}
 	<-in.wake
 }

@@ -3,6 +3,7 @@ package pe
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -89,6 +90,24 @@ func (r *Registry[T]) Name(id uint32) string {
 		}
 	}
 	return ""
+}
+
+// Digest is a hash of every registered name: processes of one job, which
+// must know the same names, compare it when they meet.
+func (r *Registry[T]) Digest() uint64 {
+	r.mu.Lock()
+	names := make([]string, 0, len(r.names))
+	for n := range r.names {
+		names = append(names, n)
+	}
+	r.mu.Unlock()
+	slices.Sort(names)
+	h := fnv.New64a()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
 }
 
 // Seal ends registration of new names (Add of a known name still says it

@@ -53,6 +53,9 @@ func run(args []string) int {
 		}
 		return 1
 	}
+	if r.Secondary {
+		return 0 // process 0 reports
+	}
 	r.Summary(os.Stdout)
 	if !r.EnergyOK {
 		return 1

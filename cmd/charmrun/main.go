@@ -1,14 +1,17 @@
 // Command charmrun launches a charmgo program with Charm++'s spellings:
 //
-//	charmrun +p4 ./leanmd 4 4 4 100
-//	charmrun +p2 ./apps/leanmd 2 2 2 10   # a package directory: built first
+//	charmrun +p4 ./leanmd 4 4 4 100              # one process, 4 PEs
+//	charmrun ++n 2 ++ppn 2 ./leanmd 3 3 3 101     # 2 processes of 2 PEs
+//	charmrun +p2 ./apps/leanmd 2 2 2 10           # a package directory: built first
 //
 // Every runtime flag given before the program (+pN, +p N, +balancer NAME,
 // --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR, --watchdog D, …)
-// is handed to it, as Charm++'s multicore charmrun does; the program
-// parses them like its own command line. For now every PE runs in one
-// process (++local, the default); launching several processes (++n,
-// ++ppn, ++nodelist) comes with the multi-process transport.
+// is handed to it, as Charm++'s charmrun does; the program parses them
+// like its own command line. With several processes (++n, ++ppn) it starts
+// them on this machine (++local, the default) or over ssh on the hosts of a
+// node list (++nodelist FILE, ++remote-shell CMD), serves their rendezvous,
+// gives them a per-job secret, and ends them all if one fails or if
+// charmrun itself is ended: no process outlives the job.
 package main
 
 import (
@@ -19,8 +22,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/charmgo/charmgo/chare"
 )
@@ -31,22 +36,28 @@ program: an executable (a path, or a name on $PATH), or the directory of a
 Go main package (./apps/leanmd), which charmrun builds first with go build.
 
 options:
-  +pN, +p N              number of PEs, passed to the program
+  +pN, +p N              number of PEs in all
+  ++n K                  number of processes (default 1)
+  ++ppn M                PEs per process (any two of +p, ++n, ++ppn give the third)
+  ++local                start the processes on this machine (the default)
+  ++nodelist FILE        start them over ssh on the hosts of FILE (Charm++'s
+                         format: "group main" then "host NAME" lines), round robin
+  ++remote-shell CMD     the command that runs a command on a host (default ssh)
+  --listen HOST          address the job listens on (default 127.0.0.1; give
+                         this host's address when the node list names others)
+  --connect-timeout D    every process must have joined within D (default 60s)
   +balancer NAME         load balancer, passed to the program
-  --pes N, --wire-check, --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR,
+  --wire-check, --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR,
   --watchdog D, ...      any runtime flag (see the program's --help), passed
                          to the program
-  ++local                run every PE in this machine's one process (the default)
-  ++n N, ++ppn N, ++nodelist FILE
-                         several processes: not available yet (one process only)
-  ++verbose              print the command before running it
+  ++verbose              print the commands before running them
   -h, --help             this text
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	prog, progArgs, verbose, err := parse(args)
+	l, err := parse(args)
 	if errors.Is(err, errHelp) {
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -55,19 +66,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "charmrun: %v\n", err)
 		return 2
 	}
-	path, cleanup, err := resolve(prog, stderr)
+	path, cleanup, err := resolve(l.prog, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "charmrun: %v\n", err)
 		return 2
 	}
 	defer cleanup()
-	if verbose {
-		fmt.Fprintf(stderr, "charmrun: %s %s\n", path, strings.Join(progArgs, " "))
+	if l.procs > 1 || l.nodelist != "" {
+		return l.launch(path, stdout, stderr)
 	}
-	cmd := exec.Command(path, progArgs...)
+	if l.verbose {
+		fmt.Fprintf(stderr, "charmrun: %s %s\n", path, strings.Join(l.progArgs, " "))
+	}
+	cmd := exec.Command(path, l.progArgs...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "charmrun: start %s: %v\n", prog, err)
+		fmt.Fprintf(stderr, "charmrun: start %s: %v\n", l.prog, err)
 		return 1
 	}
 	// Pass interrupts on, so ^C ends the program the way it would end alone.
@@ -89,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return ee.ExitCode()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "charmrun: %s: %v\n", prog, err)
+		fmt.Fprintf(stderr, "charmrun: %s: %v\n", l.prog, err)
 		return 1
 	}
 	return 0
@@ -97,49 +111,125 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 var errHelp = errors.New("help")
 
+// launchSpec is what charmrun was asked to run.
+type launchSpec struct {
+	prog     string
+	progArgs []string // runtime flags to pass on, then the program's arguments
+	pass     []string // the runtime flags alone
+	own      []string // the program's own arguments
+	pes      int      // +p, 0 if not given
+	procs    int
+	ppn      int
+	nodelist string
+	shell    string
+	listen   string
+	timeout  time.Duration
+	verbose  bool
+}
+
 // parse splits charmrun's own options, the runtime flags to pass on, the
 // program and its arguments.
-func parse(args []string) (prog string, progArgs []string, verbose bool, err error) {
-	var pass []string
+func parse(args []string) (launchSpec, error) {
+	l := launchSpec{shell: "ssh"}
+	var procs, ppn int
 	i := 0
+	value := func(a string) (string, error) {
+		if i+1 >= len(args) {
+			return "", fmt.Errorf("%s needs a value", a)
+		}
+		i++
+		return args[i], nil
+	}
+	count := func(a, v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > chare.MaxPEs {
+			return 0, fmt.Errorf("%s %s: want a whole number from 1 to %d", a, v, chare.MaxPEs)
+		}
+		return n, nil
+	}
 	for ; i < len(args); i++ {
 		a := args[i]
-		name, _, hasValue := strings.Cut(a, "=")
+		name, val, hasValue := strings.Cut(a, "=")
+		var err error
+		var v string
 		switch {
 		case a == "-h" || a == "--help" || a == "++help":
-			return "", nil, false, errHelp
+			return l, errHelp
 		case a == "++local":
 		case a == "++verbose":
-			verbose = true
-		case a == "++n" || a == "++ppn" || a == "++nodelist" || a == "++p":
-			if i+1 >= len(args) {
-				return "", nil, false, fmt.Errorf("%s needs a value", a)
+			l.verbose = true
+		case a == "++n" || a == "++p":
+			if v, err = value(a); err == nil {
+				procs, err = count(a, v)
 			}
-			i++
-			if (a == "++n" || a == "++p") && args[i] == "1" {
-				continue
+		case a == "++ppn":
+			if v, err = value(a); err == nil {
+				ppn, err = count(a, v)
 			}
-			return "", nil, false, fmt.Errorf("%s %s: several processes are not available yet; run every PE in one process with +pN", a, args[i])
+		case a == "++nodelist":
+			l.nodelist, err = value(a)
+		case a == "++remote-shell":
+			l.shell, err = value(a)
+			if err == nil && strings.TrimSpace(l.shell) == "" {
+				err = fmt.Errorf("++remote-shell: empty command")
+			}
 		case strings.HasPrefix(a, "++"):
-			return "", nil, false, fmt.Errorf("unknown charmrun option %s (see --help)", a)
+			return l, fmt.Errorf("unknown charmrun option %s (see --help)", a)
 		case strings.HasPrefix(a, "+") || strings.HasPrefix(a, "-"):
 			known, takesValue := chare.RuntimeFlag(name)
 			if !known {
-				return "", nil, false, fmt.Errorf("unknown option %s before the program (see --help)", a)
+				return l, fmt.Errorf("unknown option %s before the program (see --help)", a)
 			}
-			pass = append(pass, a)
+			flag := []string{a}
 			if takesValue && !hasValue {
-				if i+1 >= len(args) {
-					return "", nil, false, fmt.Errorf("flag %s needs a value", a)
+				if v, err = value(a); err != nil {
+					return l, fmt.Errorf("flag %s needs a value", a)
 				}
-				i++
-				pass = append(pass, args[i])
+				val = v
+				flag = append(flag, v)
 			}
+			switch {
+			case strings.HasPrefix(name, "+p") && len(name) > 2, name == "+p" || name == "--pes" || name == "-pes":
+				// charmrun passes the layout itself; the program checks
+				// the value and says what is wrong with it
+				if strings.HasPrefix(name, "+p") && len(name) > 2 {
+					val = name[2:]
+				}
+				if n, err := strconv.Atoi(val); err == nil && n >= 1 && n <= chare.MaxPEs {
+					l.pes = n
+					continue
+				}
+			case name == "--listen":
+				l.listen = val
+			case name == "--connect-timeout":
+				if l.timeout, err = time.ParseDuration(val); err != nil || l.timeout <= 0 {
+					return l, fmt.Errorf("flag --connect-timeout: %q is not a positive duration (30s, 2m)", val)
+				}
+			}
+			l.pass = append(l.pass, flag...)
 		default:
-			return a, append(pass, args[i+1:]...), verbose, nil
+			l.prog, l.own = a, args[i+1:]
+			i = len(args)
+		}
+		if err != nil {
+			return l, err
 		}
 	}
-	return "", nil, false, fmt.Errorf("no program to run (see --help)")
+	if l.prog == "" {
+		return l, fmt.Errorf("no program to run (see --help)")
+	}
+	var err error
+	if l.pes, l.procs, l.ppn, err = chare.Layout(l.pes, procs, ppn); err != nil {
+		return l, err
+	}
+	if l.pes > 0 {
+		l.progArgs = append(l.progArgs, "+p", strconv.Itoa(l.pes))
+	}
+	if l.procs > 1 || l.nodelist != "" {
+		l.progArgs = append(l.progArgs, "++n", strconv.Itoa(l.procs), "++ppn", strconv.Itoa(l.ppn))
+	}
+	l.progArgs = append(append(l.progArgs, l.pass...), l.own...)
+	return l, nil
 }
 
 // resolve finds the program: a path as given, else on $PATH; a directory

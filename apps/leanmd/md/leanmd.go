@@ -154,6 +154,11 @@ type Report struct {
 	// Restarted: the run resumed from a checkpoint, so its step times and
 	// kernel time include the steps before it, on the checkpoint's PEs.
 	Restarted bool
+	// Secondary: this process is not the job's first, which reports the
+	// results; this report holds nothing else.
+	Secondary bool
+	// Processes lists the job's processes (one: the whole run in this one).
+	Processes []chare.Process
 }
 
 // ---- chares ----
@@ -794,8 +799,16 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 		r.PEs = cfg.PEs
 	}
 	r.Ops = res.Stats
+	r.Processes = res.Processes
 	if res.Err != nil {
 		return r, res.Err
+	}
+	if res.Process != 0 {
+		r.Secondary = true
+		if res.Code != 0 {
+			return r, fmt.Errorf("leanmd exited with code %d", res.Code)
+		}
+		return r, nil
 	}
 	if r.StepMs == nil {
 		return r, fmt.Errorf("the run went quiet before the simulation finished (a deadlock): %d multicasts, %d deliveries, %d contributions",
@@ -821,6 +834,9 @@ func (r Report) Summary(w io.Writer) {
 	o := r.Ops.Ops
 	fmt.Fprintf(w, "\nSummary\n")
 	fmt.Fprintf(w, "  atoms %d, cells %d, computes %d, steps %d, PEs %d\n", r.Atoms, r.Cells, r.Computes, r.Params.Steps, r.PEs)
+	if s := chare.ProcessSummary(r.Processes); s != "" {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
 	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean, median(steps))
 	if r.Restarted {
 		fmt.Fprintf(w, "  force kernel: %.0f ms in all (the steps before the checkpoint included, on its PEs)\n", r.KernelMs)

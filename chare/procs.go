@@ -1,0 +1,210 @@
+package chare
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/pe"
+	"github.com/charmgo/charmgo/pe/cluster"
+)
+
+// The environment a launcher gives each process of a job. charmrun sets
+// its own; under srun, mpirun or a PMI launcher a process takes its rank
+// and the number of processes from theirs.
+const (
+	RankEnv     = "CHARMGO_RANK"     // this process's number (charmrun)
+	ProcsEnv    = "CHARMGO_PROCS"    // how many processes (charmrun)
+	CharmrunEnv = "CHARMGO_CHARMRUN" // charmrun's rendezvous address
+)
+
+// launcherEnv are the rank and size variables of the launchers a job may
+// run under, in the order they are looked for.
+var launcherEnv = [][2]string{
+	{RankEnv, ProcsEnv},
+	{"SLURM_PROCID", "SLURM_NTASKS"},
+	{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+	{"PMI_RANK", "PMI_SIZE"},
+}
+
+// launcher reads this process's rank and the job's number of processes
+// from the first launcher whose variables are set (0, 0: none is).
+func launcher(getenv func(string) string) (rank, procs int, from string, err error) {
+	for _, v := range launcherEnv {
+		r, n := getenv(v[0]), getenv(v[1])
+		if r == "" && n == "" {
+			continue
+		}
+		rank, err1 := strconv.Atoi(r)
+		procs, err2 := strconv.Atoi(n)
+		if err1 != nil || err2 != nil || procs < 1 || rank < 0 || rank >= procs {
+			return 0, 0, "", fmt.Errorf("environment: %s=%q and %s=%q are not a rank and a number of processes", v[0], r, v[1], n)
+		}
+		return rank, procs, v[0], nil
+	}
+	return 0, 0, "", nil
+}
+
+// layout settles +p (PEs in all), ++n (processes) and ++ppn (PEs per
+// process): any two give the third, and all three must agree. A launcher's
+// size stands for ++n.
+func layout(pes, procs, ppn int, launched int) (int, int, int, error) {
+	if launched > 0 {
+		if procs > 0 && procs != launched {
+			return 0, 0, 0, fmt.Errorf("flag ++n %d: the launcher started %d processes", procs, launched)
+		}
+		procs = launched
+	}
+	switch {
+	case pes > 0 && procs > 0 && ppn > 0:
+		if pes != procs*ppn {
+			return 0, 0, 0, fmt.Errorf("flags +p %d, ++n %d, ++ppn %d: %d processes of %d PEs are %d PEs, not %d", pes, procs, ppn, procs, ppn, procs*ppn, pes)
+		}
+	case pes > 0 && procs > 0:
+		if pes%procs != 0 {
+			return 0, 0, 0, fmt.Errorf("flags +p %d, ++n %d: %d PEs do not split evenly over %d processes (give ++ppn)", pes, procs, pes, procs)
+		}
+		ppn = pes / procs
+	case pes > 0 && ppn > 0:
+		if pes%ppn != 0 {
+			return 0, 0, 0, fmt.Errorf("flags +p %d, ++ppn %d: %d PEs are not a whole number of processes of %d", pes, ppn, pes, ppn)
+		}
+		procs = pes / ppn
+	case procs > 0:
+		if ppn == 0 {
+			ppn = 1 // as Charm++'s non-SMP build: a PE per process
+		}
+		pes = procs * ppn
+	case ppn > 0:
+		procs, pes = 1, ppn
+	default:
+		return pes, 1, pes, nil
+	}
+	if pes > MaxPEs {
+		return 0, 0, 0, fmt.Errorf("%d PEs: at most %d", pes, MaxPEs)
+	}
+	return pes, procs, ppn, nil
+}
+
+// Layout settles +p, ++n and ++ppn as a program does (0: not given), for
+// launchers: the PEs in all (0 if none was given and there is one
+// process), the processes and the PEs per process.
+func Layout(pes, procs, ppn int) (int, int, int, error) { return layout(pes, procs, ppn, 0) }
+
+// newLogger is the run's logger: zap at the level asked for (warn by
+// default: quiet unless something is wrong), on standard error.
+func newLogger(level string) (*zap.Logger, error) {
+	if level == "" {
+		level = "warn"
+	}
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("flag --log-level: %q: want debug, info, warn or error", level)
+	}
+	enc := zap.NewDevelopmentEncoderConfig()
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), lvl)
+	return zap.New(core), nil
+}
+
+// joinJob meets the job's other processes (cfg.Procs > 1).
+func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
+	rank, procs, _, err := launcher(os.Getenv)
+	if err != nil {
+		return nil, InputError{err}
+	}
+	if procs == 0 {
+		return nil, InputError{fmt.Errorf("++n %d: this process has no rank: start the job with charmrun, or under srun or mpirun (which set SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK)", cfg.Procs)}
+	}
+	if procs != cfg.Procs {
+		return nil, InputError{fmt.Errorf("++n %d: the launcher started %d processes", cfg.Procs, procs)}
+	}
+	v := os.Getenv(cluster.SecretEnv)
+	if v == "" {
+		return nil, InputError{fmt.Errorf("several processes need the job's secret in %s (charmrun sets it; under srun, export one: openssl rand -hex 32)", cluster.SecretEnv)}
+	}
+	secret, err := cluster.ParseSecret(v)
+	if err != nil {
+		return nil, InputError{fmt.Errorf("%s: %w", cluster.SecretEnv, err)}
+	}
+	var rv cluster.Rendezvous
+	switch {
+	case os.Getenv(CharmrunEnv) != "":
+		rv = &cluster.Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank}
+	case cfg.Rendezvous != "":
+		rv = cluster.FixedAddress(cfg.Rendezvous)
+	case cfg.RendezvousDir != "":
+		id := os.Getenv("SLURM_JOB_ID")
+		if id == "" {
+			id = "job"
+		}
+		rv = cluster.Directory{Dir: cfg.RendezvousDir, Job: id}
+	default:
+		return nil, InputError{fmt.Errorf("process %d of %d: no rendezvous: give --rendezvous HOST:PORT (process 0 listens there) or --rendezvous-dir DIR (a directory every host sees), or start with charmrun", rank, procs)}
+	}
+	actorLog := zap.NewNop()
+	if log.Core().Enabled(zapcore.DebugLevel) {
+		actorLog = log // protoactor-go's chatter only when debugging
+	}
+	job, err := cluster.Join(cluster.Config{Rank: rank, Procs: procs, PEs: cfg.PEs, Secret: secret, Host: cfg.Listen,
+		Rendezvous: rv, ConnectTimeout: cfg.ConnectTimeout, Types: pe.TypesDigest(), Log: log, ActorLog: actorLog})
+	if err != nil {
+		return nil, fmt.Errorf("process %d of %d: %w", rank, procs, err)
+	}
+	if c, ok := rv.(*cluster.Charmrun); ok {
+		job.EndWith(c.Gone(), "charmrun is gone")
+	}
+	return job, nil
+}
+
+// processResult is what a process sends process 0 at the end, for the
+// job's statistics.
+type processResult struct {
+	First int             `msgpack:"f"`
+	PEs   []pe.Stats      `msgpack:"p"`
+	Ops   manager.Stats   `msgpack:"o"`
+	Log   []ftlayer.Stats `msgpack:"l"`
+	Host  string          `msgpack:"h"`
+}
+
+// Process is one process of the job, for the run's summary.
+type Process struct {
+	Rank, FirstPE, PEs int
+	Host               string
+}
+
+// ProcessSummary says how many processes ran and how many PEs each held.
+func ProcessSummary(ps []Process) string {
+	if len(ps) <= 1 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d processes:", len(ps))
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %d PEs (%d..%d) on %s", p.PEs, p.FirstPE, p.FirstPE+p.PEs-1, p.Host)
+	}
+	return b.String()
+}
+
+func encodeResult(r processResult) []byte {
+	b, err := msgpack.Marshal(&r)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func decodeResult(b []byte) (processResult, error) {
+	var r processResult
+	err := msgpack.Unmarshal(b, &r)
+	return r, err
+}

@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// watchPeers asks the control actor to watch every other process's.
+type watchPeers struct{ j *Job }
+
+// startActors starts this process's actor system, its remote (mutual TLS
+// from the job's secret) on addr, and the control actor.
+func (j *Job) startActors(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("control address %q: %w", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("control address %q: port: %w", addr, err)
+	}
+	tlsCfg, err := j.cfg.Secret.TLS()
+	if err != nil {
+		return err
+	}
+	// protoactor-go logs through slog: its records go to the zap logger
+	// the caller gave for it.
+	slogger := slog.New(zapslog.NewHandler(j.cfg.ActorLog.Named("protoactor").Core()))
+	j.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }))
+	creds := loggedCreds{TransportCredentials: credentials.NewTLS(tlsCfg), log: j.log}
+	cfg := remote.Configure(host, p,
+		remote.WithServerOptions(grpc.Creds(creds)),
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))))
+	j.rem = remote.NewRemote(j.sys, cfg)
+	if err := startRemote(j.rem); err != nil {
+		return fmt.Errorf("control plane: listen on %s: %w", addr, err)
+	}
+	props := actor.PropsFromFunc(j.receive)
+	if _, err := j.sys.Root.SpawnNamed(props, actorName); err != nil {
+		return fmt.Errorf("control actor: %w", err)
+	}
+	return nil
+}
+
+// startRemote starts r, which panics when it cannot listen.
+func startRemote(r *remote.Remote) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	r.Start()
+	return nil
+}
+
+// receive is the control actor: it turns control messages and the
+// termination of watched peers into the job's control events.
+func (j *Job) receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *wrapperspb.BytesValue:
+		var c control
+		if err := msgpack.Unmarshal(m.Value, &c); err != nil || c.From < 0 || c.From >= j.cfg.Procs {
+			j.log.Warn("dropped a control message that does not decode", zap.Error(err), zap.Int("from", c.From))
+			return
+		}
+		j.ctl <- c
+	case watchPeers:
+		for r, pid := range j.pids {
+			if r != j.cfg.Rank {
+				ctx.Watch(pid)
+			}
+		}
+	case *actor.Terminated:
+		for r, pid := range j.pids {
+			if r != j.cfg.Rank && pid != nil && pid.Address == m.Who.Address {
+				j.ctl <- control{Kind: ctlLost, From: r}
+			}
+		}
+	}
+}
+
+// loggedCreds logs every refused control-plane connection: a client that
+// cannot show the job's certificate (no secret, another job's) fails the
+// TLS handshake and never reaches protoactor-go.
+type loggedCreds struct {
+	credentials.TransportCredentials
+	log *zap.Logger
+}
+
+func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil {
+		c.log.Warn("refused a control connection", zap.String("from", conn.RemoteAddr().String()), zap.Error(err))
+	}
+	return out, info, err
+}
+
+func (c loggedCreds) Clone() credentials.TransportCredentials {
+	return loggedCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
+}

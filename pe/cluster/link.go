@@ -1,0 +1,186 @@
+package cluster
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// maxQueued bounds the bytes waiting for one peer: a PE handing over more
+// waits until the writer has sent what is queued (back-pressure), so a
+// slow peer never makes memory grow without bound.
+const maxQueued = 8 << 20
+
+// link is the data plane to one peer process: one TCP connection, written
+// by one writer goroutine and read by one reader goroutine. PEs append
+// their batches to the frame being gathered; the writer sends it whole and
+// gathers the next meanwhile, so the busier the PEs, the larger the frames.
+type link struct {
+	peer int
+	conn net.Conn
+	gen  *atomic.Uint64 // the job's rollback generation
+
+	mu      sync.Mutex
+	ready   sync.Cond // the writer waits for entries
+	room    sync.Cond // senders wait for the queue to drain
+	frame   []byte    // being gathered: a header, then count entries
+	count   int
+	spare   []byte
+	closing bool
+	err     error // set once writing failed: every later send fails with it
+
+	// scratch holds each local PE's encoding, done outside the lock (each
+	// PE touches only its own slot).
+	scratch [][]byte
+	first   int
+
+	sentFrames, sentBytes atomic.Uint64
+}
+
+func newLink(peer int, conn net.Conn, gen *atomic.Uint64, first, local int) *link {
+	l := &link{peer: peer, conn: conn, gen: gen, first: first, scratch: make([][]byte, local)}
+	l.ready.L, l.room.L = &l.mu, &l.mu
+	l.frame = pe.AppendFrameHeader(nil)
+	return l
+}
+
+// deliver queues batch (sent by local PE src) for PE dst of the peer.
+func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
+	buf := l.scratch[src-l.first][:0]
+	var err error
+	for i := range batch {
+		if buf, err = pe.AppendFrameEntry(buf, dst, &batch[i]); err != nil {
+			return err
+		}
+	}
+	l.scratch[src-l.first] = buf
+	l.mu.Lock()
+	for len(l.frame) > maxQueued && l.err == nil && !l.closing {
+		l.room.Wait()
+	}
+	if l.err != nil || l.closing {
+		err := l.err
+		l.mu.Unlock()
+		if err == nil {
+			err = errors.New("the job is ending")
+		}
+		return fmt.Errorf("to process %d: %w", l.peer, err)
+	}
+	if l.count == 0 {
+		l.ready.Signal()
+	}
+	l.frame = append(l.frame, buf...)
+	l.count += len(batch)
+	l.mu.Unlock()
+	return nil
+}
+
+// write sends frames until close is called and everything queued is sent,
+// or until writing fails (then it reports the error once).
+func (l *link) write(fail func(error)) {
+	for {
+		l.mu.Lock()
+		for l.count == 0 && !l.closing && l.err == nil {
+			l.ready.Wait()
+		}
+		if l.count == 0 || l.err != nil {
+			l.mu.Unlock()
+			return
+		}
+		frame, count := l.frame, l.count
+		l.frame, l.count = pe.AppendFrameHeader(l.spare[:0]), 0
+		l.spare = nil
+		l.room.Broadcast()
+		l.mu.Unlock()
+		err := pe.FinishFrame(frame, l.gen.Load(), count)
+		if err == nil {
+			_, err = l.conn.Write(frame)
+		}
+		l.sentFrames.Add(1)
+		l.sentBytes.Add(uint64(len(frame)))
+		l.mu.Lock()
+		if err != nil {
+			l.err = err
+			l.room.Broadcast()
+		} else if cap(frame) <= 2*maxQueued {
+			l.spare = frame[:0]
+		}
+		l.mu.Unlock()
+		if err != nil {
+			fail(fmt.Errorf("sending to process %d: %w", l.peer, err))
+			return
+		}
+	}
+}
+
+// close stops the writer once what is queued is sent.
+func (l *link) close() {
+	l.mu.Lock()
+	l.closing = true
+	l.ready.Broadcast()
+	l.room.Broadcast()
+	l.mu.Unlock()
+}
+
+// read hands every frame from the peer to the local PEs (first ..
+// first+count-1) until the connection ends; it returns the error that
+// ended it (io.EOF for a clean end). Frames of an older rollback
+// generation than the job's are dropped.
+func (l *link) read(node *pe.Node, first, count int) error {
+	r := bufio.NewReaderSize(l.conn, 64<<10)
+	var hdr [pe.FrameHeaderSize]byte
+	var off int64
+	sys := make([][]pe.Envelope, count)
+	app := make([][]pe.Envelope, count)
+	deliver := func(dst int, env *pe.Envelope) {
+		i := dst - first
+		if env.Kind == pe.KindSystem && env.Flags&pe.FlagAppLane == 0 {
+			sys[i] = append(sys[i], *env)
+		} else {
+			app[i] = append(app[i], *env)
+		}
+	}
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if err == io.ErrUnexpectedEOF {
+				return fmt.Errorf("byte %d: the stream ends inside a frame header", off)
+			}
+			return err
+		}
+		gen, n, size, err := pe.FrameHeader(hdr[:])
+		if err != nil {
+			return fmt.Errorf("byte %d: %w", off, err)
+		}
+		off += pe.FrameHeaderSize
+		body := make([]byte, size) // not reused: decoded payloads may keep it
+		if _, err := io.ReadFull(r, body); err != nil {
+			return fmt.Errorf("byte %d: the stream ends inside a frame of %d bytes: %w", off, size, err)
+		}
+		if err := pe.DecodeFrameBody(body, n, first, first+count, off, deliver); err != nil {
+			return err
+		}
+		off += int64(size)
+		if gen < l.gen.Load() {
+			for i := range sys {
+				clear(sys[i])
+				clear(app[i])
+				sys[i], app[i] = sys[i][:0], app[i][:0]
+			}
+			continue
+		}
+		for i := range sys {
+			if len(sys[i]) > 0 {
+				node.HandIn(first+i, true, &sys[i])
+			}
+			if len(app[i]) > 0 {
+				node.HandIn(first+i, false, &app[i])
+			}
+		}
+	}
+}

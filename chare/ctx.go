@@ -76,6 +76,9 @@ func This[C any](ctx *Ctx) ElemProxy[C] {
 // ThisArray returns a proxy to the running element's array.
 func ThisArray[C any](ctx *Ctx) ArrayProxy[C] { return ArrayProxy[C]{Coll: ctx.e.Coll.ID} }
 
+// ThisGroup is the group of the running group member.
+func ThisGroup[C any](ctx *Ctx) GroupProxy[C] { return GroupProxy[C]{Coll: ctx.e.Coll.ID} }
+
 // Object returns the chare running on this Ctx as a *C, or nil.
 func Object[C any](ctx *Ctx) *C {
 	c, _ := ctx.e.Obj.(*C)

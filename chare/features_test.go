@@ -47,7 +47,7 @@ var (
 	syncT      = chare.NewType[Syncer, struct{}]("feat.Syncer")
 	packedT    = chare.NewType[Packed, int64]("feat.Packed")
 	grpHello   = chare.NewEntry[int64](groupT, "Hello")
-	spContrib  = chare.NewEntry[int](sparseT, "Contrib")
+	spContrib  = chare.NewEntry[sparseRound](sparseT, "Contrib")
 	spDie      = chare.NewEntry[int](sparseT, "Die")
 	syncStep   = chare.NewEntry[int](syncT, "Step")
 	syncBcast  = chare.NewEntry[int](syncT, "Numbered")
@@ -70,8 +70,15 @@ func (g *GroupMember) Hello(ctx *chare.Ctx, k int64) {
 
 func (s *Sparse6) Init(ctx *chare.Ctx, tag int64) { s.Tag = tag }
 
-func (s *Sparse6) Contrib(ctx *chare.Ctx, round int) {
-	chare.Contribute(ctx, setOfInts, s.Tag*int64(round), sparseSetCB)
+// sparseRound carries its callback: the elements may run in other
+// processes, where main's variables are not set.
+type sparseRound struct {
+	Round int
+	CB    chare.Callback[[]chare.Indexed[int64]]
+}
+
+func (s *Sparse6) Contrib(ctx *chare.Ctx, r sparseRound) {
+	chare.Contribute(ctx, setOfInts, s.Tag*int64(r.Round), r.CB)
 }
 
 func (s *Sparse6) Die(ctx *chare.Ctx, round int) {
@@ -187,8 +194,7 @@ func (m *FeatMain) Init(ctx *chare.Ctx, args []string) {
 		}
 		sp.DoneInserting(ctx)
 		f := chare.NewFuture[[]chare.Indexed[int64]](ctx)
-		sparseSetCB = f.Callback()
-		spContrib.Broadcast(ctx, sp, 2)
+		spContrib.Broadcast(ctx, sp, sparseRound{Round: 2, CB: f.Callback()})
 		v, err := f.Get(ctx)
 		if err != nil {
 			ctx.Fail(err)
@@ -238,23 +244,20 @@ func (m *FeatMain) Init(ctx *chare.Ctx, args []string) {
 		grpHello.Broadcast(ctx, g, 1)
 	case "future-set":
 		f := chare.NewFuture[string](ctx)
-		futureSetTarget = f
 		g := groupT.NewGroup(ctx, 0)
-		grpSetFuture.Send(ctx, g.OnPE(ctx.NumPEs()-1), 0)
+		grpSetFuture.Send(ctx, g.OnPE(ctx.NumPEs()-1), f)
 		v, err := f.Get(ctx)
 		note("future %q %v", v, err)
 		ctx.Exit(0)
 	}
 }
 
-var (
-	sparseSetCB     chare.Callback[[]chare.Indexed[int64]]
-	futureSetTarget chare.Future[string]
-	grpSetFuture    = chare.NewEntry[int](groupT, "SetFuture")
-)
+var grpSetFuture = chare.NewEntry[chare.Future[string]](groupT, "SetFuture")
 
-func (g *GroupMember) SetFuture(ctx *chare.Ctx, _ int) {
-	futureSetTarget.Set(ctx, fmt.Sprintf("from PE %d", ctx.PE()))
+// SetFuture fills a future main waits on, from another PE (and, with
+// several processes, another process).
+func (g *GroupMember) SetFuture(ctx *chare.Ctx, f chare.Future[string]) {
+	f.Set(ctx, fmt.Sprintf("from PE %d", ctx.PE()))
 }
 
 func TestFeatures(t *testing.T) {

@@ -1,6 +1,7 @@
 package chare
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,19 +17,11 @@ import (
 	"github.com/charmgo/charmgo/pe/cluster"
 )
 
-// The environment a launcher gives each process of a job. charmrun sets
-// its own; under srun, mpirun or a PMI launcher a process takes its rank
-// and the number of processes from theirs.
-const (
-	RankEnv     = "CHARMGO_RANK"     // this process's number (charmrun)
-	ProcsEnv    = "CHARMGO_PROCS"    // how many processes (charmrun)
-	CharmrunEnv = "CHARMGO_CHARMRUN" // charmrun's rendezvous address
-)
-
 // launcherEnv are the rank and size variables of the launchers a job may
-// run under, in the order they are looked for.
+// run under, in the order they are looked for: charmrun's
+// (cluster.Launch), then srun's, mpirun's and a PMI launcher's.
 var launcherEnv = [][2]string{
-	{RankEnv, ProcsEnv},
+	{cluster.RankEnv, cluster.ProcsEnv},
 	{"SLURM_PROCID", "SLURM_NTASKS"},
 	{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
 	{"PMI_RANK", "PMI_SIZE"},
@@ -135,8 +128,8 @@ func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
 	}
 	var rv cluster.Rendezvous
 	switch {
-	case os.Getenv(CharmrunEnv) != "":
-		rv = &cluster.Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank}
+	case os.Getenv(cluster.CharmrunEnv) != "":
+		rv = &cluster.Charmrun{Addr: os.Getenv(cluster.CharmrunEnv), Secret: secret, Rank: rank}
 	case cfg.Rendezvous != "":
 		rv = cluster.FixedAddress(cfg.Rendezvous)
 	case cfg.RendezvousDir != "":
@@ -161,6 +154,18 @@ func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
 		job.EndWith(c.Gone(), "charmrun is gone")
 	}
 	return job, nil
+}
+
+// PeerError ends the run in every process of a job when one process
+// ended it with an error, or was lost.
+type PeerError = cluster.PeerError
+
+// ReportedElsewhere reports whether err is another process's error that
+// that process prints itself: the others exit with its code and say
+// nothing more, so a job's failure is told once.
+func ReportedElsewhere(err error) bool {
+	var pe *PeerError
+	return errors.As(err, &pe) && !pe.Lost
 }
 
 // processResult is what a process sends process 0 at the end, for the

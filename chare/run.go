@@ -342,7 +342,7 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 		return cfg, err
 	}
 	if cfg.Procs > 0 || cfg.PPN > 0 || launched > 1 {
-		if launched == 1 && cfg.Procs == 0 && from != RankEnv {
+		if launched == 1 && cfg.Procs == 0 && from != cluster.RankEnv {
 			launched = 0 // srun -n 1: one process, as without a launcher
 		}
 		pes, procs, ppn, err := layout(pesGiven, cfg.Procs, cfg.PPN, launched)
@@ -738,6 +738,9 @@ func Main[C any](main *Type[C, []string]) {
 	}
 	cfg.Notices = os.Stderr
 	res := Run(main, cfg)
+	if res.Err != nil && ReportedElsewhere(res.Err) {
+		os.Exit(max(res.Code, 1))
+	}
 	if res.Err != nil {
 		os.Stderr.WriteString(DumpOf(res.Err))
 		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, res.Err)

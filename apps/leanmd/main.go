@@ -42,6 +42,9 @@ func run(args []string) int {
 	}
 	cfg.Notices = os.Stderr
 	r, err := md.Run(p, cfg, os.Stdout)
+	if err != nil && chare.ReportedElsewhere(err) {
+		return 1 // that process said what went wrong
+	}
 	if err != nil {
 		os.Stderr.WriteString(chare.DumpOf(err))
 		fmt.Fprintf(os.Stderr, "leanmd: %v\n", err)

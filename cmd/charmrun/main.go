@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/pe/cluster"
 )
 
 const usage = `usage: charmrun [options] program [program arguments]
@@ -73,7 +74,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer cleanup()
 	if l.procs > 1 || l.nodelist != "" {
-		return l.launch(path, stdout, stderr)
+		job := cluster.Launch{Path: path, Args: l.progArgs, Name: l.prog, Procs: l.procs, Shell: l.shell,
+			Listen: l.listen, ConnectTimeout: l.timeout, Verbose: l.verbose, Stdout: stdout, Stderr: stderr}
+		if l.nodelist != "" {
+			if job.Hosts, err = readNodelist(l.nodelist); err != nil {
+				fmt.Fprintf(stderr, "charmrun: ++nodelist %s: %v\n", l.nodelist, err)
+				return 2
+			}
+		}
+		return job.Run()
 	}
 	if l.verbose {
 		fmt.Fprintf(stderr, "charmrun: %s %s\n", path, strings.Join(l.progArgs, " "))

@@ -1,20 +1,32 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/charmgo/charmgo/pe/cluster"
 )
 
-func buildLeanMD(t *testing.T) string {
+func buildLeanMD(t *testing.T) string { return buildBin(t, "../../apps/leanmd", "leanmd") }
+
+// buildCharmrun builds charmrun itself, for tests that kill it.
+func buildCharmrun(t *testing.T) string { return buildBin(t, ".", "charmrun") }
+
+func buildBin(t *testing.T, pkg, name string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "leanmd")
-	out, err := exec.Command("go", "build", "-o", bin, "../../apps/leanmd").CombinedOutput()
+	bin := filepath.Join(t.TempDir(), name)
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
 	require.NoError(t, err, string(out))
 	return bin
 }
@@ -100,4 +112,196 @@ func TestRuntimeFlagsBeforeTheProgramAndAPackage(t *testing.T) {
 	errb.Reset()
 	require.Equal(t, 2, run([]string{"+p2", t.TempDir()}, &out, &errb))
 	require.Contains(t, errb.String(), "is a directory without Go files")
+}
+
+// energies are the lines of LeanMD's summary that must be bitwise equal
+// between runs.
+func energies(t *testing.T, out string) string {
+	t.Helper()
+	var e []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "kinetic energy:") || strings.Contains(l, "potential energy:") {
+			e = append(e, l)
+		}
+	}
+	require.Len(t, e, 2, out)
+	return strings.Join(e, "\n")
+}
+
+// LeanMD on several processes ends with the one-process run's energies,
+// bitwise, and its summary says how the PEs were spread.
+func TestLeanMDOverProcesses(t *testing.T) {
+	bin := buildLeanMD(t)
+	leanmd := func(args ...string) (string, string) {
+		var out, errb bytes.Buffer
+		code := run(append(args, "--watchdog", "60s", bin, "3", "3", "3", "21"), &out, &errb)
+		require.Equal(t, 0, code, "%v: %s", args, errb.String())
+		return out.String(), errb.String()
+	}
+	want := map[int]string{}
+	for _, p := range []string{"2", "3", "4"} {
+		out, _ := leanmd("+p" + p)
+		n, _ := strconv.Atoi(p)
+		want[n] = energies(t, out)
+	}
+	require.Equal(t, want[2], want[3], "the energies do not depend on the PE count either")
+	for _, c := range []struct {
+		args    []string
+		summary string
+	}{
+		{[]string{"++n", "2", "++ppn", "1"}, "2 processes: 1 PEs (0..0) on"},
+		{[]string{"++n", "2", "++ppn", "2"}, "2 processes: 2 PEs (0..1) on"},
+		{[]string{"++n", "3", "++ppn", "1"}, "3 processes: 1 PEs (0..0) on"},
+		{[]string{"+p", "4", "++ppn", "2"}, "2 processes: 2 PEs (0..1) on"},
+	} {
+		out, errs := leanmd(c.args...)
+		require.Equal(t, want[2], energies(t, out), "%v", c.args)
+		require.Contains(t, out, c.summary)
+		require.Equal(t, 1, strings.Count(out, "Summary"), "only process 0 reports")
+		require.Empty(t, errs)
+	}
+}
+
+// fakeShell is a remote shell for tests: it runs the command on this
+// machine, except on host "unreachable" (it fails as ssh does) and on host
+// "hung" (it never runs it).
+func fakeShell(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "fake-ssh")
+	script := `#!/bin/sh
+host=$1; shift
+case $host in
+unreachable) echo "ssh: Could not resolve hostname $host" >&2; exit 255;;
+hung) exec sleep 600;;
+esac
+exec sh -c "$1"
+`
+	require.NoError(t, os.WriteFile(p, []byte(script), 0o755))
+	return p
+}
+
+func nodelist(t *testing.T, hosts ...string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "nodelist")
+	s := "# a Charm++ node list\ngroup main ++shell ssh\n"
+	for _, h := range hosts {
+		s += "host " + h + "\n"
+	}
+	require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
+	return p
+}
+
+// ++nodelist starts the processes through the remote shell; a host that
+// cannot be reached, or a process that never joins within the connect
+// timeout, ends the job with one line naming the process and its host.
+func TestNodelistAndItsErrors(t *testing.T) {
+	bin := buildLeanMD(t)
+	shell := fakeShell(t)
+	var out, errb bytes.Buffer
+	code := run([]string{"++nodelist", nodelist(t, "nodeA", "nodeB"), "++remote-shell", shell, "++n", "2", bin, "2", "2", "2", "3"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "2 processes: 1 PEs (0..0) on")
+
+	for _, c := range []struct {
+		hosts []string
+		want  string
+	}{
+		{[]string{"nodeA", "unreachable"}, "charmrun: process 1 on unreachable exited with code 255 before it joined the job (the remote shell could not reach the host?)"},
+		{[]string{"hung", "nodeB"}, "charmrun: process 0 on hung did not join the job within 3s (--connect-timeout)"},
+	} {
+		out.Reset()
+		errb.Reset()
+		code := run([]string{"++nodelist", nodelist(t, c.hosts...), "++remote-shell", shell, "++n", "2", "--connect-timeout", "3s", bin, "2", "2", "2", "3"}, &out, &errb)
+		require.NotEqual(t, 0, code)
+		require.Contains(t, errb.String(), c.want)
+	}
+}
+
+// startJob starts charmrun on a LeanMD run long enough to be killed, and
+// returns once the simulation started in every process, with charmrun's
+// children by rank.
+func startJob(t *testing.T, charmrun, leanmd string, args ...string) (*exec.Cmd, map[int]int, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(charmrun, append(args, leanmd, "3", "3", "3", "1000000")...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "Starting simulation") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, stdout)
+	kids := map[int]int{}
+	dirs, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: the command may hold spaces
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(cmd.Process.Pid) {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if r, ok := strings.CutPrefix(string(kv), cluster.RankEnv+"="); ok {
+				n, _ := strconv.Atoi(r)
+				kids[n] = pid
+			}
+		}
+	}
+	return cmd, kids, &errb
+}
+
+// waitGone waits, without polling, until process pid has exited.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		require.ErrorIs(t, err, unix.ESRCH) // gone already
+		return
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 20_000)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "process %d outlived the job", pid)
+}
+
+// No process outlives its job: SIGKILL of charmrun ends every process.
+func TestNoOrphansWhenCharmrunIsKilled(t *testing.T) {
+	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
+	cmd, kids, _ := startJob(t, cr, leanmd, "++n", "2", "++ppn", "1")
+	require.Len(t, kids, 2)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	for _, pid := range kids {
+		waitGone(t, pid)
+	}
+}
+
+// A process killed mid-run is seen at once by the others: the job ends
+// with a non-zero exit and lines that name the process, never a hang.
+func TestAKilledProcessEndsTheJob(t *testing.T) {
+	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
+	cmd, kids, errb := startJob(t, cr, leanmd, "++n", "2", "++ppn", "1")
+	require.Len(t, kids, 2)
+	require.NoError(t, syscall.Kill(kids[1], syscall.SIGKILL))
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 128+9, ee.ExitCode())
+	require.Contains(t, errb.String(), "charmrun: process 1 was killed by SIGKILL")
+	require.Contains(t, errb.String(), "leanmd: process 1 (pid ")
+	waitGone(t, kids[0])
 }

@@ -1,10 +1,14 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
+	"syscall"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -53,8 +57,15 @@ func (j *Job) startActors(addr string) error {
 	return nil
 }
 
+// remoteStart serialises protoactor-go's Remote.Start, which sets grpc's
+// process-wide logger: two jobs started at once in one process (tests)
+// would race on it. It guards a third party's global, not state of ours.
+var remoteStart sync.Mutex
+
 // startRemote starts r, which panics when it cannot listen.
 func startRemote(r *remote.Remote) (err error) {
+	remoteStart.Lock()
+	defer remoteStart.Unlock()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%v", p)
@@ -100,7 +111,13 @@ type loggedCreds struct {
 
 func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	out, info, err := c.TransportCredentials.ServerHandshake(conn)
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed):
+		// A peer that went away mid-handshake (a process of the job ending)
+		// proved nothing, but is no intruder either.
+		c.log.Debug("a control connection ended during its handshake", zap.String("from", conn.RemoteAddr().String()), zap.Error(err))
+	default:
 		c.log.Warn("refused a control connection", zap.String("from", conn.RemoteAddr().String()), zap.Error(err))
 	}
 	return out, info, err

@@ -506,7 +506,7 @@ func (j *Job) peerFailed(r int, msg string, lost bool) {
 	if j.ending.Load() {
 		return
 	}
-	j.log.Warn("peer failed", zap.Int("peer", r), zap.String("why", msg))
+	j.log.Debug("peer failed", zap.Int("peer", r), zap.String("why", msg))
 	j.node.Fail(&PeerError{Member: j.members[r], Msg: firstLine(msg), Lost: lost})
 }
 

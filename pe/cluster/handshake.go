@@ -69,7 +69,7 @@ func dialHandshake(c net.Conn, s Secret, me, want uint32) error {
 }
 
 // acceptHandshake proves the listening side (id me) and checks the
-// dialer's proof; accept says whether the dialer's claimed id is one the
+// dialer's proof; then accept says whether the dialer's id is one the
 // listener expects. It returns the dialer's id.
 func acceptHandshake(c net.Conn, s Secret, me uint32, accept func(id uint32) error) (uint32, error) {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
@@ -82,9 +82,6 @@ func acceptHandshake(c net.Conn, s Secret, me uint32, accept func(id uint32) err
 		return 0, fmt.Errorf("handshake: bytes 0-3: %q is not a charmgo greeting", hello[:4])
 	}
 	id := binary.BigEndian.Uint32(hello[4:])
-	if err := accept(id); err != nil {
-		return id, fmt.Errorf("handshake: bytes 4-7: %w", err)
-	}
 	nd := hello[8:]
 	var reply [nonceSize + macSize]byte
 	nl := reply[:nonceSize]
@@ -97,10 +94,14 @@ func acceptHandshake(c net.Conn, s Secret, me uint32, accept func(id uint32) err
 	}
 	var proof [macSize]byte
 	if _, err := io.ReadFull(c, proof[:]); err != nil {
-		return id, fmt.Errorf("handshake: no proof: %w", err)
+		return id, fmt.Errorf("handshake: no proof of the job's secret came: %w", err)
 	}
 	if !hmac.Equal(proof[:], s.mac([]byte("dialer"), nd, nl, ids(id, me))) {
 		return id, fmt.Errorf("handshake: the peer claiming id %d could not prove the job's secret", id)
+	}
+	// Only a proven peer learns whether its id was welcome.
+	if err := accept(id); err != nil {
+		return id, fmt.Errorf("handshake: %w", err)
 	}
 	return id, nil
 }

@@ -1,0 +1,312 @@
+package cluster
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+// token is a message passed around the PEs of a job.
+var tokenType = pe.RegisterType(pe.TypeInfo{
+	Name:   "cluster.test.token",
+	Encode: func(v any) ([]byte, error) { return binary.LittleEndian.AppendUint64(nil, v.(uint64)), nil },
+	Decode: func(b []byte) (any, error) {
+		if len(b) != 8 {
+			return nil, fmt.Errorf("token: %d bytes", len(b))
+		}
+		return binary.LittleEndian.Uint64(b), nil
+	},
+})
+
+// relay passes every token to the next PE, until it has made hops hops
+// (then it stops the job); sum adds up what it saw.
+type relay struct {
+	hops uint64
+	seen *atomic.Uint64
+}
+
+func (r relay) Handle(p *pe.PE, env *pe.Envelope) {
+	n := env.Payload.(uint64)
+	r.seen.Add(1)
+	if n >= r.hops {
+		p.Node().Stop(0)
+		return
+	}
+	p.Send((p.ID()+1)%p.NumPEs(), &pe.Envelope{Type: tokenType, Kind: pe.KindP2P, Payload: n + 1})
+}
+
+// The tests run this test binary itself as the processes of a job
+// (cluster.Launch starts them, as charmrun does): one actor system and
+// one set of listeners per process, as in a real job.
+const childEnv = "CLUSTER_TEST_CHILD" // "pes hops attack"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(childEnv); v != "" {
+		os.Exit(testProcess(v))
+	}
+	os.Exit(m.Run())
+}
+
+// testProcess is one process of a test job: it joins, passes a token hops times
+// around the job's PEs, and prints how many hops its PEs saw. With
+// attack, process 0 first connects to the job's listeners as a stranger
+// would, and prints what happened.
+func testProcess(spec string) int {
+	var pes int
+	var hops uint64
+	var attack bool
+	fmt.Sscan(spec, &pes, &hops, &attack)
+	rank, _ := strconv.Atoi(os.Getenv(RankEnv))
+	procs, _ := strconv.Atoi(os.Getenv(ProcsEnv))
+	secret, err := ParseSecret(os.Getenv(SecretEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.WarnLevel)
+	rv := &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank}
+	j, err := Join(Config{Rank: rank, Procs: procs, PEs: pes, Secret: secret, ConnectTimeout: 20 * time.Second,
+		Rendezvous: rv, Types: pe.TypesDigest(), Log: zap.New(core)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer j.Close()
+	if attack && rank == 0 {
+		if err := attackJob(j.Members()); err != nil {
+			fmt.Println("attack:", err)
+		} else {
+			fmt.Println("attack: every stranger refused")
+		}
+	}
+	var seen atomic.Uint64
+	first, count := j.PEs()
+	node, err := pe.NewNode(pe.Config{NumPEs: pes, FirstPE: first, LocalPEs: count, Remote: j},
+		func(*pe.PE) pe.Handler { return relay{hops: hops, seen: &seen} })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	j.Run(node)
+	if rank == 0 {
+		node.Inject(0, pe.Envelope{Type: tokenType, Kind: pe.KindP2P, Payload: uint64(0)})
+	}
+	node.Start()
+	code, err := node.Wait()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := j.Finish(nil, 10*time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("seen", seen.Load())
+	return code
+}
+
+// attackJob connects to every listener of the job without its secret:
+// with garbage, with a well-formed greeting under a wrong secret, and on
+// the control plane without a certificate and with another job's. Each
+// must be refused.
+func attackJob(members []Member) error {
+	wrong, err := NewSecret()
+	if err != nil {
+		return err
+	}
+	wrongTLS, err := wrong.TLS()
+	if err != nil {
+		return err
+	}
+	closed := func(c net.Conn) error {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var b [128]byte
+		for {
+			if _, err := c.Read(b[:]); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					return fmt.Errorf("%s kept a stranger's connection open", c.RemoteAddr())
+				}
+				return nil
+			}
+		}
+	}
+	for _, m := range members {
+		c, err := net.Dial("tcp", m.Data)
+		if err != nil {
+			return err
+		}
+		c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + string(make([]byte, 64))))
+		if err := closed(c); err != nil {
+			return err
+		}
+		c.Close()
+		if c, err = net.Dial("tcp", m.Data); err != nil {
+			return err
+		}
+		if err := dialHandshake(c, wrong, 1, uint32(m.Rank)); err == nil || !strings.Contains(err.Error(), "could not prove the job's secret") {
+			return fmt.Errorf("data plane of %v with a wrong secret: %v", m, err)
+		}
+		c.Close()
+		if c, err := tls.Dial("tcp", m.Control, &tls.Config{InsecureSkipVerify: true}); err == nil {
+			if err := closed(c); err != nil {
+				return err
+			}
+			c.Close()
+		}
+		if _, err := tls.Dial("tcp", m.Control, wrongTLS); err == nil {
+			return fmt.Errorf("control plane of %v took another job's certificate", m)
+		}
+	}
+	return nil
+}
+
+// runJob launches a test job of procs processes and pes PEs passing a
+// token hops times, and gives the hops its PEs saw in all, what the
+// processes printed and their standard error.
+func runJob(t *testing.T, procs, pes int, hops uint64, attack bool) (uint64, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: procs, ConnectTimeout: 30 * time.Second,
+		Env:    []string{fmt.Sprintf("%s=%d %d %v", childEnv, pes, hops, attack), "GORACE=atexit_sleep_ms=0"},
+		Stdout: &out, Stderr: &errb}
+	require.Equal(t, 0, l.Run(), errb.String())
+	var seen uint64
+	for _, line := range strings.Split(out.String(), "\n") {
+		var n uint64
+		if _, err := fmt.Sscanf(line, "seen %d", &n); err == nil {
+			seen += n
+		}
+	}
+	return seen, out.String(), errb.String()
+}
+
+func TestTokensCrossProcesses(t *testing.T) {
+	for _, c := range []struct{ procs, pes int }{{2, 2}, {2, 4}, {3, 3}, {3, 7}} {
+		t.Run(fmt.Sprintf("%dx%d", c.procs, c.pes), func(t *testing.T) {
+			// The job stops as the token makes its last hop: every hop
+			// was seen once, in one process or another.
+			seen, _, errs := runJob(t, c.procs, c.pes, 2000, false)
+			require.Equal(t, uint64(2001), seen)
+			require.Empty(t, errs)
+		})
+	}
+}
+
+// A peer that cannot prove the job's secret is refused and logged, on
+// the data and the control listeners of every process, and the job goes
+// on to the same result.
+func TestForeignClientsAreRefused(t *testing.T) {
+	seen, out, errs := runJob(t, 2, 4, 500, true)
+	require.Contains(t, out, "attack: every stranger refused")
+	require.Equal(t, uint64(501), seen, "the job's result is unaffected")
+	require.Equal(t, 4, strings.Count(errs, "refused a data connection"), errs)
+	require.GreaterOrEqual(t, strings.Count(errs, "refused a control connection"), 4, errs)
+}
+
+// The rendezvous refuses strangers the same way, and still serves the
+// job's processes.
+func TestRendezvousRefusesStrangers(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	refused := make(chan struct{}, 8)
+	log := zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
+		if e.Message == "refused a rendezvous connection" {
+			refused <- struct{}{}
+		}
+		return nil
+	}))
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	wrong, err := NewSecret()
+	require.NoError(t, err)
+	srv, err := ServeRendezvous("127.0.0.1", secret, 2, log)
+	require.NoError(t, err)
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Addr())
+	require.NoError(t, err)
+	c.Write([]byte("garbage, and more garbage, and more than forty bytes of it"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.ReadAll(c)
+	if err != nil { // closed on it, perhaps before reading all it was sent
+		require.ErrorIs(t, err, syscall.ECONNRESET)
+	}
+	c.Close()
+	c, err = net.Dial("tcp", srv.Addr())
+	require.NoError(t, err)
+	require.ErrorContains(t, dialHandshake(c, wrong, 1, CharmrunID), "could not prove the job's secret")
+	c.Close()
+
+	p0 := &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: 0}
+	p1 := &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: 1}
+	require.NoError(t, p0.Publish("127.0.0.1:7"))
+	addr, err := p1.Lookup(time.Now().Add(5 * time.Second))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:7", addr)
+	srv.Close()
+	<-p0.Gone() // charmrun gone: the processes learn it
+	<-p1.Gone()
+	for range 2 {
+		select {
+		case <-refused:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the strangers were not logged: %v", logs.All())
+		}
+	}
+}
+
+func TestBlocksCoverThePEs(t *testing.T) {
+	for n := 1; n <= 20; n++ {
+		for procs := 1; procs <= n; procs++ {
+			next := 0
+			for r := range procs {
+				f, c := Block(n, procs, r)
+				require.Equal(t, next, f)
+				require.GreaterOrEqual(t, c, n/procs)
+				next = f + c
+			}
+			require.Equal(t, n, next)
+		}
+	}
+}
+
+// The listening side of a handshake reads bytes from anyone: whatever
+// they are, it ends with an error or a proven peer, never a panic.
+func FuzzAcceptHandshake(f *testing.F) {
+	s, _ := ParseSecret("00000000000000000000000000000000000000000000000000000000000000aa")
+	f.Add([]byte("CGH1\x00\x00\x00\x01" + string(make([]byte, 64))))
+	f.Add([]byte("GET / HTTP/1.1\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		a, b := net.Pipe()
+		go func() {
+			b.Write(in)
+			b.Close()
+		}()
+		go func() { // drain what the listener answers
+			var buf [256]byte
+			for {
+				if _, err := b.Read(buf[:]); err != nil {
+					return
+				}
+			}
+		}()
+		_, err := acceptHandshake(a, s, 0, func(uint32) error { return nil })
+		require.Error(t, err)
+		a.Close()
+	})
+}

@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The environment a launcher gives each process of a job it starts.
+const (
+	RankEnv     = "CHARMGO_RANK"     // this process's number
+	ProcsEnv    = "CHARMGO_PROCS"    // how many processes
+	CharmrunEnv = "CHARMGO_CHARMRUN" // the rendezvous's address (Charmrun)
+)
+
+// exitGrace is how long the other processes have to end on their own once
+// one failed (they learn it from the job's control plane and exit with
+// its error); then charmrun kills them.
+const exitGrace = 10 * time.Second
+
+// child is one process of the job as charmrun sees it.
+type child struct {
+	rank int
+	host string // "" for this machine
+	cmd  *exec.Cmd
+}
+
+func (c *child) String() string {
+	if c.host == "" {
+		return fmt.Sprintf("process %d", c.rank)
+	}
+	return fmt.Sprintf("process %d on %s", c.rank, c.host)
+}
+
+// exit is how a child ended.
+type exit struct {
+	c      *child
+	code   int
+	signal string
+}
+
+// Launch describes a job to start: Procs processes of the program at
+// Path, each given Args.
+type Launch struct {
+	Path  string
+	Args  []string
+	Name  string // the program, for messages
+	Procs int
+	// Hosts, if any, are where the processes run, round robin, started
+	// through Shell (default ssh); none: all on this machine.
+	Hosts []string
+	Shell string
+	// Listen is the address the rendezvous listens on (default
+	// 127.0.0.1); ConnectTimeout bounds the job's start (default
+	// DefaultConnectTimeout).
+	Listen         string
+	ConnectTimeout time.Duration
+	// Env is added to each process's environment.
+	Env            []string
+	Verbose        bool
+	Stdout, Stderr io.Writer
+}
+
+// Run runs the job's processes: it serves their rendezvous with a
+// fresh secret, starts them (here, or through the remote shell on the
+// hosts), and waits for them; it returns the job's exit code. The first to fail sets the exit
+// code; if one fails before every process joined, or if not all joined
+// within the connect timeout, charmrun ends the others. Whatever ends
+// charmrun ends them too: children here die with it (Pdeathsig), and every
+// process ends once its connection to the rendezvous does.
+func (l Launch) Run() int {
+	path, stdout, stderr := l.Path, l.Stdout, l.Stderr
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "charmrun: "+format+"\n", a...)
+		return 1
+	}
+	hosts := l.Hosts
+	if l.Shell == "" {
+		l.Shell = "ssh"
+	}
+	secret, err := NewSecret()
+	if err != nil {
+		return fail("%v", err)
+	}
+	host := l.Listen
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	srv, err := ServeRendezvous(host, secret, l.Procs, nil)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer srv.Close()
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	out, errw := &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
+	env := append(slicesClone(l.Env), ProcsEnv+"="+strconv.Itoa(l.Procs), CharmrunEnv+"="+srv.Addr())
+	children := make([]*child, l.Procs)
+	exits := make(chan exit, l.Procs)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for r := range children {
+		c := &child{rank: r}
+		if len(hosts) > 0 {
+			c.host = hosts[r%len(hosts)]
+		}
+		vars := append(slicesClone(env), RankEnv+"="+strconv.Itoa(r))
+		if c.host == "" {
+			c.cmd = exec.Command(path, l.Args...)
+			c.cmd.Env = append(append(os.Environ(), vars...), SecretEnv+"="+secret.String())
+		} else {
+			c.cmd = remoteCommand(l.Shell, c.host, path, l.Args, vars, secret)
+		}
+		c.cmd.Stdout, c.cmd.Stderr = out, errw
+		// Pdeathsig: if charmrun dies, even by SIGKILL, so do the
+		// children; their own process group: charmrun signals each whole.
+		c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		if l.Verbose {
+			fmt.Fprintf(errw, "charmrun: %v: %s\n", c, strings.Join(c.cmd.Args, " "))
+		}
+		if err := c.cmd.Start(); err != nil {
+			killAll(children[:r])
+			return fail("%v: start %s: %v", c, l.Name, err)
+		}
+		children[r] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			exits <- waitChild(c)
+		}()
+	}
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
+
+	timeout := l.ConnectTimeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	joinTimer := time.NewTimer(timeout)
+	defer joinTimer.Stop()
+	joined := make([]bool, l.Procs)
+	nJoined, running := 0, l.Procs
+	code := 0
+	var graceC <-chan time.Time
+	for running > 0 {
+		select {
+		case r := <-srv.Joined():
+			if !joined[r] {
+				joined[r] = true
+				if nJoined++; nJoined == l.Procs {
+					joinTimer.Stop()
+				}
+			}
+		case <-joinTimer.C:
+			var missing []string
+			for r, ok := range joined {
+				if !ok {
+					missing = append(missing, children[r].String())
+				}
+			}
+			if code == 0 && len(missing) > 0 {
+				fail("%s did not join the job within %v (--connect-timeout)", strings.Join(missing, ", "), timeout)
+				code = 1
+				killAll(children)
+			}
+		case e := <-exits:
+			running--
+			if e.code == 0 {
+				continue
+			}
+			if code == 0 {
+				code = e.code
+				switch {
+				case nJoined < l.Procs && !joined[e.c.rank]:
+					fail("%v exited with code %d before it joined the job%s", e.c, e.code, unreachable(e))
+					killAll(children)
+				case e.signal != "":
+					fail("%v was killed by %s", e.c, e.signal)
+				}
+				graceC = time.After(exitGrace)
+			}
+		case <-graceC:
+			killAll(children)
+		case s := <-sig:
+			for _, c := range children {
+				if c.cmd.Process != nil {
+					syscall.Kill(-c.cmd.Process.Pid, s.(syscall.Signal))
+				}
+			}
+			if code == 0 {
+				code = 128 + int(s.(syscall.Signal))
+			}
+			graceC = time.After(exitGrace)
+		}
+	}
+	return code
+}
+
+func unreachable(e exit) string {
+	if e.c.host != "" && e.code == 255 {
+		return " (the remote shell could not reach the host?)"
+	}
+	return ""
+}
+
+func waitChild(c *child) exit {
+	err := c.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return exit{c: c, code: 128 + int(ws.Signal()), signal: unix.SignalName(ws.Signal())}
+		}
+		return exit{c: c, code: ee.ExitCode()}
+	}
+	if err != nil {
+		return exit{c: c, code: 1}
+	}
+	return exit{c: c}
+}
+
+// killAll ends every started child and everything it started.
+func killAll(cs []*child) {
+	for _, c := range cs {
+		if c != nil && c.cmd.Process != nil {
+			syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// remoteCommand runs the program on host through the remote shell. The
+// secret goes through the shell's standard input, never on a command line
+// (which ps shows on both hosts).
+func remoteCommand(shell, host, path string, args, vars []string, secret Secret) *exec.Cmd {
+	wd, _ := os.Getwd()
+	var b strings.Builder
+	fmt.Fprintf(&b, "cd %s && read -r %s && export %s && exec env", shellQuote(wd), SecretEnv, SecretEnv)
+	for _, v := range vars {
+		b.WriteString(" " + shellQuote(v))
+	}
+	b.WriteString(" " + shellQuote(path))
+	for _, a := range args {
+		b.WriteString(" " + shellQuote(a))
+	}
+	argv := append(strings.Fields(shell), host, b.String())
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = strings.NewReader(secret.String() + "\n")
+	return cmd
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// lockedWriter lets several children write one stream a write at a time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (w *lockedWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(b)
+}
+
+func slicesClone(s []string) []string { return append([]string(nil), s...) }

@@ -45,6 +45,32 @@ func launcher(getenv func(string) string) (rank, procs int, from string, err err
 	return 0, 0, "", nil
 }
 
+// JobIDEnv names a job for --rendezvous-dir when the launcher gives no
+// id of its own: every process of the job must see the same, and no two
+// jobs at once.
+const JobIDEnv = "CHARMGO_JOB_ID"
+
+// jobID is the launcher's id of this job (its step, under srun).
+func jobID(getenv func(string) string) string {
+	if id := getenv("SLURM_JOB_ID"); id != "" {
+		if step := getenv("SLURM_STEP_ID"); step != "" {
+			return id + "." + step
+		}
+		return id
+	}
+	for _, v := range []string{"OMPI_MCA_ess_base_jobid", JobIDEnv} {
+		if id := getenv(v); id != "" {
+			return strings.Map(func(r rune) rune {
+				if r == '/' || r == os.PathSeparator {
+					return '_'
+				}
+				return r
+			}, id)
+		}
+	}
+	return ""
+}
+
 // layout settles +p (PEs in all), ++n (processes) and ++ppn (PEs per
 // process): any two give the third, and all three must agree. A launcher's
 // size stands for ++n.
@@ -133,9 +159,9 @@ func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
 	case cfg.Rendezvous != "":
 		rv = cluster.FixedAddress(cfg.Rendezvous)
 	case cfg.RendezvousDir != "":
-		id := os.Getenv("SLURM_JOB_ID")
+		id := jobID(os.Getenv)
 		if id == "" {
-			id = "job"
+			return nil, InputError{fmt.Errorf("flag --rendezvous-dir: no job id to name the rendezvous file after: none of SLURM_JOB_ID, OMPI_MCA_ess_base_jobid, %s is set", JobIDEnv)}
 		}
 		rv = cluster.Directory{Dir: cfg.RendezvousDir, Job: id}
 	default:

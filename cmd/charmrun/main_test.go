@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -304,4 +306,87 @@ func TestAKilledProcessEndsTheJob(t *testing.T) {
 	require.Contains(t, errb.String(), "charmrun: process 1 was killed by SIGKILL")
 	require.Contains(t, errb.String(), "leanmd: process 1 (pid ")
 	waitGone(t, kids[0])
+}
+
+// A checkpoint written by two processes restarts in one, and one written
+// by one process restarts on two processes of two PEs: the energies are
+// the uninterrupted run's, bitwise.
+func TestRestartOnAnotherProcessCount(t *testing.T) {
+	bin := buildLeanMD(t)
+	leanmd := func(flags []string, params ...string) string {
+		var out, errb bytes.Buffer
+		args := append(append(append([]string{}, flags...), "--watchdog", "60s", bin), params...)
+		code := run(args, &out, &errb)
+		require.Equal(t, 0, code, "%v: %s", args, errb.String())
+		return out.String()
+	}
+	params := []string{"3", "3", "3", "21", "20", "20", "10"}
+	want := energies(t, leanmd([]string{"+p2"}, params...))
+	for _, c := range []struct{ write, restart []string }{
+		{[]string{"++n", "2", "++ppn", "1"}, []string{"+p", "1"}},
+		{[]string{"+p", "3"}, []string{"++n", "2", "++ppn", "2"}},
+	} {
+		dir := t.TempDir()
+		out := leanmd(append(c.write, "--ckpt-dir", dir), params...)
+		require.Equal(t, want, energies(t, out), "%v", c.write)
+		out = leanmd(append(c.restart, "--restart", dir))
+		require.Equal(t, want, energies(t, out), "%v from %v", c.restart, c.write)
+	}
+}
+
+// Under a launcher of its own (srun, mpirun), every process is started
+// by it and takes its rank from the launcher's environment; they meet
+// through a file in a shared directory or at an address given to all.
+func TestProcessesUnderAnotherLauncher(t *testing.T) {
+	bin := buildLeanMD(t)
+	secret, err := cluster.NewSecret()
+	require.NoError(t, err)
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer l.Close()
+		return l.Addr().String()
+	}
+	var want string
+	for _, c := range []struct {
+		rankVar, sizeVar string
+		extraEnv         []string
+		flags            []string
+	}{
+		{"SLURM_PROCID", "SLURM_NTASKS", []string{"SLURM_JOB_ID=77", "SLURM_STEP_ID=0"}, []string{"--rendezvous-dir", t.TempDir()}},
+		{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", nil, []string{"--rendezvous", free()}},
+		{"PMI_RANK", "PMI_SIZE", []string{"CHARMGO_JOB_ID=pmi-job"}, []string{"--rendezvous-dir", t.TempDir()}},
+	} {
+		outs := make([]bytes.Buffer, 2)
+		errs := make([]bytes.Buffer, 2)
+		cmds := make([]*exec.Cmd, 2)
+		for r := range cmds {
+			cmd := exec.Command(bin, append(c.flags, "++ppn", "2", "--watchdog", "60s", "3", "3", "3", "11")...)
+			cmd.Env = append(os.Environ(), append(c.extraEnv, fmt.Sprintf("%s=%d", c.rankVar, r), c.sizeVar+"=2",
+				cluster.SecretEnv+"="+secret.String())...)
+			cmd.Stdout, cmd.Stderr = &outs[r], &errs[r]
+			require.NoError(t, cmd.Start())
+			cmds[r] = cmd
+		}
+		for r, cmd := range cmds {
+			require.NoError(t, cmd.Wait(), "%s=%d: %s", c.rankVar, r, errs[r].String())
+		}
+		require.Contains(t, outs[0].String(), "2 processes: 2 PEs (0..1) on")
+		require.Empty(t, outs[1].String(), "process 1 reports nothing")
+		if want == "" {
+			want = energies(t, outs[0].String())
+		}
+		require.Equal(t, want, energies(t, outs[0].String()), c.rankVar)
+	}
+	// Without a rendezvous, or a secret, a process says what it needs.
+	cmd := exec.Command(bin, "3", "3", "3", "11")
+	cmd.Env = append(os.Environ(), "SLURM_PROCID=0", "SLURM_NTASKS=2", cluster.SecretEnv+"="+secret.String())
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "leanmd: process 0 of 2: no rendezvous: give --rendezvous HOST:PORT")
+	cmd = exec.Command(bin, "--rendezvous-dir", t.TempDir(), "3", "3", "3", "11")
+	cmd.Env = append(os.Environ(), "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=5")
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "several processes need the job's secret in CHARMGO_JOB_SECRET")
 }

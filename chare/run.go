@@ -610,6 +610,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		}
 		defer job.Close()
 		pcfg.FirstPE, pcfg.LocalPEs = job.PEs()
+		opt.BuddyStride = pcfg.LocalPEs // checkpoint copies in another process
 		pcfg.Remote = job
 		pcfg.Chaos = 0
 	}
@@ -637,7 +638,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			Arg: manager.Lazy{V: arg},
 		}}
 		if start != nil {
-			prev := start[(p+len(start)-1)%len(start)]
+			prev := start[ftlayer.NewBuddies(len(start), opt.BuddyStride).Held(int32(p))]
 			env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev, From: from[p]}}
 		}
 		initial[p] = []pe.Envelope{env}

@@ -38,6 +38,7 @@ const ActCommitted ActionKind = 10
 // new snapshot its buddy holds.
 type Checkpointer struct {
 	me, n     int32
+	buddies   Buddies
 	committed map[int32]*Snapshot // own and the buddy-owned copies this PE holds
 	tentative map[int32]*Snapshot // this epoch's
 	epoch     uint64              // in progress (0: none)
@@ -50,8 +51,8 @@ type Checkpointer struct {
 // NewCheckpointer makes PE me's checkpointer; initial is its state at the
 // start (epoch 0, held by itself and by its buddy's checkpointer through
 // Hold).
-func NewCheckpointer(me int32, n int, initial *Snapshot) *Checkpointer {
-	c := &Checkpointer{me: me, n: int32(n), committed: map[int32]*Snapshot{}, tentative: map[int32]*Snapshot{}}
+func NewCheckpointer(me int32, b Buddies, initial *Snapshot) *Checkpointer {
+	c := &Checkpointer{me: me, n: b.N, buddies: b, committed: map[int32]*Snapshot{}, tentative: map[int32]*Snapshot{}}
 	c.committed[me] = initial
 	return c
 }
@@ -59,8 +60,8 @@ func NewCheckpointer(me int32, n int, initial *Snapshot) *Checkpointer {
 // RestoredCheckpointer makes PE me's checkpointer in a run rolled back or
 // restarted to own's epoch: it holds own and held (its neighbour's copy)
 // as committed, and continues from that epoch.
-func RestoredCheckpointer(me int32, n int, own, held *Snapshot) *Checkpointer {
-	c := NewCheckpointer(me, n, own)
+func RestoredCheckpointer(me int32, b Buddies, own, held *Snapshot) *Checkpointer {
+	c := NewCheckpointer(me, b, own)
 	if held != nil {
 		c.Hold(held)
 	}
@@ -68,8 +69,26 @@ func RestoredCheckpointer(me int32, n int, own, held *Snapshot) *Checkpointer {
 	return c
 }
 
-// Buddy is the PE that holds me's second copy.
-func Buddy(me int32, n int) int32 { return (me + 1) % int32(n) }
+// Buddies pairs every PE with the one that holds the second copy of its
+// checkpoint, Stride PEs on (modulo N): with a process per Stride PEs,
+// the copy lives in another process, so that losing a process loses no
+// snapshot. In one process Stride is 1.
+type Buddies struct{ N, Stride int32 }
+
+// NewBuddies pairs n PEs stride apart (1 if stride does not pair distinct
+// PEs).
+func NewBuddies(n, stride int) Buddies {
+	if stride < 1 || stride%n == 0 {
+		stride = 1
+	}
+	return Buddies{N: int32(n), Stride: int32(stride % n)}
+}
+
+// Of is the PE that holds me's second copy.
+func (b Buddies) Of(me int32) int32 { return (me + b.Stride) % b.N }
+
+// Held is the PE whose second copy me holds.
+func (b Buddies) Held(me int32) int32 { return (me - b.Stride + b.N) % b.N }
 
 // Hold stores another PE's committed snapshot (the initial one, or a copy
 // re-sent after a restart).
@@ -97,7 +116,7 @@ func (c *Checkpointer) Begin(e uint64, s *Snapshot) []Action {
 	c.tentative[c.me] = s
 	c.stored = map[int32]bool{}
 	c.Bytes += uint64(len(s.App))
-	b := Buddy(c.me, int(c.n))
+	b := c.buddies.Of(c.me)
 	return []Action{{Kind: ActSend, Packet: Packet{Kind: PktCkptData, From: c.me, To: b, Ckpt: &CkptMsg{Epoch: e, Snap: s}}}}
 }
 

@@ -157,7 +157,7 @@ func (m *Manager) StartCheckpoint(cb Callback) {
 
 func (m *Manager) checkpointer() *ftlayer.Checkpointer {
 	if m.ckpt.ck == nil {
-		m.ckpt.ck = ftlayer.NewCheckpointer(int32(m.Me()), m.NumPEs(), &ftlayer.Snapshot{Owner: int32(m.Me())})
+		m.ckpt.ck = ftlayer.NewCheckpointer(int32(m.Me()), m.Buddies(), &ftlayer.Snapshot{Owner: int32(m.Me())})
 	}
 	return m.ckpt.ck
 }
@@ -528,13 +528,13 @@ func (m *Manager) onRestore(msg *RestoreMsg) {
 		m.Fail(fmt.Errorf("restart from %s: PE %d: %w", restoreSource(msg), m.Me(), err))
 		return
 	}
-	me, n := int32(m.Me()), m.NumPEs()
+	me := int32(m.Me())
 	own := &ftlayer.Snapshot{Owner: me, Epoch: s.Epoch, App: msg.Own}
 	var held *ftlayer.Snapshot
 	if msg.Prev != nil {
-		held = &ftlayer.Snapshot{Owner: (me + int32(n) - 1) % int32(n), Epoch: s.Epoch, App: msg.Prev}
+		held = &ftlayer.Snapshot{Owner: m.Buddies().Held(me), Epoch: s.Epoch, App: msg.Prev}
 	}
-	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, n, own, held)
+	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, m.Buddies(), own, held)
 	m.ckpt.last = s.Epoch
 	m.rec.base = s.Epoch
 }

@@ -91,7 +91,14 @@ type Options struct {
 	OnError       func(error) // how a runtime error ends the run (default: node.Fail)
 	// FT makes each PE's message-logging hook (nil: none).
 	FT HookFactory
+	// BuddyStride is how far on a PE's checkpoint buddy is (its PEs per
+	// process when there are several: the copy lives in another
+	// process; 0 or 1: the next PE).
+	BuddyStride int
 }
+
+// Buddies pairs each PE with the holder of its checkpoint's second copy.
+func (m *Manager) Buddies() ftlayer.Buddies { return ftlayer.NewBuddies(m.NumPEs(), m.opt.BuddyStride) }
 
 // Manager is one PE's manager object. All methods run on that PE.
 type Manager struct {

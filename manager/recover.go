@@ -132,14 +132,14 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 		return
 	}
 	ck := m.checkpointer()
-	if int(ftlayer.Buddy(int32(y), n)) == m.Me() {
+	if int(m.Buddies().Of(int32(y))) == m.Me() {
 		rm := &RecoverMsg{}
 		if s := ck.Committed(int32(y)); s != nil {
 			rm.Epoch, rm.Own, rm.Base = s.Epoch, s.App, s.Epoch == m.rec.base && s.App != nil
 		}
 		m.sendCtl(y, tRecover, rm)
 	}
-	if int(ftlayer.Buddy(int32(m.Me()), n)) == y {
+	if int(m.Buddies().Of(int32(m.Me()))) == y {
 		if s := ck.Committed(int32(m.Me())); s != nil && s.App != nil {
 			m.sendCtl(y, tHeldCopy, &HeldCopyMsg{Epoch: s.Epoch, Owner: int32(m.Me()), Snap: s.App})
 		}
@@ -247,9 +247,9 @@ func (m *Manager) restoreLocal(s *PESnapshot, raw []byte) error {
 	for _, tag := range s.QDAsked {
 		m.StartQD(tag)
 	}
-	me, n := int32(m.Me()), int32(m.NumPEs())
-	held := m.checkpointer().Committed((me + n - 1) % n) // a copy HeldCopyMsg brought first
-	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, m.NumPEs(), &ftlayer.Snapshot{Owner: me, Epoch: s.Epoch, App: raw}, held)
+	me := int32(m.Me())
+	held := m.checkpointer().Committed(m.Buddies().Held(me)) // a copy HeldCopyMsg brought first
+	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, m.Buddies(), &ftlayer.Snapshot{Owner: me, Epoch: s.Epoch, App: raw}, held)
 	m.ckpt.last = s.Epoch
 	return nil
 }

@@ -160,8 +160,8 @@ func (m *Manager) onRollback(msg *RollbackMsg) {
 	offer := &RollbackOfferMsg{PE: int32(m.Me())}
 	if ck := rb.memory; ck != nil {
 		offer.Committed = ck.LastCommitted()
-		me, n := int32(m.Me()), int32(m.NumPEs())
-		for _, owner := range []int32{me, (me + n - 1) % n} {
+		me := int32(m.Me())
+		for _, owner := range []int32{me, m.Buddies().Held(me)} {
 			for _, s := range []*ftlayer.Snapshot{ck.Committed(owner), ck.Tentative(owner)} {
 				if s != nil && s.App != nil && !slices.Contains(offer.Held, HeldSnapshot{owner, s.Epoch}) {
 					offer.Held = append(offer.Held, HeldSnapshot{owner, s.Epoch})
@@ -355,17 +355,17 @@ func checkPlan(plan *RollbackPlanMsg, n int) error {
 func (m *Manager) sendSnapshot(owner int32, epoch uint64, app []byte) {
 	msg := &SnapshotCopyMsg{Owner: owner, Epoch: epoch, App: app}
 	m.sendCtl(int(owner), tSnapshotCopy, msg)
-	if b := ftlayer.Buddy(owner, m.NumPEs()); b != owner {
+	if b := m.Buddies().Of(owner); b != owner {
 		m.sendCtl(int(b), tSnapshotCopy, msg)
 	}
 }
 
 func (m *Manager) onSnapshotCopy(msg *SnapshotCopyMsg) {
-	rb, me, n := m.rb, int32(m.Me()), int32(m.NumPEs())
+	rb, me := m.rb, int32(m.Me())
 	switch {
 	case msg.Owner == me:
 		rb.own = msg.App
-	case msg.Owner == (me+n-1)%n:
+	case msg.Owner == m.Buddies().Held(me):
 		rb.prev = msg.App
 	default:
 		m.failf("PE %d: given PE %d's snapshot, which it neither owns nor holds", me, msg.Owner)

@@ -109,6 +109,7 @@ type Job struct {
 	count   int
 	dataLn  net.Listener
 	ctl     chan control
+	early   []control // taken during the start, for the run loop
 	gen     atomic.Uint64
 
 	node      *pe.Node
@@ -321,8 +322,12 @@ func (j *Job) await(deadline time.Time, want ctlKind, what string) (control, err
 				return m, nil
 			case ctlRefused:
 				return m, fmt.Errorf("rendezvous: process 0 refused this process: %s", m.Err)
-			case ctlStop:
-				return m, fmt.Errorf("%v ended the job during its start: %s", j.members[m.From], firstLine(m.Err))
+			case ctlStop, ctlResult:
+				// A process that got the start before this one may have
+				// run the job to its end already (this process's PEs
+				// had nothing to do): the run loop takes it up.
+				j.early = append(j.early, m)
+				continue
 			case ctlLost:
 				return m, fmt.Errorf("%v was lost during the start", j.members[m.From])
 			}
@@ -512,32 +517,41 @@ func (j *Job) peerFailed(r int, msg string, lost bool) {
 
 // loop handles control messages while the job runs.
 func (j *Job) loop() {
+	early := j.early
+	j.early = nil
+	for _, m := range early {
+		j.handle(m)
+	}
 	for m := range j.ctl {
-		switch m.Kind {
-		case ctlStop:
-			if m.Err != "" {
-				j.peerFailed(m.From, m.Err, m.Lost)
-			} else {
-				j.ending.Store(true)
-				j.node.Stop(m.Code)
-			}
-		case ctlLost:
-			j.mu.Lock()
-			j.lost[m.From] = true
-			j.mu.Unlock()
-			j.signalResults()
-			j.peerFailed(m.From, "its actor system is gone (the process died or its host is unreachable)", true)
-			if m.From == 0 {
-				j.relOnce.Do(func() { close(j.released) })
-			}
-		case ctlResult:
-			j.mu.Lock()
-			j.results[m.From] = m.Data
-			j.mu.Unlock()
-			j.signalResults()
-		case ctlRelease:
+		j.handle(m)
+	}
+}
+
+func (j *Job) handle(m control) {
+	switch m.Kind {
+	case ctlStop:
+		if m.Err != "" {
+			j.peerFailed(m.From, m.Err, m.Lost)
+		} else {
+			j.ending.Store(true)
+			j.node.Stop(m.Code)
+		}
+	case ctlLost:
+		j.mu.Lock()
+		j.lost[m.From] = true
+		j.mu.Unlock()
+		j.signalResults()
+		j.peerFailed(m.From, "its actor system is gone (the process died or its host is unreachable)", true)
+		if m.From == 0 {
 			j.relOnce.Do(func() { close(j.released) })
 		}
+	case ctlResult:
+		j.mu.Lock()
+		j.results[m.From] = m.Data
+		j.mu.Unlock()
+		j.signalResults()
+	case ctlRelease:
+		j.relOnce.Do(func() { close(j.released) })
 	}
 }
 
@@ -569,7 +583,12 @@ func (j *Job) Finish(result []byte, timeout time.Duration) (map[int][]byte, erro
 	var err error
 	for {
 		j.mu.Lock()
-		done := len(j.results)+len(j.lost) >= j.cfg.Procs-1
+		done := true
+		for r := 1; r < j.cfg.Procs; r++ {
+			if _, ok := j.results[r]; !ok && !j.lost[r] {
+				done = false
+			}
+		}
 		j.mu.Unlock()
 		if done {
 			break

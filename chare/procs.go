@@ -171,8 +171,14 @@ func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
 	if log.Core().Enabled(zapcore.DebugLevel) {
 		actorLog = log // protoactor-go's chatter only when debugging
 	}
+	inc := 0
+	if v := os.Getenv(cluster.ReplacementEnv); v != "" {
+		if inc, err = strconv.Atoi(v); err != nil || inc < 0 {
+			return nil, InputError{fmt.Errorf("environment: %s=%q is not an incarnation number", cluster.ReplacementEnv, v)}
+		}
+	}
 	job, err := cluster.Join(cluster.Config{Rank: rank, Procs: procs, PEs: cfg.PEs, Secret: secret, Host: cfg.Listen,
-		Rendezvous: rv, ConnectTimeout: cfg.ConnectTimeout, Types: pe.TypesDigest(), Log: log, ActorLog: actorLog})
+		Rendezvous: rv, ConnectTimeout: cfg.ConnectTimeout, Types: pe.TypesDigest(), Log: log, ActorLog: actorLog, Incarnation: inc})
 	if err != nil {
 		return nil, fmt.Errorf("process %d of %d: %w", rank, procs, err)
 	}

@@ -642,10 +642,14 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			env = pe.Envelope{Type: manager.RestoreType(), Kind: pe.KindSystem, Payload: &manager.RestoreMsg{Own: start[p], Prev: prev, From: from[p]}}
 		}
 		initial[p] = []pe.Envelope{env}
-		node.Inject(p, env)
+		if job == nil || !job.Replacement() {
+			node.Inject(p, env) // a replacement's PEs start as recovery tells them
+		}
 	}
 	rs.sup.Begin(node, initial)
 	if job != nil {
+		// charmrun replaces a lost process; under srun or mpirun nothing does
+		job.SetRecovery(rs.sup.ForJob(job, node, os.Getenv(cluster.CharmrunEnv) != ""))
 		job.Run(node)
 	}
 	node.Start()

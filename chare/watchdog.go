@@ -127,21 +127,21 @@ type nodeDump struct {
 // for the answers; a PE that does not answer is stuck inside a handler, so
 // the goroutines' stacks are added.
 func dumpNode(node *pe.Node, wait time.Duration) nodeDump {
-	n := node.NumPEs()
+	lo, n := node.LocalPEs() // this process's: the others dump their own
 	parked := make([]bool, n)
 	for p := range parked {
-		parked[p] = node.Parked(p)
+		parked[p] = node.Parked(lo + p)
 	}
 	reply := make(chan manager.PEDump, n) // a late answer never blocks its PE
 	for p := 0; p < n; p++ {
-		node.InjectControl(p, pe.Envelope{Type: manager.DumpType(), Kind: pe.KindSystem, Payload: &manager.DumpMsg{Reply: reply}})
+		node.InjectControl(lo+p, pe.Envelope{Type: manager.DumpType(), Kind: pe.KindSystem, Payload: &manager.DumpMsg{Reply: reply}})
 	}
 	got := make([]*manager.PEDump, n)
 	timeout := time.After(wait)
 	for k := 0; k < n; k++ {
 		select {
 		case d := <-reply:
-			got[d.PE] = &d
+			got[d.PE-lo] = &d
 			continue
 		case <-timeout:
 		}
@@ -156,8 +156,8 @@ func dumpNode(node *pe.Node, wait time.Duration) nodeDump {
 			allParked = false
 		}
 		if d == nil {
-			silent = append(silent, p)
-			fmt.Fprintf(&b, "PE %d: did not answer within %v: busy inside one handler\n", p, wait)
+			silent = append(silent, lo+p)
+			fmt.Fprintf(&b, "PE %d: did not answer within %v: busy inside one handler\n", lo+p, wait)
 			continue
 		}
 		state := "parked"

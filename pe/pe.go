@@ -74,6 +74,9 @@ type Config struct {
 // An error fails the run.
 type Remote interface {
 	Deliver(src, dst int, sys bool, batch []Envelope) error
+	// RolledBack is called by Node.RollBack once every local PE stopped,
+	// before any is cleared: nothing queued before may be sent after.
+	RolledBack()
 }
 
 // Stats counts one PE's traffic. Only the owning PE writes it; read it after
@@ -335,6 +338,9 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 	if n.chaos != nil {
 		n.chaos.drop() // first: nothing it held may reach an inbox cleared below
 	}
+	if n.cfg.Remote != nil {
+		n.cfg.Remote.RolledBack()
+	}
 	for _, p := range n.pes {
 		p.clear()
 	}
@@ -451,6 +457,12 @@ func (n *Node) ArmIdleNotice(dst int, env Envelope) {
 		n.PE(dst).in.push(true, []Envelope{env})
 	}
 }
+
+// AddInjected counts k envelopes as handed in with Inject: a process
+// that replaces a lost one takes over the count of what the lost one was
+// handed (its PEs' first messages, which a new incarnation handles
+// again), so that quiescence detection's sums balance.
+func (n *Node) AddInjected(k uint64) { n.injected.Add(k) }
 
 // Injected is the number of envelopes handed in with Inject.
 func (n *Node) Injected() uint64 { return n.injected.Load() }

@@ -84,6 +84,13 @@ type Supervisor struct {
 	restartEpoch  uint64
 	lastCommitted uint64 // the last checkpoint PE 0 saw committed
 	rangeChecked  bool   // StepRange checked the kills
+	// lostWhat describes a lost process being rolled back for (several
+	// processes: Processes).
+	lostWhat string
+	// onRestored and onRecovered tell process 0 that a PE of this one
+	// restored a checkpoint and caught up.
+	onRestored  func(epoch uint64)
+	onRecovered func(me int)
 }
 
 // Config is what a Supervisor needs to know of its run.
@@ -267,16 +274,26 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 // by messages on where to go back to (manager.RollbackMsg).
 func (s *Supervisor) rollBack(node *pe.Node) {
 	s.mu.Lock()
-	s.resetDone, s.rolledBack = true, true
 	failed := make([]int32, len(s.dead))
 	for i, p := range s.dead {
 		failed[i] = int32(p)
 	}
 	start := &manager.RollbackMsg{Failed: failed, Committed: s.lastCommitted, Restart: s.restartEpoch, RestartDir: s.restartDir}
+	s.mu.Unlock()
+	s.rollBackWith(node, start, nil)
+}
+
+// rollBackWith rolls node's PEs back, starting them with start; the PEs
+// in lost (of a lost process: their stand-ins in its replacement) keep no
+// memory.
+func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, lost map[int]bool) {
+	s.mu.Lock()
+	s.resetDone, s.rolledBack = true, true
 	s.inc = make([]uint32, node.NumPEs()) // the protocol starts afresh
 	s.window, s.recovering, s.recovered = false, -1, nil
 	s.mu.Unlock()
 	node.RollBack(func(p *pe.PE, prev pe.Handler, failed bool) pe.Handler {
+		failed = failed || lost[p.ID()]
 		old := prev.(*manager.Manager)
 		// the summary counts what the lost incarnations logged and did
 		s.AddLog(old.FT().Stats())
@@ -347,13 +364,25 @@ func (s *Supervisor) CheckpointCommitted(epoch uint64) {
 func (s *Supervisor) LocalRestored(me int, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ft.Restored = append(s.ft.Restored, epoch)
+	if s.onRestored != nil {
+		defer s.onRestored(epoch)
+	}
+	s.restoredAt(epoch)
 	fmt.Fprintf(s.notices, "charmgo: PE %d restored checkpoint %d and replays\n", me, epoch)
 }
 
+func (s *Supervisor) restoredAt(epoch uint64) { s.ft.Restored = append(s.ft.Restored, epoch) }
+
 // LocalRecovered: PE me caught up with the others.
-func (s *Supervisor) LocalRecovered(me int) {
+func (s *Supervisor) LocalRecovered(me int) { s.caughtUp(me, true) }
+
+// caughtUp: PE me caught up, here (here: its process says so and tells
+// process 0, if that is another) or in another process.
+func (s *Supervisor) caughtUp(me int, here bool) {
 	s.mu.Lock()
+	if tell := s.onRecovered; here && tell != nil {
+		defer tell(me)
+	}
 	s.ft.Recovery += time.Since(s.failed)
 	s.ft.CaughtUp += time.Since(s.failed)
 	s.failed = time.Time{}
@@ -363,7 +392,9 @@ func (s *Supervisor) LocalRecovered(me int) {
 	}
 	waiting, node := s.waiting, s.node
 	s.waiting = nil
-	fmt.Fprintf(s.notices, "charmgo: PE %d caught up\n", me)
+	if here {
+		fmt.Fprintf(s.notices, "charmgo: PE %d caught up\n", me)
+	}
 	s.mu.Unlock()
 	if len(waiting) > 0 {
 		s.fire(node, waiting)
@@ -374,8 +405,11 @@ func (s *Supervisor) LocalRecovered(me int) {
 // epoch (0: the start), found where from.
 func (s *Supervisor) RollingBack(epoch uint64, from string) {
 	s.mu.Lock()
-	f := &PEFailure{PE: s.dead[0], Kill: s.deadKills[0], Also: slices.Clone(s.deadKills[1:])}
-	s.dead, s.deadKills = nil, nil
+	var f any = lostProcess(s.lostWhat)
+	if s.lostWhat == "" {
+		f = &PEFailure{PE: s.dead[0], Kill: s.deadKills[0], Also: slices.Clone(s.deadKills[1:])}
+	}
+	s.dead, s.deadKills, s.lostWhat = nil, nil, ""
 	s.ft.PEsRolledBack += s.node.NumPEs()
 	s.ft.Restored = append(s.ft.Restored, epoch)
 	if epoch == 0 {
@@ -386,6 +420,10 @@ func (s *Supervisor) RollingBack(epoch uint64, from string) {
 	fmt.Fprintf(s.notices, "charmgo: %v; every PE rolls back to checkpoint %d (%s)\n", f, epoch, from)
 	s.mu.Unlock()
 }
+
+type lostProcess string
+
+func (l lostProcess) String() string { return string(l) }
 
 // StepRange checks, once a run, the failures injected at steps against
 // the steps the program will run.

@@ -75,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer cleanup()
 	if l.procs > 1 || l.nodelist != "" {
 		job := cluster.Launch{Path: path, Args: l.progArgs, Name: l.prog, Procs: l.procs, Shell: l.shell,
-			Listen: l.listen, ConnectTimeout: l.timeout, Verbose: l.verbose, Stdout: stdout, Stderr: stderr}
+			Listen: l.listen, ConnectTimeout: l.timeout, Verbose: l.verbose, Stdout: stdout, Stderr: stderr, Replace: true}
 		if l.nodelist != "" {
 			if job.Hosts, err = readNodelist(l.nodelist); err != nil {
 				fmt.Fprintf(stderr, "charmrun: ++nodelist %s: %v\n", l.nodelist, err)

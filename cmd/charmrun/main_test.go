@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -219,26 +221,54 @@ func TestNodelistAndItsErrors(t *testing.T) {
 	}
 }
 
-// startJob starts charmrun on a LeanMD run long enough to be killed, and
-// returns once the simulation started in every process, with charmrun's
-// children by rank.
-func startJob(t *testing.T, charmrun, leanmd string, args ...string) (*exec.Cmd, map[int]int, *bytes.Buffer) {
+// job is charmrun running LeanMD in a test.
+type job struct {
+	cmd  *exec.Cmd
+	kids map[int]int // charmrun's children by rank
+	out  *lockedBuffer
+	err  *lockedBuffer
+	done chan struct{} // closed when charmrun's output ended
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startJob starts charmrun with args on LeanMD with params, and returns
+// once LeanMD printed a line containing until, with charmrun's children.
+func startJob(t *testing.T, charmrun, leanmd string, args, params []string, until string) *job {
 	t.Helper()
-	cmd := exec.Command(charmrun, append(args, leanmd, "3", "3", "3", "1000000")...)
+	cmd := exec.Command(charmrun, append(append(args, leanmd), params...)...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
+	j := &job{cmd: cmd, kids: map[int]int{}, out: &lockedBuffer{}, err: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = j.err
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "Starting simulation") {
+		j.out.Write(append(sc.Bytes(), '\n'))
+		if strings.Contains(sc.Text(), until) {
 			break
 		}
 	}
-	go io.Copy(io.Discard, stdout)
-	kids := map[int]int{}
+	go func() {
+		io.Copy(j.out, stdout)
+		close(j.done)
+	}()
 	dirs, err := os.ReadDir("/proc")
 	require.NoError(t, err)
 	for _, d := range dirs {
@@ -259,11 +289,24 @@ func startJob(t *testing.T, charmrun, leanmd string, args ...string) (*exec.Cmd,
 		for _, kv := range bytes.Split(env, []byte{0}) {
 			if r, ok := strings.CutPrefix(string(kv), cluster.RankEnv+"="); ok {
 				n, _ := strconv.Atoi(r)
-				kids[n] = pid
+				j.kids[n] = pid
 			}
 		}
 	}
-	return cmd, kids, &errb
+	return j
+}
+
+// wait waits for charmrun to end and gives its exit code.
+func (j *job) wait(t *testing.T) int {
+	t.Helper()
+	<-j.done
+	err := j.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	require.NoError(t, err)
+	return 0
 }
 
 // waitGone waits, without polling, until process pid has exited.
@@ -284,28 +327,85 @@ func waitGone(t *testing.T, pid int) {
 // No process outlives its job: SIGKILL of charmrun ends every process.
 func TestNoOrphansWhenCharmrunIsKilled(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	cmd, kids, _ := startJob(t, cr, leanmd, "++n", "2", "++ppn", "1")
-	require.Len(t, kids, 2)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	for _, pid := range kids {
+	j := startJob(t, cr, leanmd, []string{"++n", "2", "++ppn", "1"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
+	require.Len(t, j.kids, 2)
+	require.NoError(t, j.cmd.Process.Signal(syscall.SIGKILL))
+	for _, pid := range j.kids {
 		waitGone(t, pid)
 	}
 }
 
-// A process killed mid-run is seen at once by the others: the job ends
-// with a non-zero exit and lines that name the process, never a hang.
-func TestAKilledProcessEndsTheJob(t *testing.T) {
+// A process killed by SIGKILL mid-run is replaced by charmrun, and the job
+// recovers: under --ft none every PE rolls back to the last checkpoint;
+// under scmel and camel with one PE per process only the replacement
+// does. Either way the run ends with the failure-free energies, bitwise.
+func TestAKilledProcessIsReplaced(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	cmd, kids, errb := startJob(t, cr, leanmd, "++n", "2", "++ppn", "1")
-	require.Len(t, kids, 2)
-	require.NoError(t, syscall.Kill(kids[1], syscall.SIGKILL))
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee)
-	require.Equal(t, 128+9, ee.ExitCode())
-	require.Contains(t, errb.String(), "charmrun: process 1 was killed by SIGKILL")
-	require.Contains(t, errb.String(), "leanmd: process 1 (pid ")
-	waitGone(t, kids[0])
+	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
+	var want string
+	for _, c := range []struct {
+		args   []string
+		notice string
+		ft     string
+	}{
+		{[]string{"++n", "2", "++ppn", "2", "--ft", "none"}, "charmgo: process 1 (PEs 2..3) was lost; every PE rolls back to checkpoint", "none, 1 failures, 4 PEs rolled back"},
+		{[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (camel)", "camel, 1 failures, 1 PEs rolled back"},
+		{[]string{"++n", "3", "++ppn", "1", "--ft", "scmel"}, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (scmel)", "scmel, 1 failures, 1 PEs rolled back"},
+	} {
+		if want == "" {
+			var out, errb bytes.Buffer
+			require.Equal(t, 0, run(append([]string{"+p2", leanmd}, params...), &out, &errb), errb.String())
+			want = energies(t, out.String())
+		}
+		j := startJob(t, cr, leanmd, append(c.args, "--watchdog", "60s"), params, "Step 15 Benchmark")
+		require.NoError(t, syscall.Kill(j.kids[1], syscall.SIGKILL))
+		require.Equal(t, 0, j.wait(t), "%v: %s", c.args, j.err.String())
+		require.Contains(t, j.err.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
+		require.Contains(t, j.err.String(), c.notice)
+		require.Contains(t, j.out.String(), "fault tolerance: "+c.ft)
+		require.Equal(t, want, energies(t, j.out.String()), "%v", c.args)
+	}
+}
+
+// What cannot be replaced ends the job at once, with a line that says
+// so: process 0 (it coordinates the job), and any process of a job whose
+// launcher does not replace processes (srun, mpirun).
+func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
+	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
+	j := startJob(t, cr, leanmd, []string{"++n", "2", "++ppn", "1"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
+	require.NoError(t, syscall.Kill(j.kids[0], syscall.SIGKILL))
+	require.NotEqual(t, 0, j.wait(t))
+	require.Contains(t, j.err.String(), "charmrun: process 0 was killed by SIGKILL")
+	require.Contains(t, j.err.String(), "leanmd: process 0 (pid ")
+	waitGone(t, j.kids[1])
+
+	secret, err := cluster.NewSecret()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	cmds := make([]*exec.Cmd, 2)
+	errs := make([]lockedBuffer, 2)
+	var stdout io.Reader
+	for r := range cmds {
+		cmd := exec.Command(leanmd, "--rendezvous-dir", dir, "3", "3", "3", "1000000")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("SLURM_PROCID=%d", r), "SLURM_NTASKS=2", "SLURM_JOB_ID=9", cluster.SecretEnv+"="+secret.String())
+		cmd.Stderr = &errs[r]
+		if r == 0 {
+			stdout, err = cmd.StdoutPipe()
+			require.NoError(t, err)
+		}
+		require.NoError(t, cmd.Start())
+		cmds[r] = cmd
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && !strings.Contains(sc.Text(), "Starting simulation") {
+	}
+	go io.Copy(io.Discard, stdout)
+	require.NoError(t, cmds[1].Process.Kill())
+	err = cmds[0].Wait()
+	require.Error(t, err, "process 0 ends, and not with 0")
+	require.Contains(t, errs[0].String(), "leanmd: process 1 (pid ")
+	require.Contains(t, errs[0].String(), "was lost")
 }
 
 // A checkpoint written by two processes restarts in one, and one written

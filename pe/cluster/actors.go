@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -87,13 +88,20 @@ func (j *Job) receive(ctx actor.Context) {
 		}
 		j.ctl <- c
 	case watchPeers:
-		for r, pid := range j.pids {
-			if r != j.cfg.Rank {
+		j.mu.Lock()
+		pids := slices.Clone(j.pids)
+		j.mu.Unlock()
+		for r, pid := range pids {
+			if r != j.cfg.Rank && pid != nil {
 				ctx.Watch(pid)
 			}
 		}
 	case *actor.Terminated:
-		for r, pid := range j.pids {
+		j.mu.Lock()
+		pids := slices.Clone(j.pids)
+		j.mu.Unlock()
+		for r, pid := range pids {
+			// a replaced process's old address matches no one any more
 			if r != j.cfg.Rank && pid != nil && pid.Address == m.Who.Address {
 				j.ctl <- control{Kind: ctlLost, From: r}
 			}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,10 @@ type Config struct {
 	Log   *zap.Logger
 	// ActorLog receives protoactor-go's own log (default: none).
 	ActorLog *zap.Logger
+	// Incarnation is 0 for a process started with the job, n for the
+	// n-th replacement of a lost one (the launcher's ReplacementEnv):
+	// a replacement joins the running job instead of starting it.
+	Incarnation int
 }
 
 // DefaultConnectTimeout is how long a job waits for all its processes.
@@ -62,6 +67,7 @@ type Member struct {
 	Control string `msgpack:"c"` // protoactor-go remote address
 	Data    string `msgpack:"d"` // data-plane TCP address
 	Types   uint64 `msgpack:"t"`
+	Inc     int    `msgpack:"i,omitempty"` // incarnation: replacements count up
 }
 
 func (m Member) String() string {
@@ -97,31 +103,52 @@ func (e *PeerError) Error() string {
 
 // Job is this process's membership in a running job.
 type Job struct {
-	cfg     Config
-	log     *zap.Logger
-	sys     *actor.ActorSystem
-	rem     *remote.Remote
-	members []Member
-	pids    []*actor.PID
-	links   []*link
-	owner   []int // the rank running each PE
-	first   int
-	count   int
-	dataLn  net.Listener
-	ctl     chan control
-	early   []control // taken during the start, for the run loop
-	gen     atomic.Uint64
+	cfg    Config
+	log    *zap.Logger
+	sys    *actor.ActorSystem
+	rem    *remote.Remote
+	links  []atomic.Pointer[link] // by rank: the data connection to each peer
+	owner  []int                  // the rank running each PE
+	first  int
+	count  int
+	dataLn net.Listener
+	ctl    chan control
+	early  []control // taken during the start, for the run loop
+	gen    atomic.Uint64
+	// linkUp tells connect and rejoin that a peer's data connection came.
+	linkUp chan int
 
 	node      *pe.Node
+	recovery  Recovery
 	ending    atomic.Bool // this process's run is over: peers going away is expected
-	stopOnce  sync.Once
-	mu        sync.Mutex
+	mu        sync.Mutex  // guards what follows
+	members   []Member
+	pids      []*actor.PID
 	results   map[int][]byte
+	lost      map[int]bool // peers gone and not (yet) replaced
+	nextGen   uint64       // the generation a rollback in progress takes
 	resultsCh chan struct{}
 	released  chan struct{}
 	relOnce   sync.Once
-	lost      map[int]bool
 	closeOnce sync.Once
+}
+
+// Recovery is what the layer above does when a process of the job is lost
+// and when its replacement has joined. Without one, a lost process ends
+// the job.
+type Recovery interface {
+	// ProcessLost: process r is gone (on every process that noticed).
+	// It reports whether a replacement may come; if not, the job ends.
+	ProcessLost(r int) bool
+	// Rejoined: the replacement of process r is connected to every
+	// process (on process 0 only): recovery can begin.
+	Rejoined(r int)
+	// Action: process 0 decided a step of recovery (Broadcast); every
+	// process takes it, process 0 included, in the order sent.
+	Action(data []byte)
+	// Report: a process told process 0 how its recovery goes (Report;
+	// on process 0 only).
+	Report(from int, data []byte)
 }
 
 type ctlKind uint8
@@ -136,6 +163,9 @@ const (
 	ctlRelease                    // rank 0 → all: results in, go
 	ctlLost                       // local: a peer's actor system is gone (From)
 	ctlRefused                    // rank 0 → a process: not admitted (Err)
+	ctlRejoin                     // rank 0 → all: a replacement joined (Member)
+	ctlAction                     // rank 0 → all: a step of recovery (Data)
+	ctlReport                     // → rank 0: how a recovery goes (Data)
 )
 
 // control is a control message, carried msgpack-encoded in a
@@ -149,6 +179,7 @@ type control struct {
 	Err     string   `msgpack:"e,omitempty"`
 	Lost    bool     `msgpack:"l,omitempty"`
 	Data    []byte   `msgpack:"d,omitempty"`
+	Gen     uint64   `msgpack:"g,omitempty"`
 }
 
 // actorName is every process's control actor.
@@ -177,8 +208,9 @@ func Join(cfg Config) (*Job, error) {
 	if cfg.ActorLog == nil {
 		cfg.ActorLog = zap.NewNop()
 	}
-	j := &Job{cfg: cfg, log: cfg.Log.With(zap.Int("rank", cfg.Rank)), ctl: make(chan control, 1024),
-		results: map[int][]byte{}, resultsCh: make(chan struct{}, 1), released: make(chan struct{}), lost: map[int]bool{}}
+	j := &Job{cfg: cfg, log: cfg.Log.With(zap.Int("rank", cfg.Rank)), ctl: make(chan control, 1024), linkUp: make(chan int, 4*cfg.Procs),
+		results: map[int][]byte{}, resultsCh: make(chan struct{}, 1), released: make(chan struct{}), lost: map[int]bool{},
+		links: make([]atomic.Pointer[link], cfg.Procs)}
 	j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
 	j.owner = make([]int, cfg.PEs)
 	for r := 0; r < cfg.Procs; r++ {
@@ -211,7 +243,7 @@ func (j *Job) join(deadline time.Time) error {
 		return err
 	}
 	host, _ := os.Hostname()
-	me := Member{Rank: cfg.Rank, Host: host, PID: os.Getpid(), Control: j.sys.Address(), Data: j.dataLn.Addr().String(), Types: cfg.Types}
+	me := Member{Rank: cfg.Rank, Host: host, PID: os.Getpid(), Control: j.sys.Address(), Data: j.dataLn.Addr().String(), Types: cfg.Types, Inc: cfg.Incarnation}
 	j.members = make([]Member, cfg.Procs)
 	j.pids = make([]*actor.PID, cfg.Procs)
 	j.members[cfg.Rank], j.pids[cfg.Rank] = me, actor.NewPID(me.Control, actorName)
@@ -240,10 +272,19 @@ func (j *Job) join(deadline time.Time) error {
 		for r, mm := range j.members {
 			j.pids[r] = actor.NewPID(mm.Control, actorName)
 		}
+		j.gen.Store(m.Gen)
 	}
 	j.sys.Root.Send(j.pids[cfg.Rank], watchPeers{j})
+	go j.acceptLoop()
 	if err := j.connect(deadline); err != nil {
 		return err
+	}
+	if cfg.Incarnation > 0 {
+		// A replacement: the job runs already. Process 0 starts its
+		// recovery once this process is connected to every other.
+		j.send(0, control{Kind: ctlReady})
+		j.log.Debug("rejoined", zap.Int("incarnation", cfg.Incarnation), zap.Uint64("generation", m0gen(j)))
+		return nil
 	}
 	if cfg.Rank == 0 {
 		for got := 1; got < cfg.Procs; got++ {
@@ -341,56 +382,77 @@ func (j *Job) await(deadline time.Time, want ctlKind, what string) (control, err
 	}
 }
 
+func m0gen(j *Job) uint64 { return j.gen.Load() }
+
 // connect makes the data plane: this process dials every lower rank and
-// accepts every higher one.
+// waits for every higher one to dial it.
 func (j *Job) connect(deadline time.Time) error {
 	cfg := j.cfg
-	j.links = make([]*link, cfg.Procs)
-	type accepted struct {
-		rank int
-		conn net.Conn
-	}
-	want := cfg.Procs - 1 - cfg.Rank
-	acc := make(chan accepted, want)
-	go j.acceptLoop(func(rank int, c net.Conn) { acc <- accepted{rank, c} })
 	for r := 0; r < cfg.Rank; r++ {
-		d := net.Dialer{Deadline: deadline}
-		c, err := d.Dial("tcp", j.members[r].Data)
-		if err != nil {
-			return fmt.Errorf("data plane: connect to %v at %s: %w", j.members[r], j.members[r].Data, err)
+		if err := j.dial(r, deadline); err != nil {
+			return err
 		}
-		if err := dialHandshake(c, cfg.Secret, uint32(cfg.Rank), uint32(r)); err != nil {
-			c.Close()
-			return fmt.Errorf("data plane: %v: %w", j.members[r], err)
-		}
-		setNoDelay(c)
-		j.links[r] = newLink(r, c, &j.gen, j.first, j.count)
 	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
-	for got := 0; got < want; got++ {
-		select {
-		case a := <-acc:
-			j.links[a.rank] = newLink(a.rank, a.conn, &j.gen, j.first, j.count)
-		case <-t.C:
-			var missing []string
-			for r := cfg.Rank + 1; r < cfg.Procs; r++ {
-				if j.links[r] == nil {
-					missing = append(missing, j.members[r].String())
-				}
+	for {
+		missing := []string{}
+		for r := cfg.Rank + 1; r < cfg.Procs; r++ {
+			if l := j.links[r].Load(); l == nil || l.down.Load() {
+				missing = append(missing, j.member(r).String())
 			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-j.linkUp:
+		case <-t.C:
 			return fmt.Errorf("data plane: %s did not connect within %v", strings.Join(missing, ", "), cfg.ConnectTimeout)
 		}
 	}
+}
+
+// dial connects the data plane to process r (of a lower rank).
+func (j *Job) dial(r int, deadline time.Time) error {
+	m := j.member(r)
+	d := net.Dialer{Deadline: deadline}
+	c, err := d.Dial("tcp", m.Data)
+	if err != nil {
+		return fmt.Errorf("data plane: connect to %v at %s: %w", m, m.Data, err)
+	}
+	if err := dialHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), uint32(r)); err != nil {
+		c.Close()
+		return fmt.Errorf("data plane: %v: %w", m, err)
+	}
+	j.attach(r, c)
 	return nil
 }
 
+// attach makes c the data connection to process r: a new link, running
+// at once if the job runs. A replacement's links hold what comes until
+// its first recovery step is taken (Rolled).
+func (j *Job) attach(r int, c net.Conn) {
+	setNoDelay(c)
+	l := newLink(r, c, &j.gen, j.first, j.count)
+	l.holding = j.cfg.Incarnation > 0
+	j.mu.Lock()
+	old := j.links[r].Swap(l)
+	running := j.node != nil
+	j.mu.Unlock()
+	if old != nil {
+		old.shut()
+	}
+	if running {
+		j.runLink(l)
+	}
+	j.linkUp <- r
+}
+
 // acceptLoop admits data connections for as long as the job runs: only
-// from higher ranks not connected yet, each proving the secret. Anything
-// else is refused and logged; the job goes on.
-func (j *Job) acceptLoop(got func(rank int, c net.Conn)) {
-	var mu sync.Mutex
-	seen := map[int]bool{}
+// from higher ranks with no live connection, each proving the secret.
+// Anything else is refused and logged; the job goes on.
+func (j *Job) acceptLoop() {
 	for {
 		c, err := j.dataLn.Accept()
 		if err != nil {
@@ -402,9 +464,7 @@ func (j *Job) acceptLoop(got func(rank int, c net.Conn)) {
 				if id == CharmrunID || r <= j.cfg.Rank || r >= j.cfg.Procs {
 					return fmt.Errorf("rank %d does not dial process %d", int32(id), j.cfg.Rank)
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				if seen[r] {
+				if l := j.links[r].Load(); l != nil && !l.down.Load() {
 					return fmt.Errorf("process %d is connected already", r)
 				}
 				return nil
@@ -414,16 +474,7 @@ func (j *Job) acceptLoop(got func(rank int, c net.Conn)) {
 				c.Close()
 				return
 			}
-			mu.Lock()
-			dup := seen[int(id)]
-			seen[int(id)] = true
-			mu.Unlock()
-			if dup {
-				c.Close()
-				return
-			}
-			setNoDelay(c)
-			got(int(id), c)
+			j.attach(int(id), c)
 		}()
 	}
 }
@@ -438,36 +489,45 @@ func setNoDelay(c net.Conn) {
 func (j *Job) PEs() (first, count int) { return j.first, j.count }
 
 // Members lists the job's processes.
-func (j *Job) Members() []Member { return j.members }
+func (j *Job) Members() []Member {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.members)
+}
+
+func (j *Job) member(r int) Member {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.members[r]
+}
+
+// Replacement reports whether this process replaces a lost one.
+func (j *Job) Replacement() bool { return j.cfg.Incarnation > 0 }
+
+// SetRecovery makes rec recover from lost processes. Call it before Run.
+func (j *Job) SetRecovery(rec Recovery) { j.recovery = rec }
 
 // Rank is this process's number.
 func (j *Job) Rank() int { return j.cfg.Rank }
 
 // Deliver implements pe.Remote: batch goes to the process running dst.
+// Messages for a process that is gone are dropped: what they carried is
+// recovered by the rollback or the replay that follows its replacement.
 func (j *Job) Deliver(src, dst int, sys bool, batch []pe.Envelope) error {
-	return j.links[j.owner[dst]].deliver(src, dst, batch)
+	return j.links[j.owner[dst]].Load().deliver(src, dst, batch)
 }
 
 // Run connects the job to this process's node: frames from the peers go
 // to its PEs, and the end of the run, here or anywhere, ends it
 // everywhere. Call it once the node exists, before it starts.
 func (j *Job) Run(node *pe.Node) {
+	j.mu.Lock()
 	j.node = node
-	for r, l := range j.links {
-		if l == nil {
-			continue
+	j.mu.Unlock()
+	for r := range j.links {
+		if l := j.links[r].Load(); l != nil {
+			j.runLink(l)
 		}
-		go l.write(func(err error) { j.peerFailed(r, err.Error(), true) })
-		go func() {
-			err := l.read(node, j.first, j.count)
-			if !j.ending.Load() {
-				msg := "its connection closed"
-				if err != nil && !errors.Is(err, net.ErrClosed) && err.Error() != "EOF" {
-					msg = err.Error()
-				}
-				j.peerFailed(r, msg, true)
-			}
-		}()
 	}
 	go j.loop()
 	go func() {
@@ -482,12 +542,38 @@ func (j *Job) Run(node *pe.Node) {
 		if err != nil {
 			msg = err.Error()
 		}
-		for r := range j.members {
+		for r := range j.cfg.Procs {
 			if r != j.cfg.Rank {
 				j.send(r, control{Kind: ctlStop, Code: code, Err: msg})
 			}
 		}
 	}()
+}
+
+// runLink starts l's writer and reader.
+func (j *Job) runLink(l *link) {
+	go l.write(func(err error) { j.linkDown(l, err.Error()) })
+	go func() {
+		err := l.read(j.node, j.first, j.count)
+		msg := "its connection closed"
+		if err != nil && !errors.Is(err, net.ErrClosed) && err.Error() != "EOF" {
+			msg = err.Error()
+		}
+		j.linkDown(l, msg)
+	}()
+}
+
+// linkDown: l's connection failed or ended. Unless the job is ending or
+// l was replaced already, its process is lost.
+func (j *Job) linkDown(l *link, msg string) {
+	if !l.down.CompareAndSwap(false, true) {
+		return
+	}
+	l.shut()
+	if j.ending.Load() || j.links[l.peer].Load() != l {
+		return
+	}
+	j.ctl <- control{Kind: ctlLost, From: l.peer, Err: msg}
 }
 
 // EndWith ends the run here, if it is still going, once gone is closed
@@ -506,13 +592,148 @@ func (j *Job) EndWith(gone <-chan struct{}, why string) {
 	}()
 }
 
+// processLost: process r is gone. The job ends, unless recovery expects
+// a replacement.
+func (j *Job) processLost(r int, why string) {
+	j.mu.Lock()
+	again := j.lost[r]
+	j.lost[r] = true
+	j.mu.Unlock()
+	if again || j.ending.Load() {
+		j.signalResults()
+		if r == 0 {
+			j.relOnce.Do(func() { close(j.released) })
+		}
+		return
+	}
+	if l := j.links[r].Load(); l != nil && l.down.CompareAndSwap(false, true) {
+		l.shut()
+	}
+	if why == "" {
+		why = "its actor system is gone (the process died or its host is unreachable)"
+	}
+	if r != 0 && j.recovery != nil && j.recovery.ProcessLost(r) {
+		j.log.Info("a process was lost; waiting for its replacement", zap.Int("process", r), zap.String("why", why))
+		return
+	}
+	j.signalResults()
+	j.peerFailed(r, why, true)
+	if r == 0 {
+		j.relOnce.Do(func() { close(j.released) })
+	}
+}
+
+// rejoin is process 0 admitting the replacement of a lost process into the
+// running job: the replacement gets the list and the job's generation,
+// the others connect to it.
+func (j *Job) rejoin(m control) {
+	if m.Member == nil || j.cfg.Rank != 0 {
+		return
+	}
+	who := *m.Member
+	pid := actor.NewPID(who.Control, actorName)
+	j.mu.Lock()
+	ok := who.Rank > 0 && who.Rank < j.cfg.Procs && j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types
+	if ok {
+		j.members[who.Rank], j.pids[who.Rank] = who, pid
+	}
+	members := slices.Clone(j.members)
+	j.mu.Unlock()
+	if !ok {
+		j.log.Warn("refused a process that asked to join the running job", zap.Int("its rank", who.Rank), zap.Int("incarnation", who.Inc))
+		j.sys.Root.Send(pid, wrap(control{Kind: ctlRefused, Err: fmt.Sprintf("rank %d is not a lost process of this job", who.Rank)}))
+		return
+	}
+	j.sys.Root.Send(j.pids[0], watchPeers{j})
+	j.send(who.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load()})
+	for r := 1; r < j.cfg.Procs; r++ {
+		if r != who.Rank {
+			j.send(r, control{Kind: ctlRejoin, Member: &who})
+		}
+	}
+}
+
+// rejoined: the replacement of a lost process joined; a process of a
+// higher rank connects its data plane to it.
+func (j *Job) rejoined(who Member) {
+	j.mu.Lock()
+	j.members[who.Rank], j.pids[who.Rank] = who, actor.NewPID(who.Control, actorName)
+	j.mu.Unlock()
+	j.sys.Root.Send(j.pids[j.cfg.Rank], watchPeers{j})
+	if j.cfg.Rank > who.Rank {
+		go func() {
+			if err := j.dial(who.Rank, time.Now().Add(j.cfg.ConnectTimeout)); err != nil {
+				j.peerFailed(who.Rank, err.Error(), true)
+			}
+		}()
+	}
+}
+
+// Broadcast sends a recovery step to every process (process 0 only):
+// each takes it with Recovery.Action, in the order sent.
+func (j *Job) Broadcast(data []byte) {
+	for r := range j.cfg.Procs {
+		j.send(r, control{Kind: ctlAction, Data: data})
+	}
+}
+
+// Report tells process 0 how a recovery goes here (Recovery.Report).
+func (j *Job) Report(data []byte) { j.send(0, control{Kind: ctlReport, Data: data}) }
+
+// RollBack runs rollback (which rolls the node back: pe.Node.RollBack)
+// as the job's generation gen: frames sent before it, by any process,
+// are dropped wherever they arrive after it; frames of gen that arrive
+// before it are held until it is done.
+func (j *Job) RollBack(gen uint64, rollback func()) {
+	for r := range j.links {
+		if l := j.links[r].Load(); l != nil {
+			l.hold()
+		}
+	}
+	j.mu.Lock()
+	j.nextGen = gen
+	j.mu.Unlock()
+	rollback()
+	j.Rolled()
+}
+
+// RolledBack implements the node's rollback hook: every PE stopped, so
+// what is queued for other processes is dropped, and frames go out with
+// the next generation.
+func (j *Job) RolledBack() {
+	j.mu.Lock()
+	gen := j.nextGen
+	j.mu.Unlock()
+	for r := range j.links {
+		if l := j.links[r].Load(); l != nil {
+			l.dropQueued()
+		}
+	}
+	if gen > j.gen.Load() {
+		j.gen.Store(gen)
+	}
+}
+
+// Rolled releases what the links held during a recovery step: frames of
+// the job's generation go to the PEs, older ones are dropped.
+func (j *Job) Rolled() {
+	for r := range j.links {
+		if l := j.links[r].Load(); l != nil {
+			l.release(j.node)
+		}
+	}
+}
+
+// Generation is the job's rollback generation.
+func (j *Job) Generation() uint64 { return j.gen.Load() }
+
 // peerFailed ends the run here because of peer r.
 func (j *Job) peerFailed(r int, msg string, lost bool) {
 	if j.ending.Load() {
 		return
 	}
 	j.log.Debug("peer failed", zap.Int("peer", r), zap.String("why", msg))
-	j.node.Fail(&PeerError{Member: j.members[r], Msg: firstLine(msg), Lost: lost})
+	j.node.Fail(&PeerError{Member: j.member(r), Msg: firstLine(msg), Lost: lost})
 }
 
 // loop handles control messages while the job runs.
@@ -537,13 +758,29 @@ func (j *Job) handle(m control) {
 			j.node.Stop(m.Code)
 		}
 	case ctlLost:
+		j.processLost(m.From, m.Err)
+	case ctlJoin:
+		j.rejoin(m)
+	case ctlRejoin:
+		if m.Member != nil {
+			j.rejoined(*m.Member)
+		}
+	case ctlReady:
 		j.mu.Lock()
-		j.lost[m.From] = true
+		was := j.lost[m.From]
+		delete(j.lost, m.From)
 		j.mu.Unlock()
-		j.signalResults()
-		j.peerFailed(m.From, "its actor system is gone (the process died or its host is unreachable)", true)
-		if m.From == 0 {
-			j.relOnce.Do(func() { close(j.released) })
+		if was && j.recovery != nil {
+			j.log.Info("a replacement joined", zap.Int("process", m.From))
+			j.recovery.Rejoined(m.From)
+		}
+	case ctlAction:
+		if j.recovery != nil {
+			j.recovery.Action(m.Data)
+		}
+	case ctlReport:
+		if j.recovery != nil && j.cfg.Rank == 0 {
+			j.recovery.Report(m.From, m.Data)
 		}
 	case ctlResult:
 		j.mu.Lock()
@@ -620,10 +857,9 @@ func (j *Job) Close() {
 		if j.dataLn != nil {
 			j.dataLn.Close()
 		}
-		for _, l := range j.links {
-			if l != nil {
-				l.close()
-				l.conn.Close()
+		for r := range j.links {
+			if l := j.links[r].Load(); l != nil {
+				l.shut()
 			}
 		}
 		if j.rem != nil {
@@ -649,7 +885,10 @@ func (j *Job) Lost() []int {
 
 func (j *Job) send(r int, m control) {
 	m.From = j.cfg.Rank
-	j.sys.Root.Send(j.pids[r], wrap(m))
+	j.mu.Lock()
+	pid := j.pids[r]
+	j.mu.Unlock()
+	j.sys.Root.Send(pid, wrap(m))
 }
 
 func wrap(m control) *wrapperspb.BytesValue {

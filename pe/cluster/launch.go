@@ -22,7 +22,14 @@ const (
 	RankEnv     = "CHARMGO_RANK"     // this process's number
 	ProcsEnv    = "CHARMGO_PROCS"    // how many processes
 	CharmrunEnv = "CHARMGO_CHARMRUN" // the rendezvous's address (Charmrun)
+	// ReplacementEnv is set, to its incarnation (1, 2, …), in a process
+	// started to replace a lost one: it joins the running job.
+	ReplacementEnv = "CHARMGO_INCARNATION"
 )
+
+// maxReplacements bounds how many lost processes a job replaces: a
+// process that keeps dying ends the job instead.
+const maxReplacements = 16
 
 // exitGrace is how long the other processes have to end on their own once
 // one failed (they learn it from the job's control plane and exit with
@@ -32,6 +39,7 @@ const exitGrace = 10 * time.Second
 // child is one process of the job as charmrun sees it.
 type child struct {
 	rank int
+	inc  int    // 0, or which replacement of its rank it is
 	host string // "" for this machine
 	cmd  *exec.Cmd
 }
@@ -67,7 +75,11 @@ type Launch struct {
 	Listen         string
 	ConnectTimeout time.Duration
 	// Env is added to each process's environment.
-	Env            []string
+	Env []string
+	// Replace starts a replacement for a process killed by a signal
+	// while the job runs (not process 0, which coordinates it): the job
+	// recovers from the loss, as Charm++'s ++local launcher does.
+	Replace        bool
 	Verbose        bool
 	Stdout, Stderr io.Writer
 }
@@ -108,15 +120,18 @@ func (l Launch) Run() int {
 	out, errw := &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
 	env := append(slicesClone(l.Env), ProcsEnv+"="+strconv.Itoa(l.Procs), CharmrunEnv+"="+srv.Addr())
 	children := make([]*child, l.Procs)
-	exits := make(chan exit, l.Procs)
+	exits := make(chan exit, 2*l.Procs)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for r := range children {
-		c := &child{rank: r}
+	start := func(r, inc int) error {
+		c := &child{rank: r, inc: inc}
 		if len(hosts) > 0 {
 			c.host = hosts[r%len(hosts)]
 		}
 		vars := append(slicesClone(env), RankEnv+"="+strconv.Itoa(r))
+		if inc > 0 {
+			vars = append(vars, ReplacementEnv+"="+strconv.Itoa(inc))
+		}
 		if c.host == "" {
 			c.cmd = exec.Command(path, l.Args...)
 			c.cmd.Env = append(append(os.Environ(), vars...), SecretEnv+"="+secret.String())
@@ -131,8 +146,7 @@ func (l Launch) Run() int {
 			fmt.Fprintf(errw, "charmrun: %v: %s\n", c, strings.Join(c.cmd.Args, " "))
 		}
 		if err := c.cmd.Start(); err != nil {
-			killAll(children[:r])
-			return fail("%v: start %s: %v", c, l.Name, err)
+			return fmt.Errorf("%v: start %s: %v", c, l.Name, err)
 		}
 		children[r] = c
 		wg.Add(1)
@@ -140,6 +154,13 @@ func (l Launch) Run() int {
 			defer wg.Done()
 			exits <- waitChild(c)
 		}()
+		return nil
+	}
+	for r := range children {
+		if err := start(r, 0); err != nil {
+			killAll(children[:r])
+			return fail("%v", err)
+		}
 	}
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
@@ -152,7 +173,7 @@ func (l Launch) Run() int {
 	joinTimer := time.NewTimer(timeout)
 	defer joinTimer.Stop()
 	joined := make([]bool, l.Procs)
-	nJoined, running := 0, l.Procs
+	nJoined, running, replaced := 0, l.Procs, 0
 	code := 0
 	var graceC <-chan time.Time
 	for running > 0 {
@@ -177,6 +198,18 @@ func (l Launch) Run() int {
 				killAll(children)
 			}
 		case e := <-exits:
+			if e.c != children[e.c.rank] {
+				continue // a lost incarnation, replaced already
+			}
+			if l.Replace && e.signal != "" && code == 0 && nJoined == l.Procs && e.c.rank != 0 && replaced < maxReplacements {
+				replaced++
+				fmt.Fprintf(errw, "charmrun: %v was killed by %s; starting its replacement\n", e.c, e.signal)
+				if err := start(e.c.rank, e.c.inc+1); err == nil {
+					continue
+				} else {
+					fail("%v", err)
+				}
+			}
 			running--
 			if e.code == 0 {
 				continue

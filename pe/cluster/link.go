@@ -41,6 +41,26 @@ type link struct {
 	first   int
 
 	sentFrames, sentBytes atomic.Uint64
+
+	// down: the peer is gone (or this link was replaced): what is sent
+	// to it is dropped.
+	down atomic.Bool
+	// During a recovery step the reader holds what arrives (held, in
+	// order) instead of handing it to PEs that are being replaced.
+	hmu     sync.Mutex
+	holding bool
+	held    []heldFrame
+}
+
+// heldFrame is a decoded frame the reader holds.
+type heldFrame struct {
+	gen     uint64
+	entries []entry
+}
+
+type entry struct {
+	dst int
+	env pe.Envelope
 }
 
 func newLink(peer int, conn net.Conn, gen *atomic.Uint64, first, local int) *link {
@@ -52,6 +72,9 @@ func newLink(peer int, conn net.Conn, gen *atomic.Uint64, first, local int) *lin
 
 // deliver queues batch (sent by local PE src) for PE dst of the peer.
 func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
+	if l.down.Load() {
+		return nil
+	}
 	buf := l.scratch[src-l.first][:0]
 	var err error
 	for i := range batch {
@@ -63,6 +86,10 @@ func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
 	l.mu.Lock()
 	for len(l.frame) > maxQueued && l.err == nil && !l.closing {
 		l.room.Wait()
+	}
+	if l.down.Load() {
+		l.mu.Unlock()
+		return nil
 	}
 	if l.err != nil || l.closing {
 		err := l.err
@@ -128,6 +155,65 @@ func (l *link) close() {
 	l.mu.Unlock()
 }
 
+// shut ends the link: its writer stops, its connection closes.
+func (l *link) shut() {
+	l.close()
+	l.conn.Close()
+}
+
+// dropQueued discards what is gathered and not sent yet (every PE of the
+// process stopped for a rollback: none of it may arrive after).
+func (l *link) dropQueued() {
+	l.mu.Lock()
+	l.frame, l.count = pe.AppendFrameHeader(l.frame[:0]), 0
+	l.room.Broadcast()
+	l.mu.Unlock()
+}
+
+// hold makes the reader keep what arrives until release.
+func (l *link) hold() {
+	l.hmu.Lock()
+	l.holding = true
+	l.hmu.Unlock()
+}
+
+// release hands what the reader held to the PEs, in order: frames of the
+// job's generation now; older ones are dropped, newer ones stay held.
+func (l *link) release(node *pe.Node) {
+	l.hmu.Lock()
+	defer l.hmu.Unlock()
+	cur := l.gen.Load()
+	keep := l.held[:0]
+	for _, f := range l.held {
+		switch {
+		case f.gen > cur:
+			keep = append(keep, f)
+		case f.gen == cur:
+			handIn(node, f.entries)
+		}
+	}
+	clear(l.held[len(keep):])
+	l.held = keep
+	l.holding = false
+}
+
+// handIn gives entries to their PEs, a batch per PE and lane, keeping
+// their order.
+func handIn(node *pe.Node, entries []entry) {
+	for i := 0; i < len(entries); {
+		dst, sys := entries[i].dst, systemLane(&entries[i].env)
+		var batch []pe.Envelope
+		for ; i < len(entries) && entries[i].dst == dst && systemLane(&entries[i].env) == sys; i++ {
+			batch = append(batch, entries[i].env)
+		}
+		node.HandIn(dst, sys, &batch)
+	}
+}
+
+func systemLane(env *pe.Envelope) bool {
+	return env.Kind == pe.KindSystem && env.Flags&pe.FlagAppLane == 0
+}
+
 // read hands every frame from the peer to the local PEs (first ..
 // first+count-1) until the connection ends; it returns the error that
 // ended it (io.EOF for a clean end). Frames of an older rollback
@@ -140,7 +226,7 @@ func (l *link) read(node *pe.Node, first, count int) error {
 	app := make([][]pe.Envelope, count)
 	deliver := func(dst int, env *pe.Envelope) {
 		i := dst - first
-		if env.Kind == pe.KindSystem && env.Flags&pe.FlagAppLane == 0 {
+		if systemLane(env) {
 			sys[i] = append(sys[i], *env)
 		} else {
 			app[i] = append(app[i], *env)
@@ -166,7 +252,24 @@ func (l *link) read(node *pe.Node, first, count int) error {
 			return err
 		}
 		off += int64(size)
-		if gen < l.gen.Load() {
+		l.hmu.Lock()
+		cur := l.gen.Load()
+		if gen < cur || gen > cur || l.holding {
+			if gen >= cur {
+				// Held in the order it came, until the recovery step
+				// that makes gen the job's generation is done.
+				f := heldFrame{gen: gen}
+				for i := range sys {
+					for _, e := range sys[i] {
+						f.entries = append(f.entries, entry{first + i, e})
+					}
+					for _, e := range app[i] {
+						f.entries = append(f.entries, entry{first + i, e})
+					}
+				}
+				l.held = append(l.held, f)
+			}
+			l.hmu.Unlock()
 			for i := range sys {
 				clear(sys[i])
 				clear(app[i])
@@ -174,6 +277,8 @@ func (l *link) read(node *pe.Node, first, count int) error {
 			}
 			continue
 		}
+		// Handed in under the lock: a rollback that stops and clears the
+		// PEs waits for it, so nothing of before reaches them after.
 		for i := range sys {
 			if len(sys[i]) > 0 {
 				node.HandIn(first+i, true, &sys[i])
@@ -182,5 +287,6 @@ func (l *link) read(node *pe.Node, first, count int) error {
 				node.HandIn(first+i, false, &app[i])
 			}
 		}
+		l.hmu.Unlock()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -184,7 +185,7 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger) (*R
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, conns: map[int]net.Conn{}, joined: make(chan int, procs)}
+	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, conns: map[int]net.Conn{}, joined: make(chan int, 2*procs)}
 	go s.serve()
 	return s, nil
 }
@@ -241,7 +242,21 @@ func (s *RendezvousServer) handle(c net.Conn) {
 	}
 	s.conns[rank] = c
 	s.mu.Unlock()
-	s.joined <- rank
+	select {
+	case s.joined <- rank:
+	default: // a replacement's: charmrun counts first joins only
+	}
+	defer func() {
+		// The process holds its connection while it runs: once it is
+		// gone, its replacement may connect.
+		io.Copy(io.Discard, c)
+		c.Close()
+		s.mu.Lock()
+		if s.conns[rank] == c {
+			delete(s.conns, rank)
+		}
+		s.mu.Unlock()
+	}()
 	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	c.SetReadDeadline(time.Time{})

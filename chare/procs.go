@@ -178,7 +178,7 @@ func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
 		}
 	}
 	job, err := cluster.Join(cluster.Config{Rank: rank, Procs: procs, PEs: cfg.PEs, Secret: secret, Host: cfg.Listen,
-		Rendezvous: rv, ConnectTimeout: cfg.ConnectTimeout, Types: pe.TypesDigest(), Log: log, ActorLog: actorLog, Incarnation: inc})
+		Rendezvous: rv, ConnectTimeout: cfg.ConnectTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout, Types: pe.TypesDigest(), Log: log, ActorLog: actorLog, Incarnation: inc})
 	if err != nil {
 		return nil, fmt.Errorf("process %d of %d: %w", rank, procs, err)
 	}

@@ -86,6 +86,9 @@ type Config struct {
 	RendezvousDir  string
 	Listen         string        // address to listen on (default 127.0.0.1: loopback only)
 	ConnectTimeout time.Duration // bound on the job's start (default 60s)
+	// HeartbeatTimeout: a process silent for so long is taken for hung and
+	// the job ends (default 30s).
+	HeartbeatTimeout time.Duration
 	LogLevel       string        // debug, info, warn (default) or error
 	Args           []string
 }
@@ -135,6 +138,8 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --listen HOST          address the job listens on (default 127.0.0.1: this
                          machine only; give the host's own for a real cluster)
   --connect-timeout D    every process must have joined within D (default 60s)
+  --heartbeat-timeout D  a process silent for D is taken for hung: the job
+                         ends (default 30s)
   --log-level L          debug, info, warn (default) or error
   --help                 this text
 `
@@ -147,7 +152,7 @@ var runtimeFlags = map[string]bool{
 	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true,
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
-	"--listen": true, "--connect-timeout": true, "--log-level": true,
+	"--listen": true, "--connect-timeout": true, "--heartbeat-timeout": true, "--log-level": true,
 }
 
 // RuntimeFlag reports whether name (with its dashes or plus, without
@@ -250,6 +255,13 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				cfg.ConnectTimeout, err = time.ParseDuration(v)
 				if err != nil || cfg.ConnectTimeout <= 0 {
 					err = fmt.Errorf("flag --connect-timeout: %q is not a positive duration (30s, 2m)", v)
+				}
+			}
+		case "--heartbeat-timeout":
+			if v, err = value(); err == nil {
+				cfg.HeartbeatTimeout, err = time.ParseDuration(v)
+				if err != nil || cfg.HeartbeatTimeout <= 0 {
+					err = fmt.Errorf("flag --heartbeat-timeout: %q is not a positive duration (30s, 2m)", v)
 				}
 			}
 		case "--log-level":

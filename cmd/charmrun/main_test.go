@@ -379,6 +379,16 @@ func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 	require.Contains(t, j.err.String(), "leanmd: process 0 (pid ")
 	waitGone(t, j.kids[1])
 
+	// A process that hangs (stopped here) keeps its connections: the
+	// heartbeat timeout finds it.
+	j = startJob(t, cr, leanmd, []string{"++n", "2", "++ppn", "1", "--heartbeat-timeout", "2s"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
+	require.NoError(t, syscall.Kill(j.kids[1], syscall.SIGSTOP))
+	waitGone(t, j.kids[0])
+	require.NoError(t, syscall.Kill(j.kids[1], syscall.SIGCONT)) // it finds process 0 gone
+	require.NotEqual(t, 0, j.wait(t))
+	require.Contains(t, j.err.String(), "leanmd: process 1 (pid ")
+	require.Contains(t, j.err.String(), "no heartbeat for 2s (--heartbeat-timeout)")
+
 	secret, err := cluster.NewSecret()
 	require.NoError(t, err)
 	dir := t.TempDir()

@@ -44,6 +44,10 @@ type Config struct {
 	// ConnectTimeout bounds the start: every process must have joined
 	// and connected within it (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration
+	// HeartbeatTimeout: a process that sent no heartbeat for so long is
+	// taken for hung (alive, so no connection breaks) and the job ends
+	// (default DefaultHeartbeatTimeout; processes beat every tenth of it).
+	HeartbeatTimeout time.Duration
 	// Types identifies the program's message types: processes of one
 	// job must agree (pe.TypesDigest).
 	Types uint64
@@ -58,6 +62,10 @@ type Config struct {
 
 // DefaultConnectTimeout is how long a job waits for all its processes.
 const DefaultConnectTimeout = 60 * time.Second
+
+// DefaultHeartbeatTimeout is how long a process may be silent before the
+// others take it for hung.
+const DefaultHeartbeatTimeout = 30 * time.Second
 
 // Member is one process of the job, as the others know it.
 type Member struct {
@@ -127,6 +135,7 @@ type Job struct {
 	results   map[int][]byte
 	lost      map[int]bool // peers gone and not (yet) replaced
 	nextGen   uint64       // the generation a rollback in progress takes
+	lastBeat  []time.Time  // when each peer's last heartbeat came
 	resultsCh chan struct{}
 	released  chan struct{}
 	relOnce   sync.Once
@@ -166,6 +175,8 @@ const (
 	ctlRejoin                     // rank 0 → all: a replacement joined (Member)
 	ctlAction                     // rank 0 → all: a step of recovery (Data)
 	ctlReport                     // → rank 0: how a recovery goes (Data)
+	ctlBeat                       // any → all: alive
+	ctlCheckBeats                 // local: time to check the others' heartbeats
 )
 
 // control is a control message, carried msgpack-encoded in a
@@ -202,6 +213,9 @@ func Join(cfg Config) (*Job, error) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
+	if cfg.HeartbeatTimeout <= 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
@@ -210,7 +224,7 @@ func Join(cfg Config) (*Job, error) {
 	}
 	j := &Job{cfg: cfg, log: cfg.Log.With(zap.Int("rank", cfg.Rank)), ctl: make(chan control, 1024), linkUp: make(chan int, 4*cfg.Procs),
 		results: map[int][]byte{}, resultsCh: make(chan struct{}, 1), released: make(chan struct{}), lost: map[int]bool{},
-		links: make([]atomic.Pointer[link], cfg.Procs)}
+		links: make([]atomic.Pointer[link], cfg.Procs), lastBeat: make([]time.Time, cfg.Procs)}
 	j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
 	j.owner = make([]int, cfg.PEs)
 	for r := 0; r < cfg.Procs; r++ {
@@ -530,6 +544,7 @@ func (j *Job) Run(node *pe.Node) {
 		}
 	}
 	go j.loop()
+	go j.beat(node.Done())
 	go func() {
 		<-node.Done()
 		j.ending.Store(true)
@@ -592,6 +607,51 @@ func (j *Job) EndWith(gone <-chan struct{}, why string) {
 	}()
 }
 
+// beat sends heartbeats to every other process, and has the loop check
+// theirs, until done.
+func (j *Job) beat(done <-chan struct{}) {
+	every := j.cfg.HeartbeatTimeout / 10
+	t := time.NewTicker(every)
+	defer t.Stop()
+	now := time.Now()
+	j.mu.Lock()
+	for r := range j.lastBeat {
+		j.lastBeat[r] = now
+	}
+	j.mu.Unlock()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		for r := range j.cfg.Procs {
+			if r != j.cfg.Rank {
+				j.send(r, control{Kind: ctlBeat})
+			}
+		}
+		j.ctl <- control{Kind: ctlCheckBeats, From: j.cfg.Rank}
+	}
+}
+
+// checkBeats takes a process that is silent for longer than the heartbeat
+// timeout for hung: alive, so no connection breaks and no replacement
+// comes; the job ends.
+func (j *Job) checkBeats() {
+	now := time.Now()
+	j.mu.Lock()
+	var hung []int
+	for r, t := range j.lastBeat {
+		if r != j.cfg.Rank && !j.lost[r] && now.Sub(t) > j.cfg.HeartbeatTimeout {
+			hung = append(hung, r)
+		}
+	}
+	j.mu.Unlock()
+	for _, r := range hung {
+		j.peerFailed(r, fmt.Sprintf("no heartbeat for %v (--heartbeat-timeout): it hangs, or its host is cut off", j.cfg.HeartbeatTimeout), true)
+	}
+}
+
 // processLost: process r is gone. The job ends, unless recovery expects
 // a replacement.
 func (j *Job) processLost(r int, why string) {
@@ -636,6 +696,7 @@ func (j *Job) rejoin(m control) {
 	ok := who.Rank > 0 && who.Rank < j.cfg.Procs && j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types
 	if ok {
 		j.members[who.Rank], j.pids[who.Rank] = who, pid
+		j.lastBeat[who.Rank] = time.Now()
 	}
 	members := slices.Clone(j.members)
 	j.mu.Unlock()
@@ -658,6 +719,7 @@ func (j *Job) rejoin(m control) {
 func (j *Job) rejoined(who Member) {
 	j.mu.Lock()
 	j.members[who.Rank], j.pids[who.Rank] = who, actor.NewPID(who.Control, actorName)
+	j.lastBeat[who.Rank] = time.Now()
 	j.mu.Unlock()
 	j.sys.Root.Send(j.pids[j.cfg.Rank], watchPeers{j})
 	if j.cfg.Rank > who.Rank {
@@ -732,6 +794,13 @@ func (j *Job) peerFailed(r int, msg string, lost bool) {
 	if j.ending.Load() {
 		return
 	}
+	if lost {
+		// gone or hung: its statistics will not come at the end
+		j.mu.Lock()
+		j.lost[r] = true
+		j.mu.Unlock()
+		j.signalResults()
+	}
 	j.log.Debug("peer failed", zap.Int("peer", r), zap.String("why", msg))
 	j.node.Fail(&PeerError{Member: j.member(r), Msg: firstLine(msg), Lost: lost})
 }
@@ -778,6 +847,12 @@ func (j *Job) handle(m control) {
 		if j.recovery != nil {
 			j.recovery.Action(m.Data)
 		}
+	case ctlBeat:
+		j.mu.Lock()
+		j.lastBeat[m.From] = time.Now()
+		j.mu.Unlock()
+	case ctlCheckBeats:
+		j.checkBeats()
 	case ctlReport:
 		if j.recovery != nil && j.cfg.Rank == 0 {
 			j.recovery.Report(m.From, m.Data)

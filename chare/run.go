@@ -89,8 +89,8 @@ type Config struct {
 	// HeartbeatTimeout: a process silent for so long is taken for hung and
 	// the job ends (default 30s).
 	HeartbeatTimeout time.Duration
-	LogLevel       string        // debug, info, warn (default) or error
-	Args           []string
+	LogLevel         string // debug, info, warn (default) or error
+	Args             []string
 }
 
 // MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per

@@ -163,20 +163,20 @@ type Recovery interface {
 type ctlKind uint8
 
 const (
-	ctlJoin    ctlKind = iota + 1 // → rank 0: Member
-	ctlMembers                    // rank 0 → all: Members
-	ctlReady                      // → rank 0: data links up
-	ctlStart                      // rank 0 → all
-	ctlStop                       // any → all: the run ended here (Code, Err)
-	ctlResult                     // → rank 0: this process's statistics (Data)
-	ctlRelease                    // rank 0 → all: results in, go
-	ctlLost                       // local: a peer's actor system is gone (From)
-	ctlRefused                    // rank 0 → a process: not admitted (Err)
-	ctlRejoin                     // rank 0 → all: a replacement joined (Member)
-	ctlAction                     // rank 0 → all: a step of recovery (Data)
-	ctlReport                     // → rank 0: how a recovery goes (Data)
-	ctlBeat                       // any → all: alive
-	ctlCheckBeats                 // local: time to check the others' heartbeats
+	ctlJoin       ctlKind = iota + 1 // → rank 0: Member
+	ctlMembers                       // rank 0 → all: Members
+	ctlReady                         // → rank 0: data links up
+	ctlStart                         // rank 0 → all
+	ctlStop                          // any → all: the run ended here (Code, Err)
+	ctlResult                        // → rank 0: this process's statistics (Data)
+	ctlRelease                       // rank 0 → all: results in, go
+	ctlLost                          // local: a peer's actor system is gone (From)
+	ctlRefused                       // rank 0 → a process: not admitted (Err)
+	ctlRejoin                        // rank 0 → all: a replacement joined (Member)
+	ctlAction                        // rank 0 → all: a step of recovery (Data)
+	ctlReport                        // → rank 0: how a recovery goes (Data)
+	ctlBeat                          // any → all: alive
+	ctlCheckBeats                    // local: time to check the others' heartbeats
 )
 
 // control is a control message, carried msgpack-encoded in a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -46,6 +47,7 @@ type qdRoot struct {
 	prevProc   uint64
 	prevOK     bool
 	waiters    []qdWaiter
+	busy       int // waves in a row that found messages in flight
 }
 
 // qdNext is what the root does after a wave's last reply.
@@ -107,6 +109,11 @@ func (q *qdRoot) reply(wave, sent, proc uint64, n int, busy bool) (release []qdW
 	}
 	q.inWave = false
 	ok := q.sent == q.proc && !busy
+	if ok {
+		q.busy = 0
+	} else {
+		q.busy++
+	}
 	if !(ok && q.prevOK && q.sent == q.prevSent && q.proc == q.prevProc) {
 		q.prevOK, q.prevSent, q.prevProc = ok, q.sent, q.proc
 		if ok {
@@ -180,7 +187,19 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 }
 
 func (m *Manager) armQD() {
-	m.PE.Node().ArmIdleNotice(0, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Idle: true}})
+	m.PE.Node().ArmIdleNotice(0, pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Idle: true}}, qdBackoff(m.qd.root.busy))
+}
+
+// qdBackoff is how long the process must stay idle before a wave, after
+// busy waves in a row found messages in flight: none at first; then from
+// 50 µs, doubling, up to 10 ms. With several processes, process 0 goes
+// idle whenever it waits for the others, which are busy: without it, a
+// wave would cross the job at every such moment.
+func qdBackoff(busy int) time.Duration {
+	if busy == 0 {
+		return 0
+	}
+	return min(50*time.Microsecond<<min(busy-1, 16), 10*time.Millisecond)
 }
 
 func (m *Manager) qdWave() {

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Handler runs on its PE's goroutine and processes one envelope at a time.
@@ -132,8 +133,12 @@ type Node struct {
 	idleArmed atomic.Bool
 	idleDst   int
 	idleEnv   Envelope
-	det       *deterministic // nil unless cfg.Deterministic
-	chaos     *chaos         // nil unless cfg.Chaos
+	idleAfter time.Duration
+	// allParkedAt counts the moments every PE of the process parked: a
+	// delayed idle notice fires only if none came and went meanwhile.
+	allParkedAt atomic.Uint64
+	det         *deterministic // nil unless cfg.Deterministic
+	chaos       *chaos         // nil unless cfg.Chaos
 }
 
 // NewNode creates cfg.NumPEs PEs; mk is called once per PE to make its
@@ -448,14 +453,35 @@ func (n *Node) HandIn(dst int, sys bool, batch *[]Envelope) {
 
 // ArmIdleNotice asks the node to hand env to PE dst (system lane, not
 // counted as injected) the next time every PE of the process is parked at
-// once. Quiescence detection uses it so that its waves run only when the
-// process has gone quiet, not on every idle moment of a busy run.
-func (n *Node) ArmIdleNotice(dst int, env Envelope) {
-	n.idleDst, n.idleEnv = dst, env
+// once — and, if after is positive, has stayed parked for that long.
+// Quiescence detection uses it so that its waves run only when the
+// process has gone quiet, not on every idle moment of a busy run; the
+// delay keeps a process that idles between messages of other processes
+// from starting a wave each time.
+func (n *Node) ArmIdleNotice(dst int, env Envelope, after time.Duration) {
+	n.idleDst, n.idleEnv, n.idleAfter = dst, env, after
 	n.idleArmed.Store(true)
-	if int(n.parked.Load()) == len(n.pes) && n.idleArmed.CompareAndSwap(true, false) {
-		n.PE(dst).in.push(true, []Envelope{env})
+	if int(n.parked.Load()) == len(n.pes) {
+		n.allParked(n.allParkedAt.Load())
 	}
+}
+
+// allParked: every PE of the process parked (the moment numbered at).
+func (n *Node) allParked(at uint64) {
+	if !n.idleArmed.Load() {
+		return
+	}
+	if n.idleAfter <= 0 {
+		if n.idleArmed.CompareAndSwap(true, false) {
+			n.PE(n.idleDst).in.push(true, []Envelope{n.idleEnv})
+		}
+		return
+	}
+	time.AfterFunc(n.idleAfter, func() {
+		if n.allParkedAt.Load() == at && int(n.parked.Load()) == len(n.pes) && n.idleArmed.CompareAndSwap(true, false) {
+			n.PE(n.idleDst).in.push(true, []Envelope{n.idleEnv})
+		}
+	})
 }
 
 // AddInjected counts k envelopes as handed in with Inject: a process
@@ -895,8 +921,8 @@ func (p *PE) park() {
 	}
 	// Counted only once no work was found, so the count never exceeds the
 	// PEs that are really blocked.
-	if int(n.parked.Add(1)) == len(n.pes) && n.idleArmed.CompareAndSwap(true, false) {
-		n.PE(n.idleDst).in.push(true, []Envelope{n.idleEnv})
+	if int(n.parked.Add(1)) == len(n.pes) {
+		n.allParked(n.allParkedAt.Add(1))
 	}
 	<-in.wake
 }

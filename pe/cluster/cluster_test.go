@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -72,7 +73,8 @@ func testProcess(spec string) int {
 	var pes int
 	var hops uint64
 	var attack bool
-	fmt.Sscan(spec, &pes, &hops, &attack)
+	var burst int
+	fmt.Sscan(spec, &pes, &hops, &attack, &burst)
 	rank, _ := strconv.Atoi(os.Getenv(RankEnv))
 	procs, _ := strconv.Atoi(os.Getenv(ProcsEnv))
 	secret, err := ParseSecret(os.Getenv(SecretEnv))
@@ -99,16 +101,36 @@ func testProcess(spec string) int {
 	var seen atomic.Uint64
 	first, count := j.PEs()
 	node, err := pe.NewNode(pe.Config{NumPEs: pes, FirstPE: first, LocalPEs: count, Remote: j},
-		func(*pe.PE) pe.Handler { return relay{hops: hops, seen: &seen} })
+		func(*pe.PE) pe.Handler {
+			if burst > 0 {
+				return &flood{each: burst, seen: &seen}
+			}
+			return relay{hops: hops, seen: &seen}
+		})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	j.Run(node)
-	if rank == 0 {
+	switch {
+	case burst > 0: // every PE floods every other
+		for p := first; p < first+count; p++ {
+			node.Inject(p, pe.Envelope{Type: tokenType, Kind: pe.KindSystem, Payload: uint64(0)})
+		}
+	case rank == 0:
 		node.Inject(0, pe.Envelope{Type: tokenType, Kind: pe.KindP2P, Payload: uint64(0)})
 	}
 	node.Start()
+	go func() {
+		// a hang fails the test in seconds, with every goroutine's stack
+		select {
+		case <-node.Done():
+		case <-time.After(30 * time.Second):
+			fmt.Fprintf(os.Stderr, "process %d: the job hangs after 30s\n", rank)
+			pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			os.Exit(3)
+		}
+	}()
 	code, err := node.Wait()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -177,14 +199,53 @@ func attackJob(members []Member) error {
 	return nil
 }
 
+// flood sends each messages to every other PE, in batches of every size
+// from 1 up (each handled message of the system lane starts one), and
+// counts what it receives; PE 0 stops the job once every PE got all.
+type flood struct {
+	each     int
+	seen     *atomic.Uint64
+	got      int
+	finished int // PE 0: PEs that got all theirs
+}
+
+func (f *flood) Handle(p *pe.PE, env *pe.Envelope) {
+	n := p.NumPEs()
+	switch {
+	case env.Kind == pe.KindSystem && env.Payload.(uint64) == 0: // start
+		for sent, size := 0, 1; sent < f.each; size = size%97 + 1 {
+			k := min(size, f.each-sent)
+			for q := range n {
+				if q == p.ID() {
+					continue
+				}
+				for i := range k {
+					p.Send(q, &pe.Envelope{Type: tokenType, Kind: pe.KindP2P, Payload: uint64(sent + i + 1)})
+				}
+			}
+			sent += k
+			p.Flush() // a batch of k for each: small and large ones
+		}
+	case env.Kind == pe.KindSystem: // PE 0: one more PE got all
+		if f.finished++; f.finished == n {
+			p.Node().Stop(0)
+		}
+	default:
+		f.seen.Add(1)
+		if f.got++; f.got == f.each*(n-1) {
+			p.Send(0, &pe.Envelope{Type: tokenType, Kind: pe.KindSystem, Payload: uint64(1)})
+		}
+	}
+}
+
 // runJob launches a test job of procs processes and pes PEs passing a
 // token hops times, and gives the hops its PEs saw in all, what the
 // processes printed and their standard error.
-func runJob(t *testing.T, procs, pes int, hops uint64, attack bool) (uint64, string, string) {
+func runJob(t *testing.T, procs, pes int, hops uint64, attack bool, burst ...int) (uint64, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: procs, ConnectTimeout: 30 * time.Second,
-		Env:    []string{fmt.Sprintf("%s=%d %d %v", childEnv, pes, hops, attack), "GORACE=atexit_sleep_ms=0"},
+		Env:    []string{fmt.Sprintf("%s=%d %d %v %d", childEnv, pes, hops, attack, append(burst, 0)[0]), "GORACE=atexit_sleep_ms=0"},
 		Stdout: &out, Stderr: &errb}
 	require.Equal(t, 0, l.Run(), errb.String())
 	var seen uint64
@@ -204,6 +265,19 @@ func TestTokensCrossProcesses(t *testing.T) {
 			// was seen once, in one process or another.
 			seen, _, errs := runJob(t, c.procs, c.pes, 2000, false)
 			require.Equal(t, uint64(2001), seen)
+			require.Empty(t, errs)
+		})
+	}
+}
+
+// Every PE floods every other with batches of every size, small ones
+// written through by the PE, large ones by the writer: every message
+// arrives once (a lost wake-up of the writer once left some behind).
+func TestFloodsCrossProcesses(t *testing.T) {
+	for _, c := range []struct{ procs, pes, each int }{{2, 2, 20000}, {3, 6, 5000}} {
+		t.Run(fmt.Sprintf("%dx%d", c.procs, c.pes), func(t *testing.T) {
+			seen, _, errs := runJob(t, c.procs, c.pes, 0, false, c.each)
+			require.Equal(t, uint64(c.each*c.pes*(c.pes-1)), seen)
 			require.Empty(t, errs)
 		})
 	}

@@ -12,6 +12,12 @@ import (
 	"github.com/charmgo/charmgo/pe"
 )
 
+// writeThrough is the largest batch a PE writes to an idle connection
+// itself: a reply or two, where the writer's wake-up would be most of the
+// latency. Larger batches (a busy PE's) go to the writer, which sends
+// while the PE goes on.
+const writeThrough = 4
+
 // maxQueued bounds the bytes waiting for one peer: a PE handing over more
 // waits until the writer has sent what is queued (back-pressure), so a
 // slow peer never makes memory grow without bound.
@@ -33,7 +39,9 @@ type link struct {
 	count   int
 	spare   []byte
 	closing bool
-	err     error // set once writing failed: every later send fails with it
+	writing bool        // a frame is being written (by the writer or a PE)
+	fail    func(error) // the connection failed: the peer is lost
+	err     error       // set once writing failed: every later send fails with it
 
 	// scratch holds each local PE's encoding, done outside the lock (each
 	// PE touches only its own slot).
@@ -99,7 +107,18 @@ func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
 		}
 		return fmt.Errorf("to process %d: %w", l.peer, err)
 	}
-	if l.count == 0 {
+	if l.count == 0 && !l.writing && len(batch) <= writeThrough {
+		// Nothing queued and nobody writing: this PE writes the frame
+		// itself, saving the writer's wake-up on the way (what a round
+		// trip pays twice). When frames queue up, the writer sends them.
+		l.frame = append(l.frame, buf...)
+		l.count += len(batch)
+		frame, count := l.take()
+		l.mu.Unlock()
+		l.send(frame, count)
+		return nil
+	}
+	if l.count == 0 && !l.writing {
 		l.ready.Signal()
 	}
 	l.frame = append(l.frame, buf...)
@@ -108,39 +127,62 @@ func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
 	return nil
 }
 
+// take takes the frame gathered so far, for sending; l.mu is held.
+func (l *link) take() ([]byte, int) {
+	frame, count := l.frame, l.count
+	l.frame, l.count = pe.AppendFrameHeader(l.spare[:0]), 0
+	l.spare = nil
+	l.writing = true
+	l.room.Broadcast()
+	return frame, count
+}
+
+// send writes a frame take took; a failure of the connection is the
+// peer's loss (fail). It reports whether the frame went.
+func (l *link) send(frame []byte, count int) bool {
+	err := pe.FinishFrame(frame, l.gen.Load(), count)
+	if err == nil {
+		_, err = l.conn.Write(frame)
+	}
+	l.sentFrames.Add(1)
+	l.sentBytes.Add(uint64(len(frame)))
+	l.mu.Lock()
+	l.writing = false
+	if err != nil {
+		l.err = err
+		l.room.Broadcast()
+	} else if cap(frame) <= 2*maxQueued {
+		l.spare = frame[:0]
+	}
+	if l.count > 0 || err != nil {
+		l.ready.Signal() // what queued meanwhile is the writer's
+	}
+	fail := l.fail
+	l.mu.Unlock()
+	if err != nil && fail != nil {
+		fail(fmt.Errorf("sending to process %d: %w", l.peer, err))
+	}
+	return err == nil
+}
+
 // write sends frames until close is called and everything queued is sent,
-// or until writing fails (then it reports the error once).
+// or until writing fails (then fail is told once).
 func (l *link) write(fail func(error)) {
+	l.mu.Lock()
+	l.fail = fail
+	l.mu.Unlock()
 	for {
 		l.mu.Lock()
-		for l.count == 0 && !l.closing && l.err == nil {
+		for (l.count == 0 || l.writing) && !l.closing && l.err == nil {
 			l.ready.Wait()
 		}
-		if l.count == 0 || l.err != nil {
+		if l.count == 0 || l.err != nil || l.writing {
 			l.mu.Unlock()
 			return
 		}
-		frame, count := l.frame, l.count
-		l.frame, l.count = pe.AppendFrameHeader(l.spare[:0]), 0
-		l.spare = nil
-		l.room.Broadcast()
+		frame, count := l.take()
 		l.mu.Unlock()
-		err := pe.FinishFrame(frame, l.gen.Load(), count)
-		if err == nil {
-			_, err = l.conn.Write(frame)
-		}
-		l.sentFrames.Add(1)
-		l.sentBytes.Add(uint64(len(frame)))
-		l.mu.Lock()
-		if err != nil {
-			l.err = err
-			l.room.Broadcast()
-		} else if cap(frame) <= 2*maxQueued {
-			l.spare = frame[:0]
-		}
-		l.mu.Unlock()
-		if err != nil {
-			fail(fmt.Errorf("sending to process %d: %w", l.peer, err))
+		if !l.send(frame, count) {
 			return
 		}
 	}

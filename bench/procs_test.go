@@ -394,10 +394,14 @@ func BenchmarkProcs_Stream_GRPC(b *testing.B) {
 
 // ---- carriers: protoactor-go remote ----
 
+// actorPeer starts the peer and a local actor system with remote. Its
+// endpoint writer batches at most 100 messages: with its default (1,000)
+// a batch of frames exceeds gRPC's 4 MB message limit, and protoactor-go
+// drops the batch without a word (the stream then times out).
 func actorPeer(b *testing.B) (*actor.ActorSystem, *actor.PID) {
 	addr := peer(b, "actor")
 	sys := newActorSystem()
-	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
+	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0, remote.WithEndpointWriterBatchSize(100)))
 	r.Start()
 	b.Cleanup(func() { r.Shutdown(false); sys.Shutdown() })
 	return sys, actor.NewPID(addr, "echo")

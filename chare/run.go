@@ -136,7 +136,8 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          (under srun or mpirun; charmrun needs none)
   --rendezvous-dir DIR   meet through a file in DIR, a directory every host sees
   --listen HOST          address the job listens on (default 127.0.0.1: this
-                         machine only; give the host's own for a real cluster)
+                         machine only; 0.0.0.0: each process on its host's own
+                         address, for a real cluster)
   --connect-timeout D    every process must have joined within D (default 60s)
   --heartbeat-timeout D  a process silent for D is taken for hung: the job
                          ends (default 30s)

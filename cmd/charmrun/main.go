@@ -44,8 +44,9 @@ options:
   ++nodelist FILE        start them over ssh on the hosts of FILE (Charm++'s
                          format: "group main" then "host NAME" lines), round robin
   ++remote-shell CMD     the command that runs a command on a host (default ssh)
-  --listen HOST          address the job listens on (default 127.0.0.1; give
-                         this host's address when the node list names others)
+  --listen HOST          address the job listens on (default 127.0.0.1; 0.0.0.0:
+                         each process on its own host's address, for a node
+                         list of other hosts)
   --connect-timeout D    every process must have joined within D (default 60s)
   +balancer NAME         load balancer, passed to the program
   --wire-check, --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR,

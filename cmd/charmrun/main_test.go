@@ -202,7 +202,7 @@ func TestNodelistAndItsErrors(t *testing.T) {
 	bin := buildLeanMD(t)
 	shell := fakeShell(t)
 	var out, errb bytes.Buffer
-	code := run([]string{"++nodelist", nodelist(t, "nodeA", "nodeB"), "++remote-shell", shell, "++n", "2", bin, "2", "2", "2", "3"}, &out, &errb)
+	code := run([]string{"++nodelist", nodelist(t, "nodeA", "nodeB"), "++remote-shell", shell, "++n", "2", "--listen", "0.0.0.0", bin, "2", "2", "2", "3"}, &out, &errb)
 	require.Equal(t, 0, code, errb.String())
 	require.Contains(t, out.String(), "2 processes: 1 PEs (0..0) on")
 

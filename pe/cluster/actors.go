@@ -44,9 +44,9 @@ func (j *Job) startActors(addr string) error {
 	slogger := slog.New(zapslog.NewHandler(j.cfg.ActorLog.Named("protoactor").Core()))
 	j.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }))
 	creds := loggedCreds{TransportCredentials: credentials.NewTLS(tlsCfg), log: j.log}
-	cfg := remote.Configure(host, p,
-		remote.WithServerOptions(grpc.Creds(creds)),
-		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))))
+	opts := []remote.ConfigOption{remote.WithServerOptions(grpc.Creds(creds))}
+	cfg := remote.Configure(host, p, append(opts,
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))))...)
 	j.rem = remote.NewRemote(j.sys, cfg)
 	if err := startRemote(j.rem); err != nil {
 		return fmt.Errorf("control plane: listen on %s: %w", addr, err)

@@ -210,6 +210,9 @@ func Join(cfg Config) (*Job, error) {
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
+	// "Every interface" is this host's address: the others must be told
+	// one they can reach.
+	cfg.Host = ConcreteHost(cfg.Host)
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}

@@ -178,7 +178,7 @@ type RendezvousServer struct {
 // ServeRendezvous listens on host (port 0: any free port) for the job's
 // procs processes.
 func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger) (*RendezvousServer, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ln, err := net.Listen("tcp", net.JoinHostPort(ConcreteHost(host), "0"))
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: listen on %s: %w", host, err)
 	}
@@ -280,4 +280,34 @@ func (s *RendezvousServer) handle(c net.Conn) {
 	default:
 		s.log.Warn("rendezvous: unexpected request", zap.Int("rank", rank), zap.String("line", line))
 	}
+}
+
+// ConcreteHost is host, unless it means every interface (0.0.0.0, ::):
+// then this host's own address, which others can dial: the first
+// non-loopback address its name resolves to, else of its interfaces.
+func ConcreteHost(host string) string {
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+		return host
+	}
+	return hostAddress()
+}
+
+func hostAddress() string {
+	if name, err := os.Hostname(); err == nil {
+		if ips, err := net.LookupIP(name); err == nil {
+			for _, ip := range ips {
+				if !ip.IsLoopback() && ip.To4() != nil {
+					return ip.String()
+				}
+			}
+		}
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
 }

@@ -131,6 +131,7 @@ type Node struct {
 	parked    atomic.Int32 // PEs blocked in park (written on every park and wake)
 	_         [64]byte
 	idleArmed atomic.Bool
+	idleMu    sync.Mutex // guards the notice below (armed and fired rarely)
 	idleDst   int
 	idleEnv   Envelope
 	idleAfter time.Duration
@@ -459,29 +460,45 @@ func (n *Node) HandIn(dst int, sys bool, batch *[]Envelope) {
 // delay keeps a process that idles between messages of other processes
 // from starting a wave each time.
 func (n *Node) ArmIdleNotice(dst int, env Envelope, after time.Duration) {
+	n.idleMu.Lock()
 	n.idleDst, n.idleEnv, n.idleAfter = dst, env, after
 	n.idleArmed.Store(true)
-	if int(n.parked.Load()) == len(n.pes) {
-		n.allParked(n.allParkedAt.Load())
+	at, all := n.allParkedAt.Load(), int(n.parked.Load()) == len(n.pes)
+	n.idleMu.Unlock()
+	if all {
+		n.allParked(at)
 	}
 }
 
 // allParked: every PE of the process parked (the moment numbered at).
 func (n *Node) allParked(at uint64) {
 	if !n.idleArmed.Load() {
+		return // the common case: nothing armed, no lock
+	}
+	n.idleMu.Lock()
+	after := n.idleAfter
+	n.idleMu.Unlock()
+	if after <= 0 {
+		n.fireIdleNotice(func() bool { return true })
 		return
 	}
-	if n.idleAfter <= 0 {
-		if n.idleArmed.CompareAndSwap(true, false) {
-			n.PE(n.idleDst).in.push(true, []Envelope{n.idleEnv})
-		}
-		return
-	}
-	time.AfterFunc(n.idleAfter, func() {
-		if n.allParkedAt.Load() == at && int(n.parked.Load()) == len(n.pes) && n.idleArmed.CompareAndSwap(true, false) {
-			n.PE(n.idleDst).in.push(true, []Envelope{n.idleEnv})
-		}
+	time.AfterFunc(after, func() {
+		n.fireIdleNotice(func() bool { return n.allParkedAt.Load() == at && int(n.parked.Load()) == len(n.pes) })
 	})
+}
+
+// fireIdleNotice hands the armed notice over if still armed and ok says so.
+func (n *Node) fireIdleNotice(ok func() bool) {
+	n.idleMu.Lock()
+	fire := n.idleArmed.Load() && ok()
+	dst, env := n.idleDst, n.idleEnv
+	if fire {
+		n.idleArmed.Store(false)
+	}
+	n.idleMu.Unlock()
+	if fire {
+		n.PE(dst).in.push(true, []Envelope{env})
+	}
 }
 
 // AddInjected counts k envelopes as handed in with Inject: a process

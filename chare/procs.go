@@ -207,7 +207,6 @@ type processResult struct {
 	PEs   []pe.Stats      `msgpack:"p"`
 	Ops   manager.Stats   `msgpack:"o"`
 	Log   []ftlayer.Stats `msgpack:"l"`
-	Host  string          `msgpack:"h"`
 }
 
 // Process is one process of the job, for the run's summary.

@@ -691,7 +691,6 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			f, c := cluster.Block(cfg.PEs, cfg.Procs, m.Rank)
 			res.Processes = append(res.Processes, Process{Rank: m.Rank, FirstPE: f, PEs: c, Host: m.Host})
 		}
-		mine.Host = hostname()
 		all, err := job.Finish(encodeResult(mine), finishTimeout)
 		if err != nil && res.Err == nil {
 			res.Code, res.Err = 1, err

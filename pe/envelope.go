@@ -61,9 +61,9 @@ type Envelope struct {
 // Within that, the flag bits below 0x20 are the layer above's.
 const FlagAppLane uint8 = 0x20
 
-// systemLane reports whether env goes in the system lane, which the
+// SystemLane reports whether env goes in the system lane, which the
 // receiving PE empties first.
-func (e *Envelope) systemLane() bool { return e.Kind == KindSystem && e.Flags&FlagAppLane == 0 }
+func (e *Envelope) SystemLane() bool { return e.Kind == KindSystem && e.Flags&FlagAppLane == 0 }
 
 // InlineSize is how many bytes of payload a plain point-to-point message can
 // carry in Seq and Aux instead of Payload (no allocation, no pointer chase).

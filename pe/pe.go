@@ -359,7 +359,7 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 	}
 	for _, p := range n.pes {
 		for _, env := range first(p) {
-			p.in.push(env.systemLane(), []Envelope{env})
+			p.in.push(env.SystemLane(), []Envelope{env})
 		}
 	}
 	for _, p := range n.pes {
@@ -376,7 +376,7 @@ func (n *Node) RollBack(mk func(p *PE, prev Handler, failed bool) Handler, first
 // runtime's own control (failure notices), which quiescence detection
 // must not wait for.
 func (n *Node) InjectControl(dst int, env Envelope) {
-	n.PE(dst).in.push(env.systemLane(), []Envelope{env})
+	n.PE(dst).in.push(env.SystemLane(), []Envelope{env})
 }
 
 // Stop ends the run with an exit code; every PE stops after its current
@@ -434,7 +434,7 @@ func (n *Node) Wait() (int, error) {
 // balance them against the messages PEs processed.
 func (n *Node) Inject(dst int, env Envelope) {
 	n.injected.Add(1)
-	sys := env.systemLane()
+	sys := env.SystemLane()
 	if n.cfg.WireCheck {
 		var err error
 		if env, err = wireRoundTrip(env); err != nil {
@@ -741,7 +741,7 @@ func (p *PE) Handler() Handler { return p.handler }
 func (p *PE) Send(dst int, env *Envelope) {
 	env.Src = int32(p.id)
 	p.Stats.Sent[env.Kind]++
-	sys := env.systemLane()
+	sys := env.SystemLane()
 	if dst == p.id {
 		p.Stats.SentLocal++
 		if p.wire {

@@ -16,7 +16,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,7 +187,6 @@ type control struct {
 	Members []Member `msgpack:"ms,omitempty"`
 	Code    int      `msgpack:"c,omitempty"`
 	Err     string   `msgpack:"e,omitempty"`
-	Lost    bool     `msgpack:"l,omitempty"`
 	Data    []byte   `msgpack:"d,omitempty"`
 	Gen     uint64   `msgpack:"g,omitempty"`
 }
@@ -300,7 +298,7 @@ func (j *Job) join(deadline time.Time) error {
 		// A replacement: the job runs already. Process 0 starts its
 		// recovery once this process is connected to every other.
 		j.send(0, control{Kind: ctlReady})
-		j.log.Debug("rejoined", zap.Int("incarnation", cfg.Incarnation), zap.Uint64("generation", m0gen(j)))
+		j.log.Debug("rejoined", zap.Int("incarnation", cfg.Incarnation), zap.Uint64("generation", j.gen.Load()))
 		return nil
 	}
 	if cfg.Rank == 0 {
@@ -398,8 +396,6 @@ func (j *Job) await(deadline time.Time, want ctlKind, what string) (control, err
 		}
 	}
 }
-
-func m0gen(j *Job) uint64 { return j.gen.Load() }
 
 // connect makes the data plane: this process dials every lower rank and
 // waits for every higher one to dial it.
@@ -824,7 +820,7 @@ func (j *Job) handle(m control) {
 	switch m.Kind {
 	case ctlStop:
 		if m.Err != "" {
-			j.peerFailed(m.From, m.Err, m.Lost)
+			j.peerFailed(m.From, m.Err, false)
 		} else {
 			j.ending.Store(true)
 			j.node.Stop(m.Code)
@@ -947,18 +943,6 @@ func (j *Job) Close() {
 			j.sys.Shutdown()
 		}
 	})
-}
-
-// Lost lists the processes that went away during the run.
-func (j *Job) Lost() []int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	var out []int
-	for r := range j.lost {
-		out = append(out, r)
-	}
-	sort.Ints(out)
-	return out
 }
 
 func (j *Job) send(r int, m control) {

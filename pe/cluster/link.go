@@ -48,8 +48,6 @@ type link struct {
 	scratch [][]byte
 	first   int
 
-	sentFrames, sentBytes atomic.Uint64
-
 	// down: the peer is gone (or this link was replaced): what is sent
 	// to it is dropped.
 	down atomic.Bool
@@ -144,8 +142,6 @@ func (l *link) send(frame []byte, count int) bool {
 	if err == nil {
 		_, err = l.conn.Write(frame)
 	}
-	l.sentFrames.Add(1)
-	l.sentBytes.Add(uint64(len(frame)))
 	l.mu.Lock()
 	l.writing = false
 	if err != nil {
@@ -243,17 +239,13 @@ func (l *link) release(node *pe.Node) {
 // their order.
 func handIn(node *pe.Node, entries []entry) {
 	for i := 0; i < len(entries); {
-		dst, sys := entries[i].dst, systemLane(&entries[i].env)
+		dst, sys := entries[i].dst, entries[i].env.SystemLane()
 		var batch []pe.Envelope
-		for ; i < len(entries) && entries[i].dst == dst && systemLane(&entries[i].env) == sys; i++ {
+		for ; i < len(entries) && entries[i].dst == dst && entries[i].env.SystemLane() == sys; i++ {
 			batch = append(batch, entries[i].env)
 		}
 		node.HandIn(dst, sys, &batch)
 	}
-}
-
-func systemLane(env *pe.Envelope) bool {
-	return env.Kind == pe.KindSystem && env.Flags&pe.FlagAppLane == 0
 }
 
 // read hands every frame from the peer to the local PEs (first ..
@@ -268,7 +260,7 @@ func (l *link) read(node *pe.Node, first, count int) error {
 	app := make([][]pe.Envelope, count)
 	deliver := func(dst int, env *pe.Envelope) {
 		i := dst - first
-		if systemLane(env) {
+		if env.SystemLane() {
 			sys[i] = append(sys[i], *env)
 		} else {
 			app[i] = append(app[i], *env)
@@ -296,7 +288,7 @@ func (l *link) read(node *pe.Node, first, count int) error {
 		off += int64(size)
 		l.hmu.Lock()
 		cur := l.gen.Load()
-		if gen < cur || gen > cur || l.holding {
+		if gen != cur || l.holding {
 			if gen >= cur {
 				// Held in the order it came, until the recovery step
 				// that makes gen the job's generation is done.

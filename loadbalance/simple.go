@@ -4,7 +4,7 @@ import "math/rand/v2"
 
 type dummy struct{}
 
-func (dummy) Name() string         { return "dummy" }
+func (dummy) Name() string       { return "dummy" }
 func (dummy) Plan(*Stats) []Move { return nil }
 
 // rotate moves every migratable object to the next available PE.

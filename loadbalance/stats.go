@@ -262,15 +262,15 @@ func (s *Stats) migratableByLoad() []int32 {
 // Summary condenses a balancing step for reports: PE load max/avg before
 // and as predicted after, what moves.
 type Summary struct {
-	Step                   int
-	Strategy               string
-	Objs, Moved            int
-	MovedBytes             int64 // packed state of the moved objects, where known
+	Step                      int
+	Strategy                  string
+	Objs, Moved               int
+	MovedBytes                int64 // packed state of the moved objects, where known
 	MaxAvgBefore, MaxAvgAfter float64
-	MaxBefore, MaxAfter    float64 // seconds
-	Avg                    float64
-	CrossBytesBefore       uint64 // bytes sent between objects on different PEs
-	CrossBytesAfter        uint64
+	MaxBefore, MaxAfter       float64 // seconds
+	Avg                       float64
+	CrossBytesBefore          uint64 // bytes sent between objects on different PEs
+	CrossBytesAfter           uint64
 }
 
 // Summarize describes what moves do to these stats.

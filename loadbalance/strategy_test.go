@@ -179,7 +179,7 @@ func TestStrategyThatBreaksItsContractIsRefused(t *testing.T) {
 
 type fixed []Move
 
-func (fixed) Name() string           { return "fixed" }
+func (fixed) Name() string         { return "fixed" }
 func (f fixed) Plan(*Stats) []Move { return f }
 
 func TestDumpRoundTripAndReplay(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/charmgo/charmgo/pe/cluster"
@@ -25,7 +26,24 @@ type Config struct {
 	PEs       int    // number of PEs (default GOMAXPROCS)
 	WireCheck bool   // encode every message with msgpack, even in process
 	Branching int    // spanning-tree arity (default 4)
-	Balancer  string // AtSync strategy: "" or "none", "rotate"
+	// Balancer is the load-balancing strategy at AtSync (loadbalance.New's
+	// names, Charm++'s too); several separated by commas chain as several
+	// +balancer flags do: the first at the first step, the next after.
+	// "" or "none": no balancing.
+	Balancer string
+	// LBDebug prints a report per balancing step (1; 2 adds the bytes
+	// between PEs). LBDump writes every step's stats to a file that
+	// cmd/lbreplay reads. LBCPUTime balances by the CPU time entry
+	// methods took (each PE on a thread of its own) instead of their wall
+	// time; LBOff measures nothing. LBPeriod balances every so often
+	// without AtSync. LBTolerance is the imbalance the strategies accept
+	// (default 0.03).
+	LBDebug     int
+	LBDump      string
+	LBCPUTime   bool
+	LBOff       bool
+	LBPeriod    time.Duration
+	LBTolerance float64
 	SpinPolls int    // polls before an idle PE parks (default 0)
 	// CheckpointDir, if set, receives every committed checkpoint (besides
 	// the two copies in memory).
@@ -106,7 +124,20 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --wire-check           encode every message with msgpack, even within the process
   --branching K          spanning-tree arity for reductions and multicasts (default 4)
   +balancer NAME, --lb NAME
-                         load balancer at AtSync: none (default), rotate (RotateLB)
+                         load balancer at AtSync (none by default): greedy, refine,
+                         greedyrefine, graph, random, rotate, dummy, or Charm++'s
+                         GreedyLB, RefineLB, GreedyRefineLB, MetisLB, RandCentLB,
+                         RotateLB, DummyLB; given twice, the first runs at the first
+                         step and the second at every step after
+  +LBDebug N             print each balancing step's PE load max/avg before,
+                         predicted after and measured after, moves, times (N 2:
+                         bytes between PEs too)
+  +LBDump FILE           write every step's stats to FILE (go run ./cmd/lbreplay)
+  +LBUseCpuTime          balance by the CPU time of entry methods, not their wall
+                         time (each PE runs on an OS thread of its own)
+  +LBOff                 measure nothing (the balancer sees no load)
+  +LBPeriod SECONDS      balance every SECONDS without AtSync (--ft none only)
+  +LBTolerance F         imbalance the strategies accept (default 0.03)
   --spin N               idle PEs poll N times before parking (default 0)
   --ckpt-period N|T      checkpoint every N steps, or at the first step after
                          time T since the last (30s, 1m30s; --ft none only)
@@ -150,6 +181,7 @@ const RuntimeUsage = `runtime flags (every charmgo program):
 var runtimeFlags = map[string]bool{
 	"+p": true, "--pes": true, "-pes": true, "--wire-check": false, "--branching": true,
 	"+balancer": true, "--lb": true, "--balancer": true, "--spin": true,
+	"+LBDebug": true, "+LBDump": true, "+LBUseCpuTime": false, "+LBOff": false, "+LBPeriod": true, "+LBTolerance": true,
 	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true,
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
@@ -278,7 +310,45 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 			}
 		case "+balancer", "--lb", "--balancer":
 			if v, err = value(); err == nil {
-				cfg.Balancer, err = balancerName(v)
+				for _, n := range balancerNames(v) {
+					if _, err = loadbalance.New(n, loadbalance.Options{}); err != nil {
+						err = fmt.Errorf("flag %s: %w", name, err)
+						break
+					}
+				}
+				if cfg.Balancer != "" && len(balancerNames(v)) > 0 {
+					v = cfg.Balancer + "," + v
+				}
+				cfg.Balancer = v
+			}
+		case "+LBDebug":
+			if v, err = value(); err == nil {
+				cfg.LBDebug, err = num(name, v, 0, 2)
+			}
+		case "+LBDump":
+			if v, err = value(); err == nil && v == "" {
+				err = fmt.Errorf("flag +LBDump: empty file name")
+			}
+			cfg.LBDump = v
+		case "+LBUseCpuTime":
+			cfg.LBCPUTime = true
+		case "+LBOff":
+			cfg.LBOff = true
+		case "+LBPeriod":
+			if v, err = value(); err == nil {
+				var sec float64
+				sec, err = strconv.ParseFloat(v, 64)
+				if err != nil || sec <= 0 || sec > 1e6 {
+					err = fmt.Errorf("flag +LBPeriod: %q is not a positive number of seconds", v)
+				}
+				cfg.LBPeriod = time.Duration(sec * float64(time.Second))
+			}
+		case "+LBTolerance":
+			if v, err = value(); err == nil {
+				cfg.LBTolerance, err = strconv.ParseFloat(v, 64)
+				if err != nil || cfg.LBTolerance < 0 || cfg.LBTolerance > 10 {
+					err = fmt.Errorf("flag +LBTolerance: %q is not a fraction from 0 to 10 (0.05: 5%% above average)", v)
+				}
 			}
 		case "--spin":
 			if v, err = value(); err == nil {
@@ -441,16 +511,6 @@ func protocolName(v string) (string, error) {
 	return spec.Name, nil
 }
 
-func balancerName(v string) (string, error) {
-	switch strings.ToLower(v) {
-	case "", "none", "dummylb", "nulllb":
-		return "none", nil
-	case "rotate", "rotatelb":
-		return "rotate", nil
-	}
-	return "", fmt.Errorf("flag +balancer: unknown load balancer %q (want none or rotate)", v)
-}
-
 // WriteUsage writes the runtime flags' usage.
 func WriteUsage(w io.Writer) { fmt.Fprintf(w, RuntimeUsage, runtime.GOMAXPROCS(0)) }
 
@@ -466,6 +526,8 @@ type Stats struct {
 	// hash of its interleaving.
 	Events int
 	Trace  uint64
+	// LB is what load balancing did (nil: no balancer).
+	LB *LBStats
 }
 
 // InputError is a run refused before it started: bad flags, a missing or
@@ -545,16 +607,25 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-dir: %w", err)}}
 		}
 	}
-	if name, err := balancerName(cfg.Balancer); err != nil {
-		return Result{Code: 2, Err: InputError{err}}
-	} else if name == "rotate" {
-		opt.Strategy = manager.RotateStrategy
-	}
 	spec, err := ftlayer.LookupProtocol(cfg.FT)
 	if err != nil {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ft: %w", err)}}
 	}
 	cfg.FT = spec.Name
+	lbOut := cfg.Stdout
+	if lbOut == nil {
+		lbOut = os.Stdout
+	}
+	bal, err := newBalancer(cfg, lbOut)
+	if err != nil {
+		return Result{Code: 2, Err: InputError{err}}
+	}
+	if bal != nil {
+		opt.LB = manager.LBOptions{Balancer: bal, Off: cfg.LBOff, CPUTime: cfg.LBCPUTime}
+		if cfg.LBPeriod > 0 && spec.RecoversAlone {
+			return Result{Code: 2, Err: InputError{fmt.Errorf("flag +LBPeriod: balancing steps started by the clock need a protocol that rolls every PE back (--ft none): under %s a recovering PE would decide otherwise", spec.Name)}}
+		}
+	}
 	if cfg.CkptEvery > 0 && spec.RecoversAlone {
 		// A PE recovering alone replays its own decisions; one taken from
 		// the clock would come out otherwise.
@@ -600,7 +671,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		cfg.TransportChaos = seed
 	}
 	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls, Chaos: cfg.TransportChaos,
-		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents}
+		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents, LockThreads: bal != nil && cfg.LBCPUTime && !cfg.Deterministic}
 	log, err := newLogger(cfg.LogLevel)
 	if err != nil {
 		return Result{Code: 2, Err: InputError{err}}
@@ -657,6 +728,11 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		initial[p] = []pe.Envelope{env}
 		if job == nil || !job.Replacement() {
 			node.Inject(p, env) // a replacement's PEs start as recovery tells them
+		}
+	}
+	if bal != nil && cfg.LBDump != "" && node.IsLocal(0) {
+		if err := bal.openDump(cfg.LBDump); err != nil {
+			return Result{Code: 2, Err: InputError{err}}
 		}
 	}
 	rs.sup.Begin(node, initial)
@@ -733,6 +809,13 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	if errors.As(res.Err, new(*StallError)) {
 		res.Code = 3
+	}
+	if bal != nil && node.IsLocal(0) {
+		lb := bal.stats
+		res.Stats.LB = &lb
+		if err := bal.close(); err != nil && res.Err == nil {
+			res.Code, res.Err = 1, err
+		}
 	}
 	res.Stats.FT = rs.sup.Stats()
 	res.Stats.Ops.Add(rs.sup.LostOps())

@@ -19,7 +19,7 @@ import (
 //	        big-endian CRC-32 (IEEE) of those N bytes; one per balancing
 //	        step, in step order, until the end of the file
 //
-// A record's msgpack is a Record, encoded by field name: {Stats: {Step,
+// A record's msgpack is a Record, encoded by field name: {Coll, Stats: {Step,
 // CPUTime, PEs: [{Wall, Busy, Idle, Background, Unavailable}], Objs:
 // [{Coll, Index: {Dims, C: [6 ints]}, PE, Wall, CPU, Migratable, Bytes}],
 // Comm: [{From, To, Msgs, Bytes}]}, Strategy, Options: {Tolerance, Seed},
@@ -37,6 +37,7 @@ const (
 // Record is one balancing step as dumped: the stats the strategy saw, the
 // strategy and options that ran, and the moves it planned.
 type Record struct {
+	Coll     string // the collection balanced (its registered type name)
 	Stats    Stats
 	Strategy string
 	Options  Options

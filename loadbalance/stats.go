@@ -276,8 +276,13 @@ type Summary struct {
 // Summarize describes what moves do to these stats.
 func (s *Stats) Summarize(strategy string, moves []Move) Summary {
 	before, after := s.Loads(nil), s.Loads(moves)
-	sm := Summary{Step: s.Step, Strategy: strategy, Objs: len(s.Objs), Moved: len(moves),
+	sm := Summary{Step: s.Step, Strategy: strategy, Moved: len(moves),
 		MaxAvgBefore: s.MaxAvg(before), MaxAvgAfter: s.MaxAvg(after)}
+	for _, o := range s.Objs {
+		if o.Migratable {
+			sm.Objs++
+		}
+	}
 	for _, p := range s.Available() {
 		sm.MaxBefore = max(sm.MaxBefore, before[p])
 		sm.MaxAfter = max(sm.MaxAfter, after[p])

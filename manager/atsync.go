@@ -1,35 +1,14 @@
 package manager
 
-// AtSync: once every element of an array reached AtSync, PE 0 runs the
-// load-balancing strategy, elements migrate as it planned, and each
-// resumes (ResumeFromSync).
+// AtSync: once every element of an array reached AtSync, each PE reports
+// its elements' measurements to PE 0, the balancer plans there, elements
+// migrate as planned, and each resumes (ResumeFromSync).
 
 import (
+	"time"
+
 	"github.com/charmgo/charmgo/pe"
 )
-
-// LBStrategy decides migrations at an AtSync point from where every element
-// is. It must be a pure function of its input so a plan can be replayed.
-type LBStrategy func(coll string, numPEs int, where []ElemPlace) []Move
-
-// ElemPlace is one element's position at an AtSync point.
-type ElemPlace struct {
-	Index pe.Index
-	PE    int32
-}
-
-// RotateStrategy moves every element to the next PE (a test strategy that
-// exercises migration of everything).
-func RotateStrategy(_ string, n int, where []ElemPlace) []Move {
-	if n < 2 {
-		return nil
-	}
-	out := make([]Move, len(where))
-	for i, w := range where {
-		out[i] = Move{Index: w.Index, From: w.PE, To: (w.PE + 1) % int32(n)}
-	}
-	return out
-}
 
 type syncState struct {
 	// atSync counts the local elements that reached AtSync this epoch
@@ -37,15 +16,19 @@ type syncState struct {
 	// looks at them all only once the count says all may be there.
 	atSync   int
 	reported map[pe.Index]bool // local elements already reported this epoch
+	peSent   bool              // this PE's own figures went with a report
 	// root
-	places  []ElemPlace
+	gather  lbGather
 	planned bool
 	done    int
+	report  LBStepReport
+	start   time.Time
 	// every PE
 	plan     *PlanMsg
 	expect   int
 	arrived  int
 	sentDone bool
+	moved    int64 // packed bytes this PE migrated away
 }
 
 // AtSync marks e as ready for load balancing. When every element of the
@@ -64,53 +47,91 @@ func (m *Manager) syncCheck(c *Collection) {
 	if c.sync.atSync < len(c.local) {
 		return // some local element has not reached AtSync: no need to look
 	}
-	var idx []pe.Index
+	var els []*Element
 	for _, e := range c.Locals() {
 		if !e.AtSync {
 			return
 		}
 		if !c.sync.reported[e.Index] {
-			idx = append(idx, e.Index)
+			els = append(els, e)
 		}
 	}
-	if len(idx) == 0 {
+	if len(els) == 0 {
 		return
 	}
 	if c.sync.reported == nil {
 		c.sync.reported = map[pe.Index]bool{}
 	}
-	pes := make([]int32, len(idx))
-	for i, ix := range idx {
-		c.sync.reported[ix] = true
-		pes[i] = int32(m.Me())
+	sm := &SyncMsg{Coll: c.ID, Indices: make([]pe.Index, len(els)), PEs: make([]int32, len(els)), From: int32(m.Me())}
+	for i, e := range els {
+		c.sync.reported[e.Index] = true
+		sm.Indices[i], sm.PEs[i] = e.Index, int32(m.Me())
 	}
-	m.sendSys(0, tSync, &SyncMsg{Coll: c.ID, Indices: idx, PEs: pes})
+	if m.lb.on {
+		m.lbReport(c, els, !c.sync.peSent, sm)
+		c.sync.peSent = true
+	}
+	if m.Me() == 0 && m.NumPEs() > 1 {
+		// PE 0's own measurements reach its strategy as a message from
+		// another PE, like everyone else's: under message logging that
+		// PE keeps it, so a re-execution of PE 0 plans from the same
+		// figures and sends the same plan.
+		sm.Relay = true
+		m.sendSys(1, tSync, sm)
+		return
+	}
+	m.sendSys(0, tSync, sm)
 }
 
 func (m *Manager) onSync(sm *SyncMsg) {
+	if sm.Relay {
+		fwd := *sm
+		fwd.Relay = false
+		m.sendSys(0, tSync, &fwd)
+		return
+	}
 	c := m.coll(sm.Coll)
 	if c == nil {
 		m.failf("AtSync report for unknown collection %d", sm.Coll)
 		return
 	}
-	for i, ix := range sm.Indices {
-		c.sync.places = append(c.sync.places, ElemPlace{Index: ix, PE: sm.PEs[i]})
+	if len(sm.PEs) != len(sm.Indices) || (sm.Loads != nil && len(sm.Loads) != len(sm.Indices)) {
+		m.failf("AtSync report for %s from PE %d: %d elements, %d places, %d loads", c.Name, sm.From, len(sm.Indices), len(sm.PEs), len(sm.Loads))
+		return
 	}
+	c.sync.gather.add(m, c, sm)
 	m.syncCheckRoot(c)
 }
 
 // syncCheckRoot starts the plan once every element reported (root only).
 func (m *Manager) syncCheckRoot(c *Collection) {
-	if m.Me() != 0 || c.sync.planned || !c.red.Enabled() || len(c.sync.places) == 0 {
+	if m.Me() != 0 || c.sync.planned || !c.red.Enabled() || c.sync.gather.own == 0 {
 		return
 	}
-	if int64(len(c.sync.places)) < c.red.SubtreeCount(c.red.NextReport()) {
+	if int64(c.sync.gather.own) < c.red.SubtreeCount(c.red.NextReport()) {
 		return
 	}
 	c.sync.planned = true
+	c.sync.start = time.Now()
 	var moves []Move
-	if m.opt.Strategy != nil && c.Kind == CollArray && c.Migratable {
-		moves = m.opt.Strategy(c.Name, m.NumPEs(), c.sync.places)
+	if b := m.opt.LB.Balancer; b != nil && c.Kind == CollArray && c.Migratable {
+		c.lbSteps++
+		st := c.sync.gather.stats(c.lbSteps, m.lb.cpu)
+		t0 := time.Now()
+		lm, name, err := b.Plan(c.Name, st)
+		if err != nil {
+			m.failf("load balancing %s, step %d: %v", c.Name, st.Step, err)
+			return
+		}
+		c.sync.report = LBStepReport{Coll: c.Name, Strategy: name, PlanNanos: int64(time.Since(t0)), Summary: st.Summarize(name, lm)}
+		moves = make([]Move, len(lm))
+		for i, mv := range lm {
+			if o := st.Objs[mv.Obj]; o.Coll != c.ID {
+				m.failf("load balancing %s, step %d: the plan moves %d%v, of another collection", c.Name, st.Step, o.Coll, o.Index)
+				return
+			}
+			moves[i] = Move{Index: st.Objs[mv.Obj].Index, From: mv.From, To: mv.To}
+		}
 	}
 	plan := &PlanMsg{Coll: c.ID, Moves: moves}
 	for p := 0; p < m.NumPEs(); p++ {
@@ -130,7 +151,7 @@ func (m *Manager) onPlan(pm *PlanMsg) {
 	for _, mv := range pm.Moves {
 		if mv.From == me && mv.To != me {
 			if e := c.get(mv.Index); e != nil {
-				m.migrateOut(e, int(mv.To))
+				c.sync.moved += m.migrateOut(e, int(mv.To))
 			} else {
 				m.failf("load-balancing plan moves %s%v from PE %d, which does not hold it", c.Name, mv.Index, me)
 				return
@@ -150,14 +171,21 @@ func (m *Manager) syncMaybeDone(c *Collection) {
 		return
 	}
 	c.sync.sentDone = true
-	m.sendSys(0, tPlanDone, &PlanDoneMsg{Coll: c.ID})
+	m.sendSys(0, tPlanDone, &PlanDoneMsg{Coll: c.ID, MovedBytes: c.sync.moved})
 }
 
 func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
 	c := m.coll(pd.Coll)
 	c.sync.done++
+	c.sync.report.MovedBytes += pd.MovedBytes
 	if c.sync.done < m.NumPEs() {
 		return
+	}
+	if b := m.opt.LB.Balancer; b != nil && c.Kind == CollArray && c.Migratable {
+		r := c.sync.report
+		r.StepNanos = int64(time.Since(c.sync.start))
+		r.Summary.MovedBytes = r.MovedBytes
+		b.Stepped(r)
 	}
 	for p := 0; p < m.NumPEs(); p++ {
 		m.sendSys(p, tResume, &ResumeMsg{Coll: c.ID})

@@ -82,7 +82,7 @@ func (m *Manager) deliverBcast(e *Element, env *pe.Envelope) {
 	c := e.Coll
 	if e.Bcast+1 == env.Seq { // the usual case: no gap to fill
 		e.Bcast = env.Seq
-		m.host.Invoke(m, e, env)
+		m.invoke(e, env)
 		m.afterInvoke(e)
 		return
 	}
@@ -100,7 +100,7 @@ func (m *Manager) deliverBcast(e *Element, env *pe.Envelope) {
 		}
 		e.Bcast = next
 		one := pe.Envelope{Type: typ, Coll: c.ID, Kind: pe.KindMulticast, Flags: flagBcastElem, Index: e.Index, Seq: next, Payload: payload}
-		m.host.Invoke(m, e, &one)
+		m.invoke(e, &one)
 		m.afterInvoke(e)
 		if c.get(e.Index) != e {
 			if e.Bcast < env.Seq { // moved on: the rest follow it

@@ -43,6 +43,8 @@ type Element struct {
 	AtSync  bool
 	Epoch   uint32
 
+	lb        lbElem // load-balancing measurements since the last step
+	packed    int    // size of its packed state when it last migrated
 	migrateTo int
 	deleted   bool
 }
@@ -88,7 +90,9 @@ type Collection struct {
 	bcastDelivered uint64
 	history        []bcastRec
 
-	sync syncState
+	sync     syncState
+	lbPeriod lbPeriod // this PE's measuring period for the collection
+	lbSteps  int      // PE 0: balancing steps of the collection so far
 }
 
 // collFor returns the collection of env, or buffers env until the
@@ -357,6 +361,9 @@ func (m *Manager) defineCollection(cm *CreateMsg) *Collection {
 		c.red.doneBelow = uint32(num) // a recovering PE: see completeBefore
 	}
 	m.colls[c.ID] = c
+	if m.lb.on {
+		m.lbStartPeriod(c)
+	}
 	if len(c.Bounds) > 0 {
 		if total := boundsTotal(c.Bounds); total <= denseLimit && len(c.Bounds) <= pe.MaxDims {
 			c.dense = make([]*Element, total)

@@ -17,7 +17,13 @@ import (
 func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback, v any) {
 	c := e.Coll
 	m.Stats.Contributions++
-	m.Stats.bytes(&m.Stats.ReductionBytes, v)
+	size := PayloadSize(v)
+	m.Stats.addBytes(&m.Stats.ReductionBytes, size)
+	if m.lb.cur != nil && cb.Kind == CBElem {
+		// the result goes to one element: for placement, this is what
+		// the contributor sends it
+		m.lbSent(lbDest{Coll: cb.Coll, Index: cb.Index}, size)
+	}
 	var r uint32
 	home := int(e.RedHome)
 	if sec == 0 {

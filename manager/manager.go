@@ -84,8 +84,8 @@ type Host interface {
 
 // Options configure every manager of a run.
 type Options struct {
-	Branching int        // spanning-tree arity (default 4)
-	Strategy  LBStrategy // AtSync strategy; nil: no migrations
+	Branching int       // spanning-tree arity (default 4)
+	LB        LBOptions // load balancing at AtSync
 	// CheckpointDir, if set, receives every committed checkpoint as well.
 	CheckpointDir string
 	OnError       func(error) // how a runtime error ends the run (default: node.Fail)
@@ -127,6 +127,7 @@ type Manager struct {
 	rb       *rollbackState // a global rollback this PE takes part in
 	rbStash  []pe.Envelope  // what reached it meanwhile, handled once it restored
 	qdAsked  []uint64       // quiescence detections this PE waits for (not checkpoints')
+	lb       lbState
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64
@@ -182,9 +183,11 @@ type Sizer = pe.Sizer
 // -1.
 func PayloadSize(v any) int { return pe.PayloadSize(v) }
 
-func (s *Stats) bytes(n *uint64, v any) {
-	if sz := PayloadSize(v); sz >= 0 {
-		*n += uint64(sz)
+func (s *Stats) bytes(n *uint64, v any) { s.addBytes(n, PayloadSize(v)) }
+
+func (s *Stats) addBytes(n *uint64, size int) {
+	if size >= 0 {
+		*n += uint64(size)
 	} else {
 		s.Unsized++
 	}
@@ -203,6 +206,7 @@ func New(p *pe.PE, host Host, opt Options) *Manager {
 		pendingSec:  map[uint64][]pe.Envelope{},
 	}
 	m.newHook()
+	m.lbInit()
 	return m
 }
 

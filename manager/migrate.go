@@ -57,15 +57,16 @@ func (m *Manager) onMigrateReq(env *pe.Envelope) {
 	m.migrateOut(e, int(req.To))
 }
 
-func (m *Manager) migrateOut(e *Element, to int) {
+// migrateOut sends e to PE to and returns the size of its packed state.
+func (m *Manager) migrateOut(e *Element, to int) int64 {
 	c := e.Coll
 	if to == m.Me() {
-		return
+		return 0
 	}
 	state, err := m.host.Pack(e)
 	if err != nil {
 		m.failf("migrate %s%v from PE %d: pack: %v", c.Name, e.Index, m.Me(), err)
-		return
+		return 0
 	}
 	secs := e.sortedSecs() // in section order: a re-execution sends the same bytes
 	e.Moves++
@@ -76,6 +77,7 @@ func (m *Manager) migrateOut(e *Element, to int) {
 		Bcast: e.Bcast, Moves: e.Moves, Secs: secs, AtSync: e.AtSync, Epoch: e.Epoch,
 	}})
 	e.Obj = nil
+	return int64(len(state))
 }
 
 func (m *Manager) onMigrate(env *pe.Envelope) {
@@ -93,6 +95,7 @@ func (m *Manager) onMigrate(env *pe.Envelope) {
 			e.Secs[s.Sec] = &s
 		}
 	}
+	e.packed = len(mm.State)
 	c.put(e)
 	c.setLoc(e.Index, loc{pe: int32(m.Me()), moves: e.Moves})
 	if err := m.host.Unpack(m, e, mm.State); err != nil {

@@ -3,6 +3,7 @@ package manager
 import (
 	"fmt"
 
+	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -254,6 +255,16 @@ type SyncMsg struct {
 	Epoch   uint32
 	Indices []pe.Index
 	PEs     []int32
+	// The load-balancing database's part for these elements: their
+	// loads and what they sent (when a balancer measures), and, in a
+	// PE's first report of the step, the PE's own figures.
+	Loads  []ObjLoad
+	Others []OtherObj
+	Comm   []ObjComm
+	From   int32
+	PE    *loadbalance.PEStats
+	// Relay: PE 0's own report, sent through PE 1 and back (see onSync).
+	Relay bool
 }
 
 // PlanMsg is the load balancer's decision for one AtSync epoch.
@@ -272,8 +283,9 @@ type Move struct {
 
 // PlanDoneMsg says a PE finished its part of a plan.
 type PlanDoneMsg struct {
-	Coll  uint32
-	Epoch uint32
+	Coll       uint32
+	Epoch      uint32
+	MovedBytes int64 // packed state this PE sent away
 }
 
 // ResumeMsg ends an AtSync epoch.

@@ -37,10 +37,15 @@ func (m *Manager) SendTo(coll uint32, ix pe.Index, typ uint32, payload any) erro
 func (m *Manager) SendEnv(env *pe.Envelope) error {
 	coll, ix, typ := env.Coll, env.Index, env.Type
 	m.Stats.P2P++
-	if env.Flags == FlagInline {
-		m.Stats.P2PBytes += pe.InlineSize
+	size := pe.InlineSize
+	if env.Flags != FlagInline {
+		size = PayloadSize(env.Payload)
+		m.Stats.addBytes(&m.Stats.P2PBytes, size)
 	} else {
-		m.Stats.bytes(&m.Stats.P2PBytes, env.Payload)
+		m.Stats.P2PBytes += pe.InlineSize
+	}
+	if m.lb.cur != nil {
+		m.lbSent(lbDest{Coll: coll, Index: ix}, size)
 	}
 	c := m.coll(coll)
 	if c == nil {
@@ -124,7 +129,7 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 		m.deliverSecElem(e, env)
 		return
 	}
-	m.host.Invoke(m, e, env)
+	m.invoke(e, env)
 	m.afterInvoke(e)
 }
 

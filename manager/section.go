@@ -229,7 +229,11 @@ func (m *Manager) secFor(id uint64, env *pe.Envelope) *Section {
 // homed on it.
 func (m *Manager) Multicast(coll uint32, sec uint64, typ uint32, payload any) {
 	m.Stats.Multicasts++
-	m.Stats.bytes(&m.Stats.MulticastBytes, payload)
+	size := PayloadSize(payload)
+	m.Stats.addBytes(&m.Stats.MulticastBytes, size)
+	if m.lb.cur != nil {
+		m.lbSent(lbDest{Sec: sec}, size)
+	}
 	env := pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Aux: sec, Payload: payload}
 	if root := m.sectionRoot(sec); root != m.Me() {
 		env.Flags = flagSecReq
@@ -301,7 +305,7 @@ func (m *Manager) deliverSecElem(e *Element, env *pe.Envelope) {
 		e.Secs[env.Aux] = mem
 	}
 	mem.Home, mem.Mult = int32(uint32(env.Seq)), uint32(env.Seq>>32)
-	m.host.Invoke(m, e, env)
+	m.invoke(e, env)
 	m.afterInvoke(e)
 }
 

@@ -23,9 +23,9 @@ import (
 // Config is a run's runtime settings; ParseFlags fills it from the command
 // line.
 type Config struct {
-	PEs       int    // number of PEs (default GOMAXPROCS)
-	WireCheck bool   // encode every message with msgpack, even in process
-	Branching int    // spanning-tree arity (default 4)
+	PEs       int  // number of PEs (default GOMAXPROCS)
+	WireCheck bool // encode every message with msgpack, even in process
+	Branching int  // spanning-tree arity (default 4)
 	// Balancer is the load-balancing strategy at AtSync (loadbalance.New's
 	// names, Charm++'s too); several separated by commas chain as several
 	// +balancer flags do: the first at the first step, the next after.
@@ -44,7 +44,7 @@ type Config struct {
 	LBOff       bool
 	LBPeriod    time.Duration
 	LBTolerance float64
-	SpinPolls int    // polls before an idle PE parks (default 0)
+	SpinPolls   int // polls before an idle PE parks (default 0)
 	// CheckpointDir, if set, receives every committed checkpoint (besides
 	// the two copies in memory).
 	CheckpointDir string

@@ -262,7 +262,7 @@ type SyncMsg struct {
 	Others []OtherObj
 	Comm   []ObjComm
 	From   int32
-	PE    *loadbalance.PEStats
+	PE     *loadbalance.PEStats
 	// Relay: PE 0's own report, sent through PE 1 and back (see onSync).
 	Relay bool
 }

@@ -1,0 +1,76 @@
+package md
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/require"
+)
+
+// Every strategy, on 1 to 4 PEs, past two balancing steps: the energies and
+// final atoms are bitwise those of a run that never balances, and the run
+// reports its steps.
+func TestBalancersLeaveTheResultUnchanged(t *testing.T) {
+	p := params(3, 3, 3, 9)
+	p.FirstLB, p.LBPeriod = 3, 3
+	base := run(t, p, chare.Config{PEs: 1, Balancer: "dummy"})
+	for _, strategy := range []string{"greedy", "refine", "greedyrefine", "graph", "random", "rotate", "dummy"} {
+		for pes := 1; pes <= 4; pes++ {
+			if raceOn && pes != 3 && !(pes == 2 && strategy == "graph") {
+				continue // the README's test command runs them all without -race
+			}
+			t.Run(fmt.Sprintf("%s on %d PEs", strategy, pes), func(t *testing.T) {
+				r := run(t, p, chare.Config{PEs: pes, Balancer: strategy, WireCheck: pes == 3 && strategy == "greedyrefine" && !raceOn})
+				sameResult(t, base, r)
+				require.NotNil(t, r.Ops.LB)
+				require.Equal(t, 3, r.Ops.LB.Steps, "steps 3, 6 and 9 balance the computes")
+				if pes > 1 && (strategy == "rotate" || strategy == "random") {
+					require.Positive(t, r.Ops.LB.Moved)
+				}
+				if strategy == "dummy" || pes == 1 {
+					require.Zero(t, r.Ops.LB.Moved)
+				}
+			})
+		}
+	}
+}
+
+// A PE killed after a balancing step that followed measured loads: the
+// PEs that recover alone (scmel, camel) re-execute the step and must make
+// the plan the others already carried out, PE 0 (which plans) included.
+func TestAFailureAfterABalancingStepEndsInTheFailureFreeResult(t *testing.T) {
+	p := params(3, 3, 3, 13)
+	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	for _, tc := range []struct {
+		ft, balancer string
+		kill         chare.Kill
+	}{
+		{"camel", "greedyrefine", chare.Kill{PE: 0, Step: 7}},
+		{"camel", "graph", chare.Kill{PE: 1, Step: 8}},
+		{"scmel", "refine", chare.Kill{PE: 0, Step: 8}},
+		{"none", "greedy", chare.Kill{PE: 2, Step: 7}},
+	} {
+		if raceOn && tc.ft != "camel" {
+			continue
+		}
+		t.Run(fmt.Sprintf("%s %s kill PE %d at step %d", tc.ft, tc.balancer, tc.kill.PE, tc.kill.Step), func(t *testing.T) {
+			base := run(t, p, chare.Config{PEs: 3, Balancer: tc.balancer})
+			r := run(t, p, chare.Config{PEs: 3, Balancer: tc.balancer, FT: tc.ft, Kills: []chare.Kill{tc.kill}})
+			require.Equal(t, 1, r.Ops.FT.Failures)
+			sameResult(t, base, r)
+			require.NotNil(t, r.Ops.LB)
+			require.GreaterOrEqual(t, r.Ops.LB.Steps, 2)
+		})
+	}
+}
+
+func sameResult(t *testing.T, base, r Report) {
+	t.Helper()
+	for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+		require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies")
+	}
+	require.Equal(t, base.StateHash, r.StateHash, "final atoms")
+	require.Equal(t, base.Atoms, r.Atoms)
+}

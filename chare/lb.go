@@ -9,9 +9,11 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/pe"
 )
 
 // LBStats is what load balancing did in a run (reported by the process
@@ -22,6 +24,8 @@ type LBStats struct {
 	Moved      int   // chares migrated
 	MovedBytes int64 // their packed state
 	PlanNanos  int64 // time in strategies
+	// SectionsMoved counts sections set up again to follow their members.
+	SectionsMoved int
 	StepNanos  int64 // time from the last report to the last migration
 	// First and Last are the first and last steps' PE load max/avg:
 	// measured before, predicted after.
@@ -36,8 +40,8 @@ func (s LBStats) String() string {
 	if s.Steps == 0 {
 		return fmt.Sprintf("load balancing (%s): no step", s.Strategies)
 	}
-	out := fmt.Sprintf("load balancing (%s): %d steps, %d chares moved (%d bytes), strategy %.1f ms, steps %.1f ms in all; PE load max/avg %.3f -> %.3f at the first step, %.3f -> %.3f at the last",
-		s.Strategies, s.Steps, s.Moved, s.MovedBytes, float64(s.PlanNanos)/1e6, float64(s.StepNanos)/1e6, s.FirstBefore, s.FirstAfter, s.LastBefore, s.LastAfter)
+	out := fmt.Sprintf("load balancing (%s): %d steps, %d chares moved (%d bytes), %d sections set up again, strategy %.1f ms, steps %.1f ms in all; PE load max/avg %.3f -> %.3f at the first step, %.3f -> %.3f at the last",
+		s.Strategies, s.Steps, s.Moved, s.MovedBytes, s.SectionsMoved, float64(s.PlanNanos)/1e6, float64(s.StepNanos)/1e6, s.FirstBefore, s.FirstAfter, s.LastBefore, s.LastAfter)
 	if s.Measured > 0 {
 		out += fmt.Sprintf(" (measured after it: %.3f)", s.Measured)
 	}
@@ -148,13 +152,14 @@ func (b *balancer) Stepped(r manager.LBStepReport) {
 	s.MovedBytes += r.MovedBytes
 	s.PlanNanos += r.PlanNanos
 	s.StepNanos += r.StepNanos
+	s.SectionsMoved += r.SectionsMoved
 	if s.Steps == 1 {
 		s.FirstBefore, s.FirstAfter = sm.MaxAvgBefore, sm.MaxAvgAfter
 	}
 	s.LastBefore, s.LastAfter = sm.MaxAvgBefore, sm.MaxAvgAfter
 	if b.debug > 0 {
-		fmt.Fprintf(b.out, "[LB] step %d (%s, %s): PE load max/avg %.3f before, %.3f predicted after (max %.3g s, avg %.3g s); moved %d of %d chares, %d bytes; strategy %.2f ms, step %.2f ms\n",
-			sm.Step, r.Coll, r.Strategy, sm.MaxAvgBefore, sm.MaxAvgAfter, sm.MaxAfter, sm.Avg, sm.Moved, sm.Objs, r.MovedBytes,
+		fmt.Fprintf(b.out, "[LB] step %d (%s, %s): PE load max/avg %.3f before, %.3f predicted after (max %.3g s, avg %.3g s); moved %d of %d chares, %d bytes; %d sections set up again; strategy %.2f ms, step %.2f ms\n",
+			sm.Step, r.Coll, r.Strategy, sm.MaxAvgBefore, sm.MaxAvgAfter, sm.MaxAfter, sm.Avg, sm.Moved, sm.Objs, r.MovedBytes, r.SectionsMoved,
 			float64(r.PlanNanos)/1e6, float64(r.StepNanos)/1e6)
 		if b.debug > 1 {
 			fmt.Fprintf(b.out, "[LB] step %d (%s): bytes between chares on different PEs %d before, %d after\n", sm.Step, r.Coll, sm.CrossBytesBefore, sm.CrossBytesAfter)
@@ -163,3 +168,20 @@ func (b *balancer) Stepped(r manager.LBStepReport) {
 }
 
 var _ manager.Balancer = (*balancer)(nil)
+
+// tickBalancer hands PE 0 a tick every period (+LBPeriod) until stop is
+// closed or the run ends.
+func tickBalancer(node *pe.Node, period time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-node.Done():
+			return
+		case <-t.C:
+			node.Inject(0, pe.Envelope{Type: manager.LBTickType(), Kind: pe.KindSystem, Payload: &manager.LBTickMsg{}})
+		}
+	}
+}

@@ -35,6 +35,7 @@ type LBSMain struct {
 	Pumped   int
 	Failures []string
 	Done     bool
+	SecSums  []int64
 }
 
 type LBSElem struct {
@@ -59,6 +60,11 @@ type lbsChunk struct {
 
 type lbsHit struct{ From, Seq uint32 }
 
+type lbsMcastMsg struct {
+	lbsHit
+	Sec chare.SectionProxy[LBSElem]
+}
+
 var (
 	lbsMainT   = chare.NewMainTypeOf[LBSMain, lbsParams]("lbstress.Main")
 	lbsElemT   = chare.NewType[LBSElem, lbsParams]("lbstress.Elem")
@@ -66,7 +72,8 @@ var (
 	lbsGo      = chare.NewEntry[lbsRound](lbsElemT, "Go")
 	lbsHitE    = chare.NewEntry[lbsHit](lbsElemT, "Hit")
 	lbsBcast   = chare.NewEntry[lbsHit](lbsElemT, "Bcast")
-	lbsMcast   = chare.NewEntry[lbsHit](lbsElemT, "Mcast")
+	lbsMcast   = chare.NewEntry[lbsMcastMsg](lbsElemT, "Mcast")
+	lbsSecSum  = chare.NewEntry[int64](lbsMainT, "SecSum")
 	lbsReport  = chare.NewEntry[chare.Callback[[]int64]](lbsElemT, "Report")
 	lbsPumpGo  = chare.NewEntry[lbsRound](lbsPumpT, "Go")
 	lbsChunkE  = chare.NewEntry[lbsChunk](lbsPumpT, "Chunk")
@@ -105,6 +112,8 @@ func (m *LBSMain) next(ctx *chare.Ctx) {
 	chare.StartQD(ctx, lbsQuiet.CallbackTo(lbsMainT.MainProxy()))
 }
 
+func (m *LBSMain) SecSum(ctx *chare.Ctx, v int64) { m.SecSums = append(m.SecSums, v) }
+
 func (m *LBSMain) Quiet(ctx *chare.Ctx, _ struct{}) {
 	lbsReport.Broadcast(ctx, m.Elems, lbsTotals.CallbackTo(lbsMainT.MainProxy()))
 }
@@ -122,10 +131,11 @@ func (m *LBSMain) Totals(ctx *chare.Ctx, got []int64) {
 			wantHash += mixKey(uint64(1_000_000+k)<<32 | uint64(s))
 		}
 	}
-	members := 0
+	members, memberSum := 0, int64(0)
 	for lin := range p.elems() {
 		if lin%3 == 0 {
 			members++
+			memberSum += int64(lin)
 		}
 	}
 	check := func(ok bool, format string, args ...any) {
@@ -138,6 +148,10 @@ func (m *LBSMain) Totals(ctx *chare.Ctx, got []int64) {
 	check(got[1] == wantHash, "hash of delivered messages %d, want %d", got[1], wantHash)
 	check(got[2] == int64(p.elems()*p.Rounds*p.Pumps), "%d broadcast deliveries, want %d", got[2], p.elems()*p.Rounds*p.Pumps)
 	check(got[3] == int64(members*p.Rounds*p.Pumps), "%d multicast deliveries, want %d", got[3], members*p.Rounds*p.Pumps)
+	check(len(m.SecSums) == p.Rounds*p.Pumps, "%d section reductions, want %d", len(m.SecSums), p.Rounds*p.Pumps)
+	for i, v := range m.SecSums {
+		check(v == memberSum, "section reduction %d: %d, want %d", i, v, memberSum)
+	}
 	m.Done = true
 	ctx.Exit(0)
 }
@@ -196,10 +210,13 @@ func (e *LBSElem) Bcast(ctx *chare.Ctx, h lbsHit) {
 	}
 }
 
-func (e *LBSElem) Mcast(ctx *chare.Ctx, h lbsHit) {
-	if e.seen(ctx, 2, h) {
+// Mcast counts a multicast and contributes to a section reduction: many
+// are in flight, or held at AtSync, while the section is set up again.
+func (e *LBSElem) Mcast(ctx *chare.Ctx, h lbsMcastMsg) {
+	if e.seen(ctx, 2, h.lbsHit) {
 		e.Mcasts++
 	}
+	chare.ContributeSection(ctx, h.Sec, chare.SumInt64, int64(lbsLin(e.P, ctx.Index())), lbsSecSum.CallbackTo(lbsMainT.MainProxy()))
 }
 
 func (e *LBSElem) Report(ctx *chare.Ctx, cb chare.Callback[[]int64]) {
@@ -226,7 +243,7 @@ func (u *LBSPump) Chunk(ctx *chare.Ctx, c lbsChunk) {
 		lbsBcast.Broadcast(ctx, c.Elems, lbsHit{From: from, Seq: uint32(c.Round)})
 	}
 	if end >= p.Burst/2 && c.Next < p.Burst/2 {
-		lbsMcast.Multicast(ctx, c.Sec, lbsHit{From: from, Seq: uint32(c.Round)})
+		lbsMcast.Multicast(ctx, c.Sec, lbsMcastMsg{lbsHit: lbsHit{From: from, Seq: uint32(c.Round)}, Sec: c.Sec})
 	}
 	if end < p.Burst {
 		c.Next = end
@@ -246,7 +263,7 @@ func TestBalancingStepsLoseNothingInFlight(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%s on %d PEs", strategy, pes), func(t *testing.T) {
 				p.Seed = uint64(pes*100 + len(strategy))
-				res := chare.RunWith(lbsMainT, p, chare.Config{PEs: pes, Balancer: strategy})
+				res := chare.RunWith(lbsMainT, p, chare.Config{PEs: pes, Balancer: strategy, WireCheck: strategy == "graph" && pes == 2})
 				require.NoError(t, res.Err)
 				require.Equal(t, 0, res.Code)
 				m := res.Main.(*LBSMain)
@@ -258,7 +275,7 @@ func TestBalancingStepsLoseNothingInFlight(t *testing.T) {
 					// every element moves every round: multicasts in flight
 					// reached PEs their members had left
 					require.Equal(t, p.Rounds*p.elems(), res.Stats.LB.Moved)
-					t.Logf("forwarded deliveries %d", res.Stats.Ops.ForwardedDeliveries)
+					t.Logf("forwarded deliveries %d, sections set up again %d", res.Stats.Ops.ForwardedDeliveries, res.Stats.LB.SectionsMoved)
 				}
 				if strategy == "random" {
 					require.Positive(t, res.Stats.LB.Moved)

@@ -621,7 +621,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		return Result{Code: 2, Err: InputError{err}}
 	}
 	if bal != nil {
-		opt.LB = manager.LBOptions{Balancer: bal, Off: cfg.LBOff, CPUTime: cfg.LBCPUTime}
+		opt.LB = manager.LBOptions{Balancer: bal, Off: cfg.LBOff, CPUTime: cfg.LBCPUTime, Periodic: cfg.LBPeriod > 0}
 		if cfg.LBPeriod > 0 && spec.RecoversAlone {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag +LBPeriod: balancing steps started by the clock need a protocol that rolls every PE back (--ft none): under %s a recovering PE would decide otherwise", spec.Name)}}
 		}
@@ -742,6 +742,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		job.Run(node)
 	}
 	node.Start()
+	if bal != nil && cfg.LBPeriod > 0 && node.IsLocal(0) && !cfg.Deterministic {
+		go tickBalancer(node, cfg.LBPeriod, stopDumps)
+	}
 	if limit > 0 {
 		go watch(node, limit)
 	}

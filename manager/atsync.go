@@ -17,12 +17,18 @@ type syncState struct {
 	atSync   int
 	reported map[pe.Index]bool // local elements already reported this epoch
 	peSent   bool              // this PE's own figures went with a report
+	periodic bool              // a periodic step (+LBPeriod), not AtSync
 	// root
-	gather  lbGather
-	planned bool
-	done    int
-	report  LBStepReport
-	start   time.Time
+	gather   lbGather
+	planned  bool
+	done     int
+	report   LBStepReport
+	start    time.Time
+	balanced bool // the balancer planned this step
+	// sections to set up again once the elements moved, and how many
+	// roots have still to answer
+	refresh    []*SecRefreshMsg
+	refreshing int
 	// every PE
 	plan     *PlanMsg
 	expect   int
@@ -35,6 +41,10 @@ type syncState struct {
 // array has called it, the strategy runs, elements migrate, and each gets
 // ResumeFromSync.
 func (m *Manager) AtSync(e *Element) {
+	if m.opt.LB.Periodic {
+		m.failf("%s%v called AtSync, but the run balances periodically (+LBPeriod): use one or the other", e.Coll.Name, e.Index)
+		return
+	}
 	if e.AtSync {
 		return
 	}
@@ -56,8 +66,13 @@ func (m *Manager) syncCheck(c *Collection) {
 			els = append(els, e)
 		}
 	}
-	if len(els) == 0 {
-		return
+	m.syncReport(c, els)
+}
+
+// syncReport reports elements els of c to PE 0 (with their measurements).
+func (m *Manager) syncReport(c *Collection, els []*Element) {
+	if len(els) == 0 && !c.sync.periodic {
+		return // (a periodic step hears from every PE: its figures count)
 	}
 	if c.sync.reported == nil {
 		c.sync.reported = map[pe.Index]bool{}
@@ -105,7 +120,7 @@ func (m *Manager) onSync(sm *SyncMsg) {
 
 // syncCheckRoot starts the plan once every element reported (root only).
 func (m *Manager) syncCheckRoot(c *Collection) {
-	if m.Me() != 0 || c.sync.planned || !c.red.Enabled() || c.sync.gather.own == 0 {
+	if m.Me() != 0 || c.sync.planned || !c.red.Enabled() || c.sync.gather.own == 0 && !c.sync.periodic {
 		return
 	}
 	if int64(c.sync.gather.own) < c.red.SubtreeCount(c.red.NextReport()) {
@@ -114,7 +129,8 @@ func (m *Manager) syncCheckRoot(c *Collection) {
 	c.sync.planned = true
 	c.sync.start = time.Now()
 	var moves []Move
-	if b := m.opt.LB.Balancer; b != nil && c.Kind == CollArray && c.Migratable {
+	if b := m.opt.LB.Balancer; b != nil && c.Kind == CollArray && c.Migratable && c.sync.gather.measured(c.sync.periodic) {
+		c.sync.balanced = true
 		c.lbSteps++
 		st := c.sync.gather.stats(c.lbSteps, m.lb.cpu)
 		t0 := time.Now()
@@ -124,6 +140,21 @@ func (m *Manager) syncCheckRoot(c *Collection) {
 			return
 		}
 		c.sync.report = LBStepReport{Coll: c.Name, Strategy: name, PlanNanos: int64(time.Since(t0)), Summary: st.Summarize(name, lm)}
+		after := make(map[objKey]int32, len(lm))
+		for _, mv := range lm {
+			o := st.Objs[mv.Obj]
+			after[objKey{o.Coll, o.Index}] = mv.To
+		}
+		placeAfter := make([]int32, len(c.sync.gather.st.Objs))
+		for i, o := range c.sync.gather.st.Objs {
+			placeAfter[i] = o.PE
+			if to, ok := after[objKey{o.Coll, o.Index}]; ok {
+				placeAfter[i] = to
+			}
+		}
+		if !c.sync.periodic { // members are not waiting: their rounds go on
+			c.sync.refresh = c.sync.gather.sectionsToRefresh(c, placeAfter)
+		}
 		moves = make([]Move, len(lm))
 		for i, mv := range lm {
 			if o := st.Objs[mv.Obj]; o.Coll != c.ID {
@@ -133,7 +164,7 @@ func (m *Manager) syncCheckRoot(c *Collection) {
 			moves[i] = Move{Index: st.Objs[mv.Obj].Index, From: mv.From, To: mv.To}
 		}
 	}
-	plan := &PlanMsg{Coll: c.ID, Moves: moves}
+	plan := &PlanMsg{Coll: c.ID, Moves: moves, Periodic: c.sync.periodic}
 	for p := 0; p < m.NumPEs(); p++ {
 		m.sendSys(p, tPlan, plan)
 	}
@@ -142,6 +173,10 @@ func (m *Manager) syncCheckRoot(c *Collection) {
 func (m *Manager) onPlan(pm *PlanMsg) {
 	c := m.coll(pm.Coll)
 	c.sync.plan = pm
+	if pm.Periodic {
+		m.onPlanPeriodic(c, pm)
+		return
+	}
 	me := int32(m.Me())
 	for _, mv := range pm.Moves {
 		if mv.To == me && mv.From != me {
@@ -181,7 +216,24 @@ func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
 	if c.sync.done < m.NumPEs() {
 		return
 	}
-	if b := m.opt.LB.Balancer; b != nil && c.Kind == CollArray && c.Migratable {
+	if len(c.sync.refresh) > 0 {
+		// sections follow their members: set them up again, then resume
+		c.sync.refreshing = len(c.sync.refresh)
+		for _, rm := range c.sync.refresh {
+			m.sendSys(m.sectionRoot(rm.Sec), tSecRefresh, rm)
+		}
+		c.sync.refresh = nil
+		return
+	}
+	m.syncFinish(c)
+}
+
+// syncFinish reports a finished step and resumes the elements (PE 0).
+func (m *Manager) syncFinish(c *Collection) {
+	if c.sync.periodic {
+		m.lb.periodicBusy--
+	}
+	if b := m.opt.LB.Balancer; b != nil && c.sync.balanced {
 		r := c.sync.report
 		r.StepNanos = int64(time.Since(c.sync.start))
 		r.Summary.MovedBytes = r.MovedBytes
@@ -195,7 +247,13 @@ func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
 func (m *Manager) onResume(rm *ResumeMsg) {
 	c := m.coll(rm.Coll)
 	c.sync = syncState{}
-	for _, e := range append([]*Element(nil), c.Locals()...) {
+	els := append([]*Element(nil), c.Locals()...)
+	for _, e := range els {
+		// what they contributed to sections while they waited (see
+		// secrefresh.go), before anything they do on resuming
+		m.releaseHeld(e)
+	}
+	for _, e := range els {
 		if !e.AtSync {
 			continue
 		}

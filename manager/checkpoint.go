@@ -41,6 +41,7 @@ type PESnapshot struct {
 	Sections    []SectionMsg // the sections this PE is part of, as they were set up
 	SecRounds   []uint32     // each section's next reduction round
 	SecRoots    []SecRoot    // sections whose root is not the one their id names
+	SecAliases  []SecAlias   `msgpack:",omitempty"` // sections set up again: their old ids
 	// FT is the message-logging protocol's counters (sequence numbers,
 	// incarnations, groups' numbering): what a PE recovering alone from
 	// this checkpoint resumes from.
@@ -372,6 +373,10 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 	for _, id := range sortedKeys(m.secRoots) {
 		s.SecRoots = append(s.SecRoots, SecRoot{Sec: id, Root: int32(m.secRoots[id])})
 	}
+	for _, id := range sortedKeys(m.secAlias) {
+		a := m.secAlias[id]
+		s.SecAliases = append(s.SecAliases, SecAlias{Old: id, New: a.to, First: a.first})
+	}
 	for _, id := range sortedKeys(m.secs) {
 		sec := m.secs[id]
 		s.Sections = append(s.Sections, *sec.setup)
@@ -421,6 +426,9 @@ func (m *Manager) restore(s *PESnapshot) error {
 	m.nextColl, m.nextSec = s.NextColl, s.NextSec
 	if err := m.host.RestoreRecords(m, s.Host); err != nil {
 		return err
+	}
+	for _, a := range s.SecAliases {
+		m.addSecAlias(a.Old, a.New, a.First)
 	}
 	for _, r := range s.SecRoots {
 		if m.secRoots == nil {

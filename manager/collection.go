@@ -45,6 +45,7 @@ type Element struct {
 
 	lb        lbElem // load-balancing measurements since the last step
 	packed    int    // size of its packed state when it last migrated
+	held      []HeldContrib
 	migrateTo int
 	deleted   bool
 }
@@ -416,6 +417,7 @@ func (m *Manager) newElement(c *Collection, ix pe.Index, arg Lazy) *Element {
 	m.acts = c.red.AddLocal(0, 1, m.acts[:0])
 	m.runActs(c, nil)
 	m.host.Construct(m, e, arg)
+	m.syncLate(c, e)
 	m.afterInvoke(e)
 	return e
 }

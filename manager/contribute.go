@@ -15,6 +15,14 @@ import (
 // Contribute adds e's value to the next reduction of its collection
 // (sec == 0) or of section sec.
 func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback, v any) {
+	if sec != 0 && e.AtSync && m.opt.LB.Balancer != nil {
+		e.held = append(e.held, HeldContrib{Sec: sec, Reducer: reducer, CB: cb, v: v})
+		return
+	}
+	m.contribute(e, sec, reducer, cb, v)
+}
+
+func (m *Manager) contribute(e *Element, sec uint64, reducer uint32, cb Callback, v any) {
 	c := e.Coll
 	m.Stats.Contributions++
 	size := PayloadSize(v)
@@ -30,6 +38,10 @@ func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback
 		r = e.RedNo
 		e.RedNo++
 	} else {
+		if now := m.secNow(sec); now != sec {
+			m.carryMembership(e, sec, now, -1)
+			sec = now
+		}
 		mem := e.Secs[sec]
 		if mem == nil {
 			if e.Secs == nil {
@@ -73,6 +85,16 @@ func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index
 		m.acts = contribute(c.red, r, key, reducer, cb, v, m.acts[:0])
 		m.runActs(c, nil)
 		return
+	}
+	if a, ok := m.secAlias[sec]; ok && r >= a.first {
+		// a contribution to a section set up again, from a member that
+		// did not know: it counts in the new section, where its home is
+		sec = m.secNow(sec)
+		if m.secs[sec] == nil {
+			cm := &ContribMsg{Coll: coll, Sec: sec, Red: r, Key: key, Reducer: reducer, CB: cb, v: v}
+			m.send(m.sectionRoot(sec), &pe.Envelope{Type: tContrib, Coll: coll, Kind: pe.KindReduction, Payload: cm})
+			return
+		}
 	}
 	s := m.secs[sec]
 	if s == nil {
@@ -178,6 +200,9 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 	clear(acts)
 	if m.acts == nil {
 		m.acts = acts[:0]
+	}
+	if s != nil && s.refresh != nil {
+		m.secRefreshMaybe(s) // a round it waited for was delivered
 	}
 }
 

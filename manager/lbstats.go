@@ -36,6 +36,9 @@ type LBStepReport struct {
 	PlanNanos, StepNanos int64
 	// MovedBytes is the packed state that migrated.
 	MovedBytes int64
+	// SectionsMoved is how many sections were set up again to follow
+	// their members.
+	SectionsMoved int
 }
 
 // LBOptions configure load balancing.
@@ -48,6 +51,9 @@ type LBOptions struct {
 	// CPUTime measures each entry method's CPU time too and balances by
 	// it (the PEs must run on threads of their own: pe.Config.LockThreads).
 	CPUTime bool
+	// Periodic balances when PE 0 gets a tick (LBTickType) instead of at
+	// AtSync, which is then refused (see lbperiodic.go).
+	Periodic bool
 }
 
 // lbDest is whom an element sent to: an element, or a section.
@@ -69,8 +75,9 @@ type lbElem struct {
 
 // lbState is the PE's side of the database.
 type lbState struct {
-	on, cpu bool
-	cur     *Element // the element whose entry method runs
+	on, cpu      bool
+	cur          *Element // the element whose entry method runs
+	periodicBusy int      // PE 0: collections in a periodic step
 }
 
 // lbPeriod is when a collection's current measuring period began on this
@@ -180,18 +187,10 @@ func (m *Manager) lbReport(c *Collection, els []*Element, withPE bool, sm *SyncM
 	}
 }
 
-// lbLoad is e's measurements and the sections it belongs to (whose
-// multicasts reach it).
+// lbLoad is e's measurements and its section memberships (whose
+// multicasts reach it, and which may be set up again where it is).
 func (e *Element) lbLoad() ObjLoad {
-	l := ObjLoad{Wall: e.lb.wall, CPU: e.lb.cpu, Bytes: e.packed}
-	if len(e.Secs) > 0 {
-		l.Secs = make([]uint64, 0, len(e.Secs))
-		for s := range e.Secs {
-			l.Secs = append(l.Secs, s)
-		}
-		slices.Sort(l.Secs)
-	}
-	return l
+	return ObjLoad{Wall: e.lb.wall, CPU: e.lb.cpu, Bytes: e.packed, Mems: e.lbMems()}
 }
 
 // appendComm appends what the element sent, in a fixed order (not map
@@ -219,7 +218,7 @@ func secs(ns int64) float64 { return float64(ns) / 1e9 }
 type ObjLoad struct {
 	Wall, CPU int64
 	Bytes     int      // its packed state at its last migration (0: never moved)
-	Secs      []uint64 // the sections it is a member of
+	Mems      []SecMem // its section memberships
 }
 
 // OtherObj is a chare of another collection in a SyncMsg: its load since
@@ -242,6 +241,21 @@ type ObjComm struct {
 	Bytes  uint64
 }
 
+// measured says whether a step has anything to balance: always at AtSync
+// (the program asked); in a periodic step, only if some element ran
+// since the last (an idle program is left where it is).
+func (g *lbGather) measured(periodic bool) bool {
+	if !periodic {
+		return true
+	}
+	for _, o := range g.st.Objs {
+		if o.Wall > 0 || o.CPU > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // objKey names a chare in a step's stats.
 type objKey struct {
 	coll uint32
@@ -251,9 +265,10 @@ type objKey struct {
 // lbGather collects one step's stats on PE 0 from the reports.
 type lbGather struct {
 	st      loadbalance.Stats
-	obj     map[objKey]int32 // chare -> index in st.Objs
-	comm    []ObjComm        // with From rewritten to an index into st.Objs
-	members map[uint64][]int32
+	obj     map[objKey]int32   // chare -> index in st.Objs
+	comm    []ObjComm          // with From rewritten to an index into st.Objs
+	members map[uint64][]int32 // section -> its members among st.Objs
+	mems    map[int32][]SecMem // the balanced collection's objects' memberships
 	peSeen  []bool
 	own     int // objects of the collection being balanced
 }
@@ -264,13 +279,14 @@ func (g *lbGather) add(m *Manager, c *Collection, sm *SyncMsg) {
 		g.st.PEs = make([]loadbalance.PEStats, m.NumPEs())
 		g.peSeen = make([]bool, m.NumPEs())
 		g.members = map[uint64][]int32{}
+		g.mems = map[int32][]SecMem{}
 	}
 	if sm.PE != nil && sm.From >= 0 && int(sm.From) < len(g.peSeen) && !g.peSeen[sm.From] {
 		g.peSeen[sm.From] = true
 		g.st.PEs[sm.From] = *sm.PE
 	}
 	at := make([]int32, 0, len(sm.Indices)+len(sm.Others)) // SyncMsg object -> st.Objs
-	put := func(o loadbalance.Obj, secs []uint64) {
+	put := func(o loadbalance.Obj, mems []SecMem) {
 		k := objKey{o.Coll, o.Index}
 		i, ok := g.obj[k]
 		if ok { // reported again (it moved in this epoch)
@@ -279,9 +295,12 @@ func (g *lbGather) add(m *Manager, c *Collection, sm *SyncMsg) {
 			i = int32(len(g.st.Objs))
 			g.obj[k] = i
 			g.st.Objs = append(g.st.Objs, o)
-			for _, s := range secs {
-				g.members[s] = append(g.members[s], i)
+			for _, sm := range mems {
+				g.members[sm.Sec] = append(g.members[sm.Sec], i)
 			}
+		}
+		if o.Coll == c.ID {
+			g.mems[i] = mems
 		}
 		at = append(at, i)
 	}
@@ -294,14 +313,14 @@ func (g *lbGather) add(m *Manager, c *Collection, sm *SyncMsg) {
 		if _, seen := g.obj[objKey{c.ID, ix}]; !seen {
 			g.own++
 		}
-		var secs []uint64
+		var mems []SecMem
 		if i < len(sm.Loads) {
-			secs = sm.Loads[i].Secs
+			mems = sm.Loads[i].Mems
 		}
-		put(o, secs)
+		put(o, mems)
 	}
 	for _, oo := range sm.Others {
-		put(loadbalance.Obj{Coll: oo.Coll, Index: oo.Index, PE: sm.From, Wall: secs(oo.Load.Wall), CPU: secs(oo.Load.CPU)}, oo.Load.Secs)
+		put(loadbalance.Obj{Coll: oo.Coll, Index: oo.Index, PE: sm.From, Wall: secs(oo.Load.Wall), CPU: secs(oo.Load.CPU)}, oo.Load.Mems)
 	}
 	for _, cm := range sm.Comm {
 		if cm.From >= 0 && int(cm.From) < len(at) {

@@ -128,6 +128,7 @@ type Manager struct {
 	rbStash  []pe.Envelope  // what reached it meanwhile, handled once it restored
 	qdAsked  []uint64       // quiescence detections this PE waits for (not checkpoints')
 	lb       lbState
+	secAlias map[uint64]secAlias // sections set up again: old id -> new
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64
@@ -368,7 +369,11 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 	case tDeath:
 		m.onDeath(env)
 	case tSection:
-		m.onSection(env.Payload.(*SectionMsg))
+		sm := env.Payload.(*SectionMsg)
+		m.onSection(sm)
+		if sm.Replaces != 0 {
+			m.sendSys(SectionRoot(sm.Sec), tSecAck, &SecAckMsg{Sec: sm.Sec})
+		}
 	case tFuture:
 		f := env.Payload.(*FutureMsg)
 		m.host.FutureFilled(m, f.ID, f.Value)
@@ -380,6 +385,16 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		m.onPlanDone(env.Payload.(*PlanDoneMsg))
 	case tResume:
 		m.onResume(env.Payload.(*ResumeMsg))
+	case tSecRefresh:
+		m.onSecRefresh(env.Payload.(*SecRefreshMsg))
+	case tSecAlias:
+		m.onSecAlias(env.Payload.(*SecAliasMsg))
+	case tSecAck:
+		m.onSecAck(env.Payload.(*SecAckMsg))
+	case tLBTick:
+		m.onLBTick()
+	case tPeriodic:
+		m.onPeriodic(env.Payload.(*PeriodicMsg))
 	case tStranded:
 		m.onStranded(env)
 	case tCkptStart:

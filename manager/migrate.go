@@ -74,8 +74,9 @@ func (m *Manager) migrateOut(e *Element, to int) int64 {
 	c.setLoc(e.Index, loc{pe: int32(to), moves: e.Moves})
 	m.send(to, &pe.Envelope{Type: tMigrate, Coll: c.ID, Kind: pe.KindSystem, Index: e.Index, Payload: &MigrateMsg{
 		Coll: c.ID, Index: e.Index, State: state, RedHome: e.RedHome, RedNo: e.RedNo,
-		Bcast: e.Bcast, Moves: e.Moves, Secs: secs, AtSync: e.AtSync, Epoch: e.Epoch,
+		Bcast: e.Bcast, Moves: e.Moves, Secs: secs, AtSync: e.AtSync, Epoch: e.Epoch, Held: e.held,
 	}})
+	e.held = nil
 	e.Obj = nil
 	return int64(len(state))
 }
@@ -87,7 +88,7 @@ func (m *Manager) onMigrate(env *pe.Envelope) {
 		return
 	}
 	e := &Element{Coll: c, Index: mm.Index, RedHome: mm.RedHome, RedNo: mm.RedNo, Bcast: mm.Bcast,
-		Moves: mm.Moves, AtSync: mm.AtSync, Epoch: mm.Epoch, migrateTo: -1}
+		Moves: mm.Moves, AtSync: mm.AtSync, Epoch: mm.Epoch, held: mm.Held, migrateTo: -1}
 	if len(mm.Secs) > 0 {
 		e.Secs = make(map[uint64]*SecMembership, len(mm.Secs))
 		for i := range mm.Secs {
@@ -108,6 +109,7 @@ func (m *Manager) onMigrate(env *pe.Envelope) {
 		m.flushHomeBuf(c, e.Index)
 	}
 	m.catchUpBroadcasts(e)
+	m.syncLate(c, e)
 	if e.AtSync {
 		c.sync.atSync++
 		m.syncArrived(c, e)

@@ -167,6 +167,7 @@ type MigrateMsg struct {
 	Secs    []SecMembership
 	AtSync  bool
 	Epoch   uint32
+	Held    []HeldContrib `msgpack:",omitempty"` // section contributions made at AtSync
 }
 
 // SecMembership is an element's standing in one section.
@@ -206,6 +207,10 @@ type SectionMsg struct {
 	K       int
 	Members []pe.Index
 	Homes   []int32 // reduction/multicast home of each member
+	// Replaces is the section this one replaces from round FirstRound on
+	// (0: none; see secrefresh.go).
+	Replaces   uint64 `msgpack:",omitempty"`
+	FirstRound uint32 `msgpack:",omitempty"`
 }
 
 // ContribMsg is a contribution sent to its contributor's reduction home.
@@ -269,9 +274,10 @@ type SyncMsg struct {
 
 // PlanMsg is the load balancer's decision for one AtSync epoch.
 type PlanMsg struct {
-	Coll  uint32
-	Epoch uint32
-	Moves []Move
+	Coll     uint32
+	Epoch    uint32
+	Moves    []Move
+	Periodic bool // of a periodic step: nobody waits at AtSync
 }
 
 // Move migrates one element.
@@ -315,6 +321,7 @@ var (
 	tCreate, tInsert, tDone, tCount, tLoc, tMigrate, tMigrateReq, tDelete, tDeath uint32
 	tSection, tContrib, tPartial, tFuture, tSync, tPlan, tPlanDone, tResume       uint32
 	tQDProbe, tQDReply, tLocQuery                                                 uint32
+	tSecRefresh, tSecAlias, tSecAck, tLBTick, tPeriodic                           uint32
 )
 
 func init() {
@@ -338,6 +345,11 @@ func init() {
 	tQDProbe = RegisterMsgpackType[*QDProbeMsg]("mgr.qdProbe")
 	tQDReply = RegisterMsgpackType[*QDReplyMsg]("mgr.qdReply")
 	tLocQuery = RegisterMsgpackType[*LocQueryMsg]("mgr.locQuery")
+	tSecRefresh = RegisterMsgpackType[*SecRefreshMsg]("mgr.secRefresh")
+	tSecAlias = RegisterMsgpackType[*SecAliasMsg]("mgr.secAlias")
+	tSecAck = RegisterMsgpackType[*SecAckMsg]("mgr.secAck")
+	tLBTick = RegisterMsgpackType[*LBTickMsg]("mgr.lbTick")
+	tPeriodic = RegisterMsgpackType[*PeriodicMsg]("mgr.periodic")
 }
 
 func reducerCodec(id uint32) (*Reducer, error) {

@@ -104,7 +104,7 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 		return
 	case flagSecReq:
 		e := *env
-		e.Flags = flagSecHop
+		e.Flags, e.Aux = flagSecHop, m.secNow(e.Aux) // set up again since it was sent?
 		m.onSecHop(&e)
 		return
 	case flagSecHop:

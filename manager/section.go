@@ -20,6 +20,7 @@ type Section struct {
 	Members []pe.Index // members homed on this PE, sorted (a member listed k times appears k times)
 	red     *Reduction
 	setup   *SectionMsg // how it was set up (a restart sets it up again); its Members are sorted
+	refresh *secRefresh // root: being set up again after a balancing step
 }
 
 // member finds ix among the section's members (binary search: a map per
@@ -204,6 +205,9 @@ func (m *Manager) onSection(sm *SectionMsg) {
 	m.acts = s.red.Enable(m.acts)
 	m.secs[s.ID] = s
 	m.runActs(m.coll(s.Coll), s)
+	if sm.Replaces != 0 {
+		m.replaceSection(s, sm)
+	}
 	if m.rec.complete != nil {
 		m.applyComplete(s.ID)
 	}
@@ -228,6 +232,7 @@ func (m *Manager) secFor(id uint64, env *pe.Envelope) *Section {
 // travels down the section's tree, and each tree PE delivers to the members
 // homed on it.
 func (m *Manager) Multicast(coll uint32, sec uint64, typ uint32, payload any) {
+	sec = m.secNow(sec) // set up again since? (else its root knows)
 	m.Stats.Multicasts++
 	size := PayloadSize(payload)
 	m.Stats.addBytes(&m.Stats.MulticastBytes, size)
@@ -296,6 +301,13 @@ func (m *Manager) deliverSecHere(s *Section, c *Collection, env *pe.Envelope) {
 // says which PE the section counts e on (Seq).
 func (m *Manager) deliverSecElem(e *Element, env *pe.Envelope) {
 	m.Stats.Deliveries++
+	if _, replaced := m.secAlias[env.Aux]; replaced {
+		// a multicast that went down the old tree: the member counts in
+		// the new section now
+		m.invoke(e, env)
+		m.afterInvoke(e)
+		return
+	}
 	mem := e.Secs[env.Aux]
 	if mem == nil {
 		if e.Secs == nil {

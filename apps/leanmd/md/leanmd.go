@@ -186,7 +186,6 @@ type Cell struct {
 	Sec      chare.SectionProxy[Compute]
 	Incoming []ParticlesMsg // atoms from neighbours, this migration round
 	Migrate  bool           // waiting for the neighbours' atoms
-	Synced   int            // of ResumeFromSync and ComputesMoved at an LB step: both needed
 	StepMs   []float64      // cell (0,0,0) only
 	last     time.Time
 	lastCkpt time.Time // cell (0,0,0), under CkptEvery
@@ -260,7 +259,6 @@ var (
 	cellParticles = chare.NewEntry[ParticlesMsg](CellT, "ReceiveParticles")
 	cellCkptStart = chare.NewEntry[struct{}](CellT, "StartCheckpoint")
 	cellCkptDone  = chare.NewEntry[struct{}](CellT, "CheckpointDone")
-	cellMoved     = chare.NewEntry[struct{}](CellT, "ComputesMoved")
 	computeForces = chare.NewEntry[PositionsMsg](ComputeT, "CalculateForces")
 	cellFinalSet  = chare.Set[CellFinal]()
 )
@@ -596,23 +594,11 @@ func (c *Cell) endStep(ctx *chare.Ctx) {
 	c.afterLB(ctx)
 }
 
-// ResumeFromSync continues after a load-balancing step, once the computes
-// have moved too.
-func (c *Cell) ResumeFromSync(ctx *chare.Ctx) { c.synced(ctx) }
-
-// ComputesMoved says every compute resumed after load balancing: the
-// section is rebuilt from the computes' new places (as the C++ LeanMD
-// resets its sections), so multicasts need no forwarding.
-func (c *Cell) ComputesMoved(ctx *chare.Ctx, _ struct{}) { c.synced(ctx) }
-
-func (c *Cell) synced(ctx *chare.Ctx) {
-	if c.Synced++; c.Synced < 2 {
-		return
-	}
-	c.Synced = 0
-	c.Sec = chare.ArrayProxy[Compute]{Coll: c.Sec.Coll}.Section(ctx, c.Computes)
-	c.afterLB(ctx)
-}
+// ResumeFromSync continues after a load-balancing step. The cell's
+// section follows the computes that moved by itself (the runtime sets it
+// up again where they are now; the C++ LeanMD rebuilds its sections by
+// hand here).
+func (c *Cell) ResumeFromSync(ctx *chare.Ctx) { c.afterLB(ctx) }
 
 func (c *Cell) afterLB(ctx *chare.Ctx) {
 	if c.Step%c.P.CkptPeriod == 0 {
@@ -742,12 +728,6 @@ func (c *Compute) CalculateForces(ctx *chare.Ctx, m PositionsMsg) {
 	if done == c.P.Steps {
 		c.finish(ctx)
 	}
-}
-
-// ResumeFromSync tells the cells (through a barrier) that the computes have
-// moved.
-func (c *Compute) ResumeFromSync(ctx *chare.Ctx) {
-	chare.Contribute(ctx, chare.Barrier, struct{}{}, cellMoved.CallbackBroadcast(c.Cells))
 }
 
 func (c *Compute) finish(ctx *chare.Ctx) {

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestJumpAheadIsTheChain(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 7, 1000, 123457} {
+		assert.Equal(t, lcgRun(42, n), lcgJump(42, n), "n=%d", n)
+	}
+}
+
+func TestTheDefaultWorkloadIsImbalancedOnTwoPEs(t *testing.T) {
+	assert.GreaterOrEqual(t, DefaultParams().initialMaxAvg(2), 1.5)
+}
+
+// Every balancer ends with the model's values, on 1 to 3 PEs; the first
+// run is checked by main itself (exit 0), the others against it too.
+func TestEveryBalancerPassesTheCheck(t *testing.T) {
+	args := []string{"24", "30", "5", "500"}
+	var first []int64
+	for _, c := range []chare.Config{
+		{PEs: 1},
+		{PEs: 2, Balancer: "greedyrefine"},
+		{PEs: 3, Balancer: "graph", WireCheck: true},
+		{PEs: 2, Balancer: "GreedyLB,RefineLB"},
+		{PEs: 3, Balancer: "rotate"},
+	} {
+		var out bytes.Buffer
+		c.Args, c.Stdout = args, &out
+		res := chare.Run(mainType, c)
+		require.NoError(t, res.Err, "%+v", c)
+		require.Equal(t, 0, res.Code)
+		m := res.Main.(*Main)
+		require.True(t, m.OK)
+		assert.Contains(t, out.String(), "check passed: 24 blocks")
+		if first == nil {
+			first = m.Final
+		}
+		assert.Equal(t, first, m.Final)
+		if c.Balancer != "" {
+			require.NotNil(t, res.Stats.LB)
+			assert.Positive(t, res.Stats.LB.Steps)
+		}
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	for args, want := range map[string][]string{
+		`argument 2 (steps): "x" is not a positive whole number`: {"8", "x"},
+		"usage: imbalance":                                       {"1", "2", "3", "4", "5"},
+		"a ring needs at least 2 blocks":                         {"1"},
+	} {
+		res := chare.Run(mainType, chare.Config{PEs: 1, Args: want, Stdout: io.Discard})
+		assert.ErrorContains(t, res.Err, args)
+		assert.NotEqual(t, 0, res.Code)
+	}
+}

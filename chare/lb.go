@@ -26,7 +26,7 @@ type LBStats struct {
 	PlanNanos  int64 // time in strategies
 	// SectionsMoved counts sections set up again to follow their members.
 	SectionsMoved int
-	StepNanos  int64 // time from the last report to the last migration
+	StepNanos     int64 // time from the last report to the last migration
 	// First and Last are the first and last steps' PE load max/avg:
 	// measured before, predicted after.
 	FirstBefore, FirstAfter, LastBefore, LastAfter float64

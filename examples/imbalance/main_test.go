@@ -54,8 +54,8 @@ func TestEveryBalancerPassesTheCheck(t *testing.T) {
 func TestBadArguments(t *testing.T) {
 	for args, want := range map[string][]string{
 		`argument 2 (steps): "x" is not a positive whole number`: {"8", "x"},
-		"usage: imbalance":                                       {"1", "2", "3", "4", "5"},
-		"a ring needs at least 2 blocks":                         {"1"},
+		"usage: imbalance":               {"1", "2", "3", "4", "5"},
+		"a ring needs at least 2 blocks": {"1"},
 	} {
 		res := chare.Run(mainType, chare.Config{PEs: 1, Args: want, Stdout: io.Discard})
 		assert.ErrorContains(t, res.Err, args)

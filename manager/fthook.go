@@ -178,8 +178,17 @@ func (m *Manager) sendTree(t *Tree, g uint64, env *pe.Envelope) {
 	if t.Root() == m.Me() {
 		role = ftlayer.RoleMcastRoot
 	}
-	for i, ch := range t.Children(m.Me(), kids[:0]) {
-		m.sendHop(ch, role, g, 0, i == 0, env)
+	ch := t.Children(m.Me(), kids[:0])
+	for i, c := range ch {
+		m.sendHop(c, role, g, 0, i == 0, env)
+	}
+	if len(ch) > 0 {
+		// Hand the hops over now: the PE is about to deliver to its own
+		// elements, which may take long, and the children's PEs wait for
+		// nothing else (held in the batch, a broadcast reached the other
+		// PEs only after this one had run its elements: 2 PEs worked one
+		// after the other).
+		m.PE.Flush()
 	}
 }
 

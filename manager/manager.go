@@ -4,8 +4,10 @@
 // deliver at the root in canonical order), broadcast and multicast
 // forwarding, the location of array elements (home PEs, caches, forwarding
 // across migrations), element creation, insertion, deletion and migration,
-// AtSync epochs and quiescence detection. It knows nothing of the user's Go
-// types: the chare layer plugs in through Host.
+// AtSync epochs and the load-balancing steps they drive (each PE's
+// measurements; the strategy itself is a Balancer the chare layer plugs
+// in), and quiescence detection. It knows nothing of the user's Go types:
+// the chare layer plugs in through Host.
 //
 // A file per concept. Plain state machines, tested without a PE: tree.go
 // (spanning trees), reduce.go (a reduction's rounds on one PE, reducers),
@@ -14,7 +16,10 @@
 // (PlanRollback). The per-PE Manager (this file)
 // dispatches messages to the concepts that wire them: collection.go,
 // location.go, route.go, insert.go, migrate.go, broadcast.go, section.go,
-// contribute.go, atsync.go, quiescence.go, dump.go, msgs.go (the messages).
+// contribute.go, atsync.go (balancing steps), lbstats.go (the measurements
+// and their gathering on PE 0), lbperiodic.go (+LBPeriod), secrefresh.go
+// (sections set up again after their members moved), quiescence.go,
+// dump.go, msgs.go (the messages).
 // Fault tolerance, each PE's side of it: fthook.go (the hook on the send
 // and receive paths), checkpoint.go, ckptfile.go, validate.go (snapshots,
 // their files, their checks), recover.go (a PE recovering alone) and

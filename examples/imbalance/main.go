@@ -2,9 +2,11 @@
 // work per step follows a bump (a few blocks do several times the work of
 // the rest) that drifts along the ring as the run goes on. Every step each
 // block mixes in its left neighbour's value and runs its share of work (a
-// chain of linear congruential steps, which cannot be skipped), then
-// passes its value on to the right; every few steps the blocks meet at
-// AtSync, where the balancer may move them.
+// chain of linear congruential steps, which cannot be skipped), passes its
+// value on to the right and joins the step's barrier, after which main
+// starts the next step; every few steps the blocks also meet at AtSync,
+// where the balancer may move them. A step lasts as long as the most
+// loaded PE takes.
 //
 // The check: main recomputes every block's final value from the same
 // model, jumping each chain ahead in logarithmic time, and the run fails
@@ -41,7 +43,7 @@ type Params struct {
 // DefaultParams: on two PEs the first PE starts with about 1.55 times the
 // average load.
 func DefaultParams() Params {
-	return Params{Blocks: 64, Steps: 200, LBPeriod: 10, Work: 20000, Amp: 6, Sigma: 8, Drift: 4}
+	return Params{Blocks: 64, Steps: 200, LBPeriod: 10, Work: 20000, Amp: 6, Sigma: 8, Drift: 20}
 }
 
 // WorkOf is how many LCG steps block i runs at step s: a Gaussian bump
@@ -102,6 +104,9 @@ type Main struct {
 	Blocks chare.ArrayProxy[Block]
 	Began  time.Time
 	Ended  time.Time
+	Last   time.Time
+	Step   int
+	StepMs []float64
 	Final  []int64
 	OK     bool
 }
@@ -111,6 +116,7 @@ type Block struct {
 	P       Params
 	X       uint64
 	Step    int
+	Allowed int            // steps main has started
 	Left    map[int]uint64 // the left neighbour's value for each step not run yet
 	Waiting bool           // at AtSync
 }
@@ -125,7 +131,8 @@ type LeftMsg struct {
 var (
 	mainType = chare.NewMainType[Main]("imbalance.Main")
 	blocks   = chare.NewType[Block, Params]("imbalance.Block")
-	start    = chare.NewEntry[struct{}](blocks, "Start")
+	start    = chare.NewEntry[int](blocks, "Start")
+	stepDone = chare.NewEntry[struct{}](mainType, "StepDone")
 	fromLeft = chare.NewEntry[LeftMsg](blocks, "FromLeft")
 	done     = chare.NewEntry[[]int64](mainType, "Done")
 	gather   = chare.Concat[int64]()
@@ -160,8 +167,18 @@ func (m *Main) run(ctx *chare.Ctx, p Params) {
 	fmt.Fprintf(ctx.Out(), "imbalance: %d blocks on %d PEs, %d steps, AtSync every %d; work per block from %d to %d LCG steps (block map: initial PE load max/avg %.2f)\n",
 		p.Blocks, ctx.NumPEs(), p.Steps, p.LBPeriod, p.WorkOf(p.Blocks/4+p.Blocks/2, 0), p.WorkOf(p.Blocks/4, 0), p.initialMaxAvg(ctx.NumPEs()))
 	m.Blocks = blocks.NewArray(ctx, []int{p.Blocks}, p, chare.BlockMap())
-	m.Began = time.Now()
-	start.Broadcast(ctx, m.Blocks, struct{}{})
+	m.Began, m.Last = time.Now(), time.Now()
+	start.Broadcast(ctx, m.Blocks, 0)
+}
+
+// StepDone: every block finished step m.Step; start the next.
+func (m *Main) StepDone(ctx *chare.Ctx, _ struct{}) {
+	now := time.Now()
+	m.StepMs = append(m.StepMs, float64(now.Sub(m.Last).Microseconds())/1e3)
+	m.Last = now
+	if m.Step++; m.Step < m.P.Steps {
+		start.Broadcast(ctx, m.Blocks, m.Step)
+	}
 }
 
 // initialMaxAvg is the first step's PE load max/avg under the block map.
@@ -189,15 +206,23 @@ func (m *Main) Done(ctx *chare.Ctx, xs []int64) {
 	}
 	m.OK = true
 	fmt.Fprintf(ctx.Out(), "check passed: %d blocks' final values match the model\n", len(xs))
-	fmt.Fprintf(ctx.Out(), "time per step: %.3f ms (%.3f s for %d steps)\n", m.MsPerStep(), m.Ended.Sub(m.Began).Seconds(), m.P.Steps)
+	fmt.Fprintf(ctx.Out(), "time per step: median %.3f ms, mean %.3f ms (%.3f s for %d steps)\n", m.MedianMs(), m.MsPerStep(), m.Ended.Sub(m.Began).Seconds(), m.P.Steps)
 	ctx.Exit(0)
 }
 
-// MsPerStep is the run's time per step: from the first step's start to
-// the last block's end (the blocks run a few steps apart, so single
-// steps have no common end).
+// MsPerStep is the run's mean time per step, balancing steps included.
 func (m *Main) MsPerStep() float64 {
 	return float64(m.Ended.Sub(m.Began).Microseconds()) / 1e3 / float64(m.P.Steps)
+}
+
+// MedianMs is the median step, barrier to barrier.
+func (m *Main) MedianMs() float64 {
+	if len(m.StepMs) == 0 {
+		return 0
+	}
+	s := slices.Clone(m.StepMs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // Init is a block's constructor.
@@ -205,10 +230,14 @@ func (b *Block) Init(ctx *chare.Ctx, p Params) {
 	b.P, b.X, b.Left = p, initial(int(ctx.Index().C[0])), map[int]uint64{}
 }
 
-// Start gives the block its left neighbour's initial value.
-func (b *Block) Start(ctx *chare.Ctx, _ struct{}) {
-	i := int(ctx.Index().C[0])
-	b.Left[0] = initial((i + b.P.Blocks - 1) % b.P.Blocks)
+// Start lets the block run step s (the first gives it its left
+// neighbour's initial value too).
+func (b *Block) Start(ctx *chare.Ctx, s int) {
+	if s == 0 {
+		i := int(ctx.Index().C[0])
+		b.Left[0] = initial((i + b.P.Blocks - 1) % b.P.Blocks)
+	}
+	b.Allowed = max(b.Allowed, s+1)
 	b.advance(ctx)
 }
 
@@ -228,7 +257,7 @@ func (b *Block) ResumeFromSync(ctx *chare.Ctx) {
 func (b *Block) advance(ctx *chare.Ctx) {
 	i := int(ctx.Index().C[0])
 	right := chare.ThisArray[Block](ctx).At((i + 1) % b.P.Blocks)
-	for !b.Waiting && b.Step < b.P.Steps {
+	for !b.Waiting && b.Step < b.Allowed {
 		left, ok := b.Left[b.Step]
 		if !ok {
 			return
@@ -241,6 +270,7 @@ func (b *Block) advance(ctx *chare.Ctx) {
 			chare.Contribute(ctx, gather, int64(b.X), done.CallbackTo(mainType.MainProxy()))
 			return
 		}
+		chare.Contribute(ctx, chare.Barrier, struct{}{}, stepDone.CallbackTo(mainType.MainProxy()))
 		if b.Step%b.P.LBPeriod == 0 {
 			b.Waiting = true
 			ctx.AtSync()

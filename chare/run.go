@@ -671,7 +671,8 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		cfg.TransportChaos = seed
 	}
 	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls, Chaos: cfg.TransportChaos,
-		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents, LockThreads: bal != nil && cfg.LBCPUTime && !cfg.Deterministic}
+		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents, LockThreads: bal != nil && cfg.LBCPUTime && !cfg.Deterministic,
+		MeasureIdle: bal != nil && !cfg.LBOff}
 	log, err := newLogger(cfg.LogLevel)
 	if err != nil {
 		return Result{Code: 2, Err: InputError{err}}

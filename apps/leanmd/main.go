@@ -33,9 +33,6 @@ func run(args []string) int {
 	if err == nil {
 		err = md.ParseArgs(cfg.Args, &p)
 	}
-	if cfg.Balancer == "" {
-		cfg.Balancer = "rotate" // LeanMD balances at AtSync; rotate until a real balancer exists
-	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "leanmd: %v\n", err)
 		return 2

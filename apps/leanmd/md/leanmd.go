@@ -829,6 +829,9 @@ func (r Report) Summary(w io.Writer) {
 	if o.Broadcasts > 0 {
 		fmt.Fprintf(w, "  broadcast:      %d broadcasts, %d bytes\n", o.Broadcasts, o.BroadcastBytes)
 	}
+	if lb := r.Ops.LB; lb != nil {
+		fmt.Fprintf(w, "  %s\n", lb)
+	}
 	if ft := r.Ops.FT; ft.Failures > 0 {
 		fmt.Fprintf(w, "  fault tolerance: %s, %d failures, %d PEs rolled back, recovery %.1f ms, caught up after %.1f ms, back to checkpoints %v\n",
 			ft.Protocol, ft.Failures, ft.PEsRolledBack, float64(ft.Recovery.Microseconds())/1e3, float64(ft.CaughtUp.Microseconds())/1e3, ft.Restored)

@@ -16,15 +16,20 @@ type syncState struct {
 	// looks at them all only once the count says all may be there.
 	atSync   int
 	reported map[pe.Index]bool // local elements already reported this epoch
-	peSent   bool              // this PE's own figures went with a report
 	periodic bool              // a periodic step (+LBPeriod), not AtSync
+	// the statistics, gathered up the tree: this subtree's so far
+	part   *LBPartMsg
+	ownIn  bool
+	kidsIn int
 	// root
-	gather   lbGather
-	planned  bool
-	done     int
-	report   LBStepReport
-	start    time.Time
-	balanced bool // the balancer planned this step
+	ready     map[pe.Index]bool // elements known to be at AtSync
+	gathering bool              // the statistics were asked for
+	gather    lbGather
+	planned   bool
+	done      int
+	report    LBStepReport
+	start     time.Time
+	balanced  bool // the balancer planned this step
 	// sections to set up again once the elements moved, and how many
 	// roots have still to answer
 	refresh    []*SecRefreshMsg
@@ -69,10 +74,11 @@ func (m *Manager) syncCheck(c *Collection) {
 	m.syncReport(c, els)
 }
 
-// syncReport reports elements els of c to PE 0 (with their measurements).
+// syncReport tells PE 0 that elements els of c reached AtSync (the first
+// phase of a step; their figures go up the tree in the second).
 func (m *Manager) syncReport(c *Collection, els []*Element) {
-	if len(els) == 0 && !c.sync.periodic {
-		return // (a periodic step hears from every PE: its figures count)
+	if len(els) == 0 {
+		return
 	}
 	if c.sync.reported == nil {
 		c.sync.reported = map[pe.Index]bool{}
@@ -82,48 +88,126 @@ func (m *Manager) syncReport(c *Collection, els []*Element) {
 		c.sync.reported[e.Index] = true
 		sm.Indices[i], sm.PEs[i] = e.Index, int32(m.Me())
 	}
-	if m.lb.on {
-		m.lbReport(c, els, !c.sync.peSent, sm)
-		c.sync.peSent = true
-	}
-	if m.Me() == 0 && m.NumPEs() > 1 {
-		// PE 0's own measurements reach its strategy as a message from
-		// another PE, like everyone else's: under message logging that
-		// PE keeps it, so a re-execution of PE 0 plans from the same
-		// figures and sends the same plan.
-		sm.Relay = true
-		m.sendSys(1, tSync, sm)
-		return
-	}
 	m.sendSys(0, tSync, sm)
 }
 
 func (m *Manager) onSync(sm *SyncMsg) {
-	if sm.Relay {
-		fwd := *sm
-		fwd.Relay = false
-		m.sendSys(0, tSync, &fwd)
-		return
-	}
 	c := m.coll(sm.Coll)
 	if c == nil {
 		m.failf("AtSync report for unknown collection %d", sm.Coll)
 		return
 	}
-	if len(sm.PEs) != len(sm.Indices) || (sm.Loads != nil && len(sm.Loads) != len(sm.Indices)) {
-		m.failf("AtSync report for %s from PE %d: %d elements, %d places, %d loads", c.Name, sm.From, len(sm.Indices), len(sm.PEs), len(sm.Loads))
+	if len(sm.PEs) != len(sm.Indices) {
+		m.failf("AtSync report for %s from PE %d: %d elements, %d places", c.Name, sm.From, len(sm.Indices), len(sm.PEs))
 		return
 	}
-	c.sync.gather.add(m, c, sm)
+	if c.sync.ready == nil {
+		c.sync.ready = map[pe.Index]bool{}
+	}
+	for _, ix := range sm.Indices {
+		c.sync.ready[ix] = true
+	}
 	m.syncCheckRoot(c)
 }
 
-// syncCheckRoot starts the plan once every element reported (root only).
+// syncCheckRoot starts the step's second phase once every element reached
+// AtSync (root only).
 func (m *Manager) syncCheckRoot(c *Collection) {
-	if m.Me() != 0 || c.sync.planned || !c.red.Enabled() || c.sync.gather.own == 0 && !c.sync.periodic {
+	if m.Me() != 0 || c.sync.gathering || !c.red.Enabled() || len(c.sync.ready) == 0 {
 		return
 	}
-	if int64(c.sync.gather.own) < c.red.SubtreeCount(c.red.NextReport()) {
+	if int64(len(c.sync.ready)) < c.red.SubtreeCount(c.red.NextReport()) {
+		return
+	}
+	m.lbStartCollect(c, false)
+}
+
+// lbStartCollect asks every PE, down the collection's tree, for its part
+// of the step's statistics; the parts come back up merged (PE 0).
+func (m *Manager) lbStartCollect(c *Collection, periodic bool) {
+	c.sync.gathering, c.sync.periodic = true, periodic
+	if m.opt.LB.Balancer == nil || c.Kind != CollArray || !c.Migratable {
+		m.syncPlan(c) // nothing moves: nothing to measure
+		return
+	}
+	m.onLBCollect(&LBCollectMsg{Coll: c.ID, Periodic: periodic})
+}
+
+func (m *Manager) onLBCollect(cm *LBCollectMsg) {
+	c := m.coll(cm.Coll)
+	if c == nil {
+		m.failf("PE %d: statistics asked for unknown collection %d", m.Me(), cm.Coll)
+		return
+	}
+	c.sync.periodic = cm.Periodic
+	var kids [8]int
+	for _, k := range c.tree.Children(m.Me(), kids[:0]) {
+		m.sendSys(k, tLBCollect, cm)
+	}
+	own := m.lbOwnPart(c)
+	if m.Me() == 0 && m.NumPEs() > 1 {
+		// PE 0's own measurements reach its strategy as a message from
+		// another PE, like everyone else's: under message logging that
+		// PE keeps it, so a re-execution of PE 0 plans from the same
+		// figures and sends the same plan.
+		own.Relay = true
+		m.sendSys(1, tLBPart, own)
+		return
+	}
+	m.lbMerge(c, own, true)
+}
+
+func (m *Manager) onLBPart(pm *LBPartMsg) {
+	if pm.Relay {
+		back := *pm
+		back.Relay, back.Own = false, true
+		m.sendSys(0, tLBPart, &back)
+		return
+	}
+	c := m.coll(pm.Coll)
+	if c == nil {
+		m.failf("PE %d: statistics for unknown collection %d", m.Me(), pm.Coll)
+		return
+	}
+	if len(pm.PEs) != len(pm.Indices) || len(pm.Loads) != len(pm.Indices) {
+		m.failf("statistics of %s on PE %d: %d elements, %d places, %d loads", c.Name, m.Me(), len(pm.Indices), len(pm.PEs), len(pm.Loads))
+		return
+	}
+	m.lbMerge(c, pm, pm.Own)
+}
+
+// lbMerge adds a part (this PE's own, or a tree child's subtree's) to the
+// subtree's, and sends the subtree's up once it has them all.
+func (m *Manager) lbMerge(c *Collection, pm *LBPartMsg, own bool) {
+	if own {
+		c.sync.ownIn = true
+	} else {
+		c.sync.kidsIn++
+	}
+	if c.sync.part == nil {
+		cp := *pm
+		cp.Own = false
+		c.sync.part = &cp
+	} else {
+		c.sync.part.merge(pm)
+	}
+	if !c.sync.ownIn || c.sync.kidsIn < len(c.tree.Children(m.Me(), nil)) {
+		return
+	}
+	part := c.sync.part
+	c.sync.part, c.sync.ownIn, c.sync.kidsIn = nil, false, 0
+	if m.Me() != 0 {
+		m.sendSys(c.tree.Parent(m.Me()), tLBPart, part)
+		return
+	}
+	c.sync.gather.add(m, c, part)
+	m.syncPlan(c)
+}
+
+// syncPlan runs the balancer on the gathered statistics and sends the plan
+// to every PE (PE 0).
+func (m *Manager) syncPlan(c *Collection) {
+	if c.sync.planned {
 		return
 	}
 	c.sync.planned = true

@@ -417,7 +417,6 @@ func (m *Manager) newElement(c *Collection, ix pe.Index, arg Lazy) *Element {
 	m.acts = c.red.AddLocal(0, 1, m.acts[:0])
 	m.runActs(c, nil)
 	m.host.Construct(m, e, arg)
-	m.syncLate(c, e)
 	m.afterInvoke(e)
 	return e
 }

@@ -88,8 +88,12 @@ func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index
 	}
 	if a, ok := m.secAlias[sec]; ok && r >= a.first {
 		// a contribution to a section set up again, from a member that
-		// did not know: it counts in the new section, where its home is
-		sec = m.secNow(sec)
+		// did not know: it counts in the new section, where its home is,
+		// in the new section's numbering
+		sec, r = a.to, r-a.first
+		for b, ok := m.secAlias[sec]; ok; b, ok = m.secAlias[sec] {
+			sec, r = b.to, r-b.first
+		}
 		if m.secs[sec] == nil {
 			cm := &ContribMsg{Coll: coll, Sec: sec, Red: r, Key: key, Reducer: reducer, CB: cb, v: v}
 			m.send(m.sectionRoot(sec), &pe.Envelope{Type: tContrib, Coll: coll, Kind: pe.KindReduction, Payload: cm})

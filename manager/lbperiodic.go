@@ -2,10 +2,11 @@ package manager
 
 // Periodic load balancing (+LBPeriod): for programs that never call
 // AtSync, a tick from the launcher's clock reaches PE 0 every period and
-// starts a balancing step of every migratable array: every PE reports its
-// elements as they are, PE 0 plans, the elements move between two of
-// their entry methods (messages on their way are forwarded), and nothing
-// waits for them. The step is the AtSync step's machinery without the
+// starts a balancing step of every migratable array: PE 0 asks every PE
+// for its statistics at once (no waiting for AtSync), plans, the elements
+// move between two of their entry methods (messages on their way are
+// forwarded), and nothing waits for them; an element on its way when its
+// PE reported is not counted and stays where it goes. The step is the AtSync step's machinery without the
 // waiting (atsync.go); a program that calls AtSync as well is refused.
 // Steps started by a clock make a recovering PE decide otherwise, so the
 // chare layer allows the mode only where every PE rolls back together.
@@ -14,9 +15,6 @@ import "github.com/charmgo/charmgo/pe"
 
 // LBTickMsg is the clock's tick (to PE 0).
 type LBTickMsg struct{}
-
-// PeriodicMsg starts a periodic step of a collection on a PE.
-type PeriodicMsg struct{ Coll uint32 }
 
 // LBTickType is the message type of the periodic balancer's tick, which
 // the chare layer hands to PE 0 (pe.Node.Inject) every period.
@@ -28,31 +26,11 @@ func (m *Manager) onLBTick() {
 	}
 	for _, id := range sortedKeys(m.colls) {
 		c := m.colls[id]
-		if c.Kind != CollArray || !c.Migratable || !c.red.Enabled() || len(c.sync.reported) > 0 {
+		if c.Kind != CollArray || !c.Migratable || !c.red.Enabled() || c.sync.gathering {
 			continue
 		}
 		m.lb.periodicBusy++
-		for p := 0; p < m.NumPEs(); p++ {
-			m.sendSys(p, tPeriodic, &PeriodicMsg{Coll: c.ID})
-		}
-	}
-}
-
-func (m *Manager) onPeriodic(pm *PeriodicMsg) {
-	c := m.coll(pm.Coll)
-	if c == nil {
-		m.failf("PE %d: periodic balancing of unknown collection %d", m.Me(), pm.Coll)
-		return
-	}
-	c.sync.periodic = true
-	m.syncReport(c, c.Locals())
-}
-
-// syncLate reports an element that arrived or was made on this PE after
-// the PE reported for a periodic step.
-func (m *Manager) syncLate(c *Collection, e *Element) {
-	if c.sync.periodic && c.sync.peSent && !c.sync.reported[e.Index] {
-		m.syncReport(c, []*Element{e})
+		m.lbStartCollect(c, true)
 	}
 }
 

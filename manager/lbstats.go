@@ -4,7 +4,8 @@ package manager
 // entry methods took since the last balancing step (wall clock, and the
 // thread's CPU clock when asked for), what each element sent to whom, and
 // how long the PE sat idle. A balancing step turns it into the PE's part
-// of loadbalance.Stats (lbReport) and starts a new period.
+// of loadbalance.Stats (lbOwnPart), merged with its tree children's on the
+// way up to PE 0, and starts a new period.
 
 import (
 	"cmp"
@@ -149,47 +150,73 @@ func (m *Manager) lbSent(d lbDest, bytes int) {
 	}
 }
 
-// lbReport fills sm with this PE's part of a step's stats: the loads and
-// communication of els (the collection's elements reported now, whose
-// measurements start again) and, with withPE, the PE's own figures for
-// the collection's period and every other chare on the PE (not moved by
-// this step, but their load is the PE's and their messages are edges).
-func (m *Manager) lbReport(c *Collection, els []*Element, withPE bool, sm *SyncMsg) {
-	sm.Loads = make([]ObjLoad, len(els))
+// lbOwnPart is this PE's part of a step's statistics: every local element
+// of c with its measurements (which start again), the PE's other chares
+// (not moved by this step, but their load is the PE's and their messages
+// are edges) and the PE's own figures for the collection's period.
+func (m *Manager) lbOwnPart(c *Collection) *LBPartMsg {
+	els := c.Locals()
+	pm := &LBPartMsg{Coll: c.ID, Indices: make([]pe.Index, len(els)), PEs: make([]int32, len(els)), Loads: make([]ObjLoad, len(els))}
+	me := int32(m.Me())
 	var busy, cpu int64
 	for i, e := range els {
-		sm.Loads[i] = e.lbLoad()
+		pm.Indices[i], pm.PEs[i], pm.Loads[i] = e.Index, me, e.lbLoad()
 		busy += e.lb.wall
 		cpu += e.lb.cpu
-		sm.Comm = e.lb.appendComm(sm.Comm, int32(i))
+		pm.Comm = e.lb.appendComm(pm.Comm, int32(i))
 		e.lb = lbElem{}
 	}
-	if withPE {
-		for _, id := range sortedKeys(m.colls) {
-			oc := m.colls[id]
-			if oc == c {
-				continue
-			}
-			for _, e := range oc.Locals() {
-				from := int32(len(els) + len(sm.Others))
-				sm.Others = append(sm.Others, OtherObj{Coll: oc.ID, Index: e.Index, Load: e.lbLoad()})
-				busy += e.lb.wall
-				cpu += e.lb.cpu
-				sm.Comm = e.lb.appendComm(sm.Comm, from)
-			}
+	for _, id := range sortedKeys(m.colls) {
+		oc := m.colls[id]
+		if oc == c {
+			continue
 		}
-		if !c.lbPeriod.initialized { // restored from a checkpoint: measured from now on
-			m.lbStartPeriod(c)
+		for _, e := range oc.Locals() {
+			from := int32(len(els) + len(pm.Others))
+			pm.Others = append(pm.Others, OtherObj{Coll: oc.ID, Index: e.Index, PE: me, Load: e.lbLoad()})
+			busy += e.lb.wall
+			cpu += e.lb.cpu
+			pm.Comm = e.lb.appendComm(pm.Comm, from)
 		}
-		wall := int64(time.Since(c.lbPeriod.start))
-		idle := m.PE.Stats.IdleNanos - c.lbPeriod.idle
-		bg := wall - idle - busy
-		if m.lb.cpu {
-			bg = pe.ThreadCPU() - c.lbPeriod.cpu - cpu
-		}
-		sm.PE = &loadbalance.PEStats{Wall: secs(wall), Busy: secs(busy), Idle: secs(idle), Background: secs(max(bg, 0))}
+	}
+	if !c.lbPeriod.initialized { // restored from a checkpoint: measured from now on
 		m.lbStartPeriod(c)
 	}
+	wall := int64(time.Since(c.lbPeriod.start))
+	idle := m.PE.Stats.IdleNanos - c.lbPeriod.idle
+	bg := wall - idle - busy
+	if m.lb.cpu {
+		bg = pe.ThreadCPU() - c.lbPeriod.cpu - cpu
+	}
+	pm.Figs = []PEFigure{{PE: me, Stats: loadbalance.PEStats{Wall: secs(wall), Busy: secs(busy), Idle: secs(idle), Background: secs(max(bg, 0))}}}
+	m.lbStartPeriod(c)
+	return pm
+}
+
+// merge appends another subtree's part to p.
+func (p *LBPartMsg) merge(o *LBPartMsg) {
+	ni, no := int32(len(p.Indices)), int32(len(p.Others))
+	oi := int32(len(o.Indices))
+	// p's objects are Indices then Others; after the merge, p's Indices,
+	// o's Indices, p's Others, o's Others
+	for i := range p.Comm {
+		if p.Comm[i].From >= ni {
+			p.Comm[i].From += oi
+		}
+	}
+	for _, cm := range o.Comm {
+		if cm.From < oi {
+			cm.From += ni
+		} else {
+			cm.From += ni + no
+		}
+		p.Comm = append(p.Comm, cm)
+	}
+	p.Indices = append(p.Indices, o.Indices...)
+	p.PEs = append(p.PEs, o.PEs...)
+	p.Loads = append(p.Loads, o.Loads...)
+	p.Others = append(p.Others, o.Others...)
+	p.Figs = append(p.Figs, o.Figs...)
 }
 
 // lbLoad is e's measurements and its section memberships (whose
@@ -231,10 +258,11 @@ type ObjLoad struct {
 type OtherObj struct {
 	Coll  uint32
 	Index pe.Index
+	PE    int32
 	Load  ObjLoad
 }
 
-// ObjComm is what element From (an index into the SyncMsg's elements,
+// ObjComm is what element From (an index into the LBPartMsg's elements,
 // then its Others) sent to element (ToColl, To) or, Sec set, multicast
 // to section Sec.
 type ObjComm struct {
@@ -275,10 +303,9 @@ type lbGather struct {
 	members map[uint64][]int32 // section -> its members among st.Objs
 	mems    map[int32][]SecMem // the balanced collection's objects' memberships
 	peSeen  []bool
-	own     int // objects of the collection being balanced
 }
 
-func (g *lbGather) add(m *Manager, c *Collection, sm *SyncMsg) {
+func (g *lbGather) add(m *Manager, c *Collection, sm *LBPartMsg) {
 	if g.obj == nil {
 		g.obj = map[objKey]int32{}
 		g.st.PEs = make([]loadbalance.PEStats, m.NumPEs())
@@ -286,9 +313,11 @@ func (g *lbGather) add(m *Manager, c *Collection, sm *SyncMsg) {
 		g.members = map[uint64][]int32{}
 		g.mems = map[int32][]SecMem{}
 	}
-	if sm.PE != nil && sm.From >= 0 && int(sm.From) < len(g.peSeen) && !g.peSeen[sm.From] {
-		g.peSeen[sm.From] = true
-		g.st.PEs[sm.From] = *sm.PE
+	for _, f := range sm.Figs {
+		if f.PE >= 0 && int(f.PE) < len(g.peSeen) && !g.peSeen[f.PE] {
+			g.peSeen[f.PE] = true
+			g.st.PEs[f.PE] = f.Stats
+		}
 	}
 	at := make([]int32, 0, len(sm.Indices)+len(sm.Others)) // SyncMsg object -> st.Objs
 	put := func(o loadbalance.Obj, mems []SecMem) {
@@ -315,9 +344,6 @@ func (g *lbGather) add(m *Manager, c *Collection, sm *SyncMsg) {
 		if i < len(sm.Loads) {
 			o.Wall, o.CPU, o.Bytes = secs(sm.Loads[i].Wall), secs(sm.Loads[i].CPU), sm.Loads[i].Bytes
 		}
-		if _, seen := g.obj[objKey{c.ID, ix}]; !seen {
-			g.own++
-		}
 		var mems []SecMem
 		if i < len(sm.Loads) {
 			mems = sm.Loads[i].Mems
@@ -325,7 +351,7 @@ func (g *lbGather) add(m *Manager, c *Collection, sm *SyncMsg) {
 		put(o, mems)
 	}
 	for _, oo := range sm.Others {
-		put(loadbalance.Obj{Coll: oo.Coll, Index: oo.Index, PE: sm.From, Wall: secs(oo.Load.Wall), CPU: secs(oo.Load.CPU)}, oo.Load.Mems)
+		put(loadbalance.Obj{Coll: oo.Coll, Index: oo.Index, PE: oo.PE, Wall: secs(oo.Load.Wall), CPU: secs(oo.Load.CPU)}, oo.Load.Mems)
 	}
 	for _, cm := range sm.Comm {
 		if cm.From >= 0 && int(cm.From) < len(at) {

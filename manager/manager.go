@@ -398,8 +398,10 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		m.onSecAck(env.Payload.(*SecAckMsg))
 	case tLBTick:
 		m.onLBTick()
-	case tPeriodic:
-		m.onPeriodic(env.Payload.(*PeriodicMsg))
+	case tLBCollect:
+		m.onLBCollect(env.Payload.(*LBCollectMsg))
+	case tLBPart:
+		m.onLBPart(env.Payload.(*LBPartMsg))
 	case tStranded:
 		m.onStranded(env)
 	case tCkptStart:

@@ -109,7 +109,6 @@ func (m *Manager) onMigrate(env *pe.Envelope) {
 		m.flushHomeBuf(c, e.Index)
 	}
 	m.catchUpBroadcasts(e)
-	m.syncLate(c, e)
 	if e.AtSync {
 		c.sync.atSync++
 		m.syncArrived(c, e)

@@ -207,10 +207,13 @@ type SectionMsg struct {
 	K       int
 	Members []pe.Index
 	Homes   []int32 // reduction/multicast home of each member
-	// Replaces is the section this one replaces from round FirstRound on
-	// (0: none; see secrefresh.go).
-	Replaces   uint64 `msgpack:",omitempty"`
-	FirstRound uint32 `msgpack:",omitempty"`
+	// Replaces is the section this one replaces from that one's round
+	// FirstRound on (0: none; see secrefresh.go); Ancestors is the whole
+	// chain of replacements that led here, oldest first, the last being
+	// Replaces -> Sec.
+	Replaces   uint64     `msgpack:",omitempty"`
+	FirstRound uint32     `msgpack:",omitempty"`
+	Ancestors  []SecAlias `msgpack:",omitempty"`
 }
 
 // ContribMsg is a contribution sent to its contributor's reduction home.
@@ -254,22 +257,44 @@ type FutureMsg struct {
 	Value Lazy
 }
 
-// SyncMsg reports elements that reached AtSync on a PE (to PE 0).
+// SyncMsg reports elements that reached AtSync on a PE (to PE 0): the
+// first phase of a balancing step, which says when every element is
+// there.
 type SyncMsg struct {
 	Coll    uint32
 	Epoch   uint32
 	Indices []pe.Index
 	PEs     []int32
-	// The load-balancing database's part for these elements: their
-	// loads and what they sent (when a balancer measures), and, in a
-	// PE's first report of the step, the PE's own figures.
-	Loads  []ObjLoad
-	Others []OtherObj
-	Comm   []ObjComm
-	From   int32
-	PE     *loadbalance.PEStats
-	// Relay: PE 0's own report, sent through PE 1 and back (see onSync).
-	Relay bool
+	From    int32
+}
+
+// LBCollectMsg asks a PE (down the collection's tree, from PE 0) for its
+// subtree's part of a balancing step's statistics: the second phase.
+type LBCollectMsg struct {
+	Coll     uint32
+	Periodic bool // a periodic step (+LBPeriod)
+}
+
+// LBPartMsg is a subtree's part of a step's statistics, going up the tree
+// (each PE merges its children's with its own): the elements of the
+// collection being balanced with their loads, memberships and what they
+// sent, the PEs' other chares, and every PE's own figures.
+type LBPartMsg struct {
+	Coll    uint32
+	Indices []pe.Index
+	PEs     []int32
+	Loads   []ObjLoad // by Indices
+	Others  []OtherObj
+	Comm    []ObjComm // From indexes Indices, then Others
+	Figs    []PEFigure
+	// Relay: PE 0's own part, sent through PE 1; Own: on its way back.
+	Relay, Own bool
+}
+
+// PEFigure is one PE's own figures in a step's statistics.
+type PEFigure struct {
+	PE    int32
+	Stats loadbalance.PEStats
 }
 
 // PlanMsg is the load balancer's decision for one AtSync epoch.
@@ -321,7 +346,7 @@ var (
 	tCreate, tInsert, tDone, tCount, tLoc, tMigrate, tMigrateReq, tDelete, tDeath uint32
 	tSection, tContrib, tPartial, tFuture, tSync, tPlan, tPlanDone, tResume       uint32
 	tQDProbe, tQDReply, tLocQuery                                                 uint32
-	tSecRefresh, tSecAlias, tSecAck, tLBTick, tPeriodic                           uint32
+	tSecRefresh, tSecAlias, tSecAck, tLBTick, tLBCollect, tLBPart                 uint32
 )
 
 func init() {
@@ -349,7 +374,8 @@ func init() {
 	tSecAlias = RegisterMsgpackType[*SecAliasMsg]("mgr.secAlias")
 	tSecAck = RegisterMsgpackType[*SecAckMsg]("mgr.secAck")
 	tLBTick = RegisterMsgpackType[*LBTickMsg]("mgr.lbTick")
-	tPeriodic = RegisterMsgpackType[*PeriodicMsg]("mgr.periodic")
+	tLBCollect = RegisterMsgpackType[*LBCollectMsg]("mgr.lbCollect")
+	tLBPart = RegisterMsgpackType[*LBPartMsg]("mgr.lbPart")
 }
 
 func reducerCodec(id uint32) (*Reducer, error) {

@@ -6,8 +6,8 @@ package manager
 // through a multiple membership) to set the section up again with each
 // member homed where it is now. The root waits until it has delivered
 // every round before that one, then makes a new section — a new id, a new
-// spanning tree over the members' PEs, reductions from the same round on —
-// that replaces the old one: every PE of either tree learns the old id
+// spanning tree over the members' PEs, its own reductions numbered from 0
+// (its round k is the old one's round R+k) — that replaces the old one: every PE of either tree learns the old id
 // now means the new one, and acknowledges, and only then do the elements
 // resume. A multicast or contribution that still names the old id (a
 // proxy the program kept; a message already on its way) is carried over
@@ -49,10 +49,11 @@ type SecRefreshMsg struct {
 }
 
 // SecAliasMsg tells a PE of the old tree only that section Old is now New
-// from round First on.
+// from round First on; Chain is every replacement that led to New.
 type SecAliasMsg struct {
 	Old, New uint64
 	First    uint32
+	Chain    []SecAlias
 }
 
 // SecAckMsg acknowledges a new setup or an alias to the new section's
@@ -207,8 +208,9 @@ func (m *Manager) secRefreshMaybe(s *Section) {
 		pes[i] = int(h)
 	}
 	t := SectionTree(m.Me(), pes, m.opt.Branching)
+	chain := append(append([]SecAlias(nil), s.setup.Ancestors...), SecAlias{Old: s.ID, New: id, First: rm.Round})
 	sm := &SectionMsg{Sec: id, Coll: s.Coll, Tree: t.Members, K: t.K, Members: s.setup.Members, Homes: homes,
-		Replaces: s.ID, FirstRound: rm.Round}
+		Replaces: s.ID, FirstRound: rm.Round, Ancestors: chain}
 	rf.to = id
 	for _, p := range t.Members {
 		rf.acks++
@@ -217,12 +219,15 @@ func (m *Manager) secRefreshMaybe(s *Section) {
 	for _, p := range s.Tree.Members {
 		if !slices.Contains(t.Members, p) {
 			rf.acks++
-			m.sendSys(p, tSecAlias, &SecAliasMsg{Old: s.ID, New: id, First: rm.Round})
+			m.sendSys(p, tSecAlias, &SecAliasMsg{Old: s.ID, New: id, First: rm.Round, Chain: chain})
 		}
 	}
 }
 
 func (m *Manager) onSecAlias(am *SecAliasMsg) {
+	for _, a := range am.Chain {
+		m.addSecAlias(a.Old, a.New, a.First)
+	}
 	m.addSecAlias(am.Old, am.New, am.First)
 	m.sendSys(SectionRoot(am.New), tSecAck, &SecAckMsg{Sec: am.New})
 }
@@ -264,12 +269,13 @@ func (m *Manager) onSecAck(am *SecAckMsg) {
 }
 
 // replaceSection finishes setting up section s, which replaces another
-// from its first round on: its reductions start there, the old id means
-// it from now on, and the local members count here.
+// from the old one's round FirstRound on (s's round 0): the old id means s
+// from now on, and the local members count here. A member that hears of s
+// first from one of its multicasts starts at round 0 as it should.
 func (m *Manager) replaceSection(s *Section, sm *SectionMsg) {
-	local, children := s.red.Counts(0)
-	m.acts = s.red.Restart(sm.FirstRound, local, children, m.acts[:0])
-	m.runActs(m.coll(s.Coll), s)
+	for _, a := range sm.Ancestors { // a PE new to the section learns them all
+		m.addSecAlias(a.Old, a.New, a.First)
+	}
 	m.addSecAlias(sm.Replaces, sm.Sec, sm.FirstRound)
 	c := m.coll(s.Coll)
 	if c == nil {
@@ -285,18 +291,29 @@ func (m *Manager) replaceSection(s *Section, sm *SectionMsg) {
 	}
 }
 
-// carryMembership moves e's membership of section old to section new
-// (counted on home, or -1: its root knows where).
+// carryMembership moves e's membership of any section that section new
+// replaced (old, or one before it) to new, its rounds renumbered (counted
+// on home, or -1: its root knows where).
 func (m *Manager) carryMembership(e *Element, old, new uint64, home int32) *SecMembership {
 	if mem := e.Secs[new]; mem != nil {
 		return mem
 	}
 	mem := &SecMembership{Sec: new, Home: home}
-	if o := e.Secs[old]; o != nil {
-		mem.RedNo, mem.Mult, mem.Count = o.RedNo, o.Mult, o.Count
-		delete(e.Secs, old)
-	} else if a, ok := m.secAlias[old]; ok {
-		mem.RedNo = a.first
+	for id, o := range e.Secs {
+		if id == new || m.secNow(id) != new {
+			continue
+		}
+		// o counts in id's numbering: each replacement since starts its
+		// rounds again from 0 at its predecessor's round first
+		r := o.RedNo
+		for x := id; x != new; {
+			a := m.secAlias[x]
+			r = max(r, a.first) - a.first
+			x = a.to
+		}
+		mem.RedNo, mem.Mult, mem.Count = r, o.Mult, o.Count
+		delete(e.Secs, id)
+		break
 	}
 	if s := m.secs[new]; s != nil {
 		if h, mult := s.member(e.Index); mult > 0 {

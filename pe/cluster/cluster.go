@@ -125,16 +125,20 @@ type Job struct {
 	// linkUp tells connect and rejoin that a peer's data connection came.
 	linkUp chan int
 
-	node      *pe.Node
-	recovery  Recovery
-	ending    atomic.Bool // this process's run is over: peers going away is expected
-	mu        sync.Mutex  // guards what follows
-	members   []Member
-	pids      []*actor.PID
-	results   map[int][]byte
-	lost      map[int]bool // peers gone and not (yet) replaced
-	nextGen   uint64       // the generation a rollback in progress takes
-	lastBeat  []time.Time  // when each peer's last heartbeat came
+	node     *pe.Node
+	recovery Recovery
+	ending   atomic.Bool // this process's run is over: peers going away is expected
+	mu       sync.Mutex  // guards what follows
+	members  []Member
+	pids     []*actor.PID
+	results  map[int][]byte
+	lost     map[int]bool // peers gone and not (yet) replaced
+	// process 0: for each replacement, which processes have their data
+	// link to it up, and whether it said it is ready (its own are)
+	linked    map[int]map[int]bool
+	replReady map[int]bool
+	nextGen   uint64      // the generation a rollback in progress takes
+	lastBeat  []time.Time // when each peer's last heartbeat came
 	resultsCh chan struct{}
 	released  chan struct{}
 	relOnce   sync.Once
@@ -176,6 +180,7 @@ const (
 	ctlReport                        // → rank 0: how a recovery goes (Data)
 	ctlBeat                          // any → all: alive
 	ctlCheckBeats                    // local: time to check the others' heartbeats
+	ctlLinked                        // → rank 0: this process's data link to a replacement is up (Code: its rank)
 )
 
 // control is a control message, carried msgpack-encoded in a
@@ -458,8 +463,51 @@ func (j *Job) attach(r int, c net.Conn) {
 	}
 	if running {
 		j.runLink(l)
+		// a replacement's link: process 0 starts its recovery only once
+		// every process can send to it (what a PE sent before went
+		// nowhere: the old link was down)
+		if j.cfg.Rank == 0 {
+			j.ctl <- control{Kind: ctlLinked, From: 0, Code: r}
+		} else {
+			j.send(0, control{Kind: ctlLinked, From: j.cfg.Rank, Code: r})
+		}
 	}
 	j.linkUp <- r
+}
+
+// replacementLinked (process 0) notes that process from has its data link
+// to replacement r up, or (from == r) that r has all of its own, and
+// starts r's recovery once both are true of every process.
+func (j *Job) replacementLinked(r, from int) {
+	if r <= 0 || r >= j.cfg.Procs {
+		return
+	}
+	j.mu.Lock()
+	if j.linked == nil {
+		j.linked, j.replReady = map[int]map[int]bool{}, map[int]bool{}
+	}
+	if from == r {
+		j.replReady[r] = true
+	} else {
+		if j.linked[r] == nil {
+			j.linked[r] = map[int]bool{}
+		}
+		j.linked[r][from] = true
+	}
+	all := j.replReady[r] && j.lost[r]
+	for p := 0; p < j.cfg.Procs && all; p++ {
+		all = p == r || j.linked[r][p]
+	}
+	if all {
+		delete(j.lost, r)
+		delete(j.linked, r)
+		delete(j.replReady, r)
+	}
+	j.mu.Unlock()
+	if all && j.recovery != nil {
+		j.log.Info("a replacement joined", zap.Int("process", r))
+		j.recovery.Rejoined(r)
+	}
 }
 
 // acceptLoop admits data connections for as long as the job runs: only
@@ -657,6 +705,8 @@ func (j *Job) processLost(r int, why string) {
 	j.mu.Lock()
 	again := j.lost[r]
 	j.lost[r] = true
+	delete(j.linked, r) // what an earlier replacement had linked
+	delete(j.replReady, r)
 	j.mu.Unlock()
 	if again || j.ending.Load() {
 		j.signalResults()
@@ -834,14 +884,9 @@ func (j *Job) handle(m control) {
 			j.rejoined(*m.Member)
 		}
 	case ctlReady:
-		j.mu.Lock()
-		was := j.lost[m.From]
-		delete(j.lost, m.From)
-		j.mu.Unlock()
-		if was && j.recovery != nil {
-			j.log.Info("a replacement joined", zap.Int("process", m.From))
-			j.recovery.Rejoined(m.From)
-		}
+		j.replacementLinked(m.From, m.From)
+	case ctlLinked:
+		j.replacementLinked(m.Code, m.From)
 	case ctlAction:
 		if j.recovery != nil {
 			j.recovery.Action(m.Data)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/stretchr/testify/require"
 )
@@ -29,6 +30,24 @@ func sysSeeds(t testing.TB) [][]byte {
 		{Type: tRollbackOffer, Kind: pe.KindSystem, Payload: &RollbackOfferMsg{PE: 2, Committed: 3, Held: []HeldSnapshot{{2, 3}, {1, 3}}}},
 		{Type: tRollbackPlan, Kind: pe.KindSystem, Payload: &RollbackPlanMsg{Epoch: 3, Holder: []int32{0, 2, 2}, From: "from the PEs' memory"}},
 		{Type: tSnapshotCopy, Kind: pe.KindSystem, Payload: &SnapshotCopyMsg{Owner: 1, Epoch: 3, App: []byte{1, 2, 3}}},
+		// load balancing and sections set up again
+		{Type: tSync, Kind: pe.KindSystem, Payload: &SyncMsg{Coll: 3, Indices: []pe.Index{pe.Idx(1), pe.Idx(2)}, PEs: []int32{1, 1}, From: 1}},
+		{Type: tLBCollect, Kind: pe.KindSystem, Payload: &LBCollectMsg{Coll: 3, Periodic: true}},
+		{Type: tLBPart, Kind: pe.KindSystem, Payload: &LBPartMsg{Coll: 3, Indices: []pe.Index{pe.Idx(1)}, PEs: []int32{2},
+			Loads:  []ObjLoad{{Wall: 1000, CPU: 900, Bytes: 64, Mems: []SecMem{{Sec: 1 << 40, Round: 3, Home: 2}}}},
+			Others: []OtherObj{{Coll: 4, Index: pe.Idx(0, 1), PE: 2, Load: ObjLoad{Wall: 5}}},
+			Comm:   []ObjComm{{From: 0, ToColl: 4, To: pe.Idx(0, 1), Msgs: 2, Bytes: 128}, {From: 1, Sec: 1 << 40, Msgs: 1, Bytes: 8}},
+			Figs:   []PEFigure{{PE: 2, Stats: loadbalance.PEStats{Wall: 0.5, Busy: 0.3, Idle: 0.1, Background: 0.1}}}, Relay: true}},
+		{Type: tPlan, Kind: pe.KindSystem, Payload: &PlanMsg{Coll: 3, Moves: []Move{{Index: pe.Idx(1), From: 2, To: 0}}}},
+		{Type: tPlanDone, Kind: pe.KindSystem, Payload: &PlanDoneMsg{Coll: 3, MovedBytes: 64}},
+		{Type: tSecRefresh, Kind: pe.KindSystem, Payload: &SecRefreshMsg{Sec: 1 << 40, Coll: 3, Round: 4, Members: []pe.Index{pe.Idx(1)}, PEs: []int32{0}}},
+		{Type: tSecAlias, Kind: pe.KindSystem, Payload: &SecAliasMsg{Old: 1 << 40, New: 1<<40 | 2, First: 4, Chain: []SecAlias{{Old: 1 << 40, New: 1<<40 | 2, First: 4}}}},
+		{Type: tSecAck, Kind: pe.KindSystem, Payload: &SecAckMsg{Sec: 1 << 40, Coll: 3, Done: true}},
+		{Type: tSection, Kind: pe.KindSystem, Payload: &SectionMsg{Sec: 1<<40 | 2, Tree: []int{0}, K: 4, Members: []pe.Index{pe.Idx(1)}, Homes: []int32{0},
+			Replaces: 1 << 40, FirstRound: 4, Ancestors: []SecAlias{{Old: 1 << 40, New: 1<<40 | 2, First: 4}}}},
+		{Type: tMigrate, Kind: pe.KindSystem, Payload: &MigrateMsg{Coll: 3, Index: pe.Idx(1), State: []byte{1}, AtSync: true,
+			Held: []HeldContrib{{Sec: 1 << 40, Reducer: testIntSum, v: int64(5)}}}},
+		{Type: tLBTick, Kind: pe.KindSystem, Payload: &LBTickMsg{}},
 	}
 	var out [][]byte
 	for i := range envs {

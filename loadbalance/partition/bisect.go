@@ -296,6 +296,18 @@ func (r *refiner) degree(g *Graph, v int) float64 {
 	return d
 }
 
+// split is the weight of v's edges to the other side and to its own.
+func split(g *Graph, side []int32, v int32) (ext, in float64) {
+	for i := g.XAdj[v]; i < g.XAdj[v+1]; i++ {
+		if side[g.Adj[i]] != side[v] {
+			ext += g.EWeight[i]
+		} else {
+			in += g.EWeight[i]
+		}
+	}
+	return ext, in
+}
+
 // refine improves bisection side in place by passes of single-vertex
 // moves (best gain first, each vertex at most once a pass), keeping the
 // best prefix of each pass; it stops when a pass gains nothing.
@@ -308,14 +320,7 @@ func (r *refiner) refine(g *Graph, side []int32, b balance) state {
 	ext := make([]float64, n) // weight of v's edges to the other side
 	cut := 0.0
 	for v := range n {
-		e, in := 0.0, 0.0
-		for i := g.XAdj[v]; i < g.XAdj[v+1]; i++ {
-			if side[g.Adj[i]] != side[v] {
-				e += g.EWeight[i]
-			} else {
-				in += g.EWeight[i]
-			}
-		}
+		e, in := split(g, side, int32(v))
 		ext[v] = e
 		r.key[v] = e - in
 		cut += e
@@ -398,14 +403,7 @@ func (r *refiner) refine(g *Graph, side []int32, b balance) state {
 			}
 		}
 		for _, v := range r.moves[bestAt:] {
-			e, in := 0.0, 0.0
-			for j := g.XAdj[v]; j < g.XAdj[v+1]; j++ {
-				if side[g.Adj[j]] != side[v] {
-					e += g.EWeight[j]
-				} else {
-					in += g.EWeight[j]
-				}
-			}
+			e, in := split(g, side, v)
 			ext[v], r.key[v] = e, e-in
 		}
 		cut = best.cut

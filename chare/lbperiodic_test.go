@@ -2,10 +2,13 @@ package chare_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -162,5 +165,35 @@ func TestLoadBalancingFlags(t *testing.T) {
 		res := chare.RunWith(perMainT, perParams{N: 2, Iters: 1}, tc.cfg)
 		assert.ErrorContains(t, res.Err, tc.want)
 		assert.Equal(t, 2, res.Code)
+	}
+}
+
+// A run's +LBDump, replayed: every step's strategy plans, from the dumped
+// statistics, exactly the moves the run made.
+func TestReplayPlansWhatTheRunPlanned(t *testing.T) {
+	p := lbsParams{X: 6, Y: 10, Rounds: 3, Sends: 2, Burst: 20, Pumps: 2, Seed: 5}
+	for _, strategy := range []string{"greedyrefine", "graph", "RandCentLB,refine"} {
+		t.Run(strategy, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "lb.dump")
+			res := chare.RunWith(lbsMainT, p, chare.Config{PEs: 3, Balancer: strategy, LBDump: path, Seed: 7})
+			require.NoError(t, res.Err)
+			f, err := os.Open(path)
+			require.NoError(t, err)
+			defer f.Close()
+			recs, err := loadbalance.ReadDump(f, path)
+			require.NoError(t, err)
+			require.Len(t, recs, res.Stats.LB.Steps)
+			moved := 0
+			for _, rec := range recs {
+				s, err := loadbalance.New(rec.Strategy, rec.Options)
+				require.NoError(t, err)
+				moves, err := loadbalance.Run(s, &rec.Stats)
+				require.NoError(t, err)
+				assert.Equal(t, rec.Moves, moves, "step %d (%s)", rec.Stats.Step, rec.Strategy)
+				assert.Equal(t, "lbstress.Elem", rec.Coll)
+				moved += len(moves)
+			}
+			assert.Equal(t, res.Stats.LB.Moved, moved)
+		})
 	}
 }

@@ -12,8 +12,11 @@ import (
 // partitioned into as many parts as there are available PEs, each part
 // within the tolerance of the average load, cutting as few bytes as it
 // can. Each part then goes to the PE that already holds most of its load
-// (so that a placement that is already good moves little), and a refine
-// pass takes off what background load pushed over the threshold.
+// (so that a placement that is already good moves little), a refine
+// pass takes off what background load pushed over the threshold, and a
+// last pass moves objects next to the objects they talk to most — the
+// non-migratable ones too, which the partition does not see — where that
+// keeps the PE within the threshold.
 type graph struct {
 	tol  float64
 	seed uint64
@@ -110,5 +113,95 @@ func (g graph) Plan(st *Stats) []Move {
 	for v, i := range verts {
 		where[i] = peOf[part[v]]
 	}
-	return st.MovesTo(refinePlace(st, where, g.tol))
+	where = refinePlace(st, where, g.tol)
+	return st.MovesTo(commRefine(st, where, g.tol))
+}
+
+// commRefine moves each migratable object to the PE it exchanges the most
+// bytes with (counting every object, movable or not), when that PE stays
+// within the tolerance of the average load, or else swaps it with an
+// object there that wants to come the other way; a few passes, until
+// none moves anything.
+func commRefine(st *Stats, where []int32, tol float64) []int32 {
+	type nb struct {
+		obj int32
+		w   float64
+	}
+	adj := make([][]nb, len(st.Objs))
+	for _, c := range st.Comm {
+		w := float64(c.Bytes) + messageCost*float64(c.Msgs)
+		adj[c.From] = append(adj[c.From], nb{c.To, w})
+		adj[c.To] = append(adj[c.To], nb{c.From, w})
+	}
+	loads := st.Background()
+	for i, p := range where {
+		if st.Objs[i].Migratable {
+			loads[p] += st.Load(i)
+		}
+	}
+	avail := st.Available()
+	total := 0.0
+	for _, p := range avail {
+		total += loads[p]
+	}
+	threshold := total / float64(len(avail)) * (1 + tol)
+	aff := make([]float64, len(st.PEs))
+	var touched []int32
+	for range 4 {
+		moved := false
+		wants := map[[2]int32][]int32{} // from, to -> objects held back by the load
+		for i, o := range st.Objs {
+			if !o.Migratable || len(adj[i]) == 0 {
+				continue
+			}
+			for _, n := range adj[i] {
+				p := where[n.obj]
+				if aff[p] == 0 {
+					touched = append(touched, p)
+				}
+				aff[p] += n.w
+			}
+			cur, best := where[i], where[i]
+			for _, p := range touched {
+				if aff[p] > aff[best] || aff[p] == aff[best] && p < best {
+					best = p
+				}
+			}
+			l := st.Load(i)
+			if best != cur && aff[best] > aff[cur] && !st.PEs[best].Unavailable {
+				switch {
+				case loads[best]+l <= threshold:
+					where[i] = best
+					loads[cur] -= l
+					loads[best] += l
+					moved = true
+				default:
+					back := wants[[2]int32{best, cur}]
+					k := slices.IndexFunc(back, func(q int32) bool {
+						lq := st.Load(int(q))
+						return where[q] == best && loads[best]+l-lq <= threshold && loads[cur]-l+lq <= threshold
+					})
+					if k < 0 {
+						wants[[2]int32{cur, best}] = append(wants[[2]int32{cur, best}], int32(i))
+						break
+					}
+					q := back[k]
+					wants[[2]int32{best, cur}] = slices.Delete(back, k, k+1)
+					lq := st.Load(int(q))
+					where[i], where[q] = best, cur
+					loads[cur] += lq - l
+					loads[best] += l - lq
+					moved = true
+				}
+			}
+			for _, p := range touched {
+				aff[p] = 0
+			}
+			touched = touched[:0]
+		}
+		if !moved {
+			break
+		}
+	}
+	return where
 }

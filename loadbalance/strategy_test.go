@@ -274,3 +274,20 @@ func TestGenerate(t *testing.T) {
 	_, err = Generate(Synthetic{PEs: 4, Objs: 10, Pattern: "torus"})
 	assert.ErrorContains(t, err, `"torus"`)
 }
+
+// The graph strategy places chares next to the non-migratable chares they
+// talk to (which the partition itself does not see), within the balance.
+func TestGraphFollowsFixedPartners(t *testing.T) {
+	st := &Stats{Step: 1, PEs: make([]PEStats, 2)}
+	st.Objs = append(st.Objs, Obj{Coll: 1, Index: pe.Idx(0), PE: 0}, Obj{Coll: 1, Index: pe.Idx(1), PE: 1}) // fixed, no load
+	for i := range 20 {
+		st.Objs = append(st.Objs, Obj{Coll: 2, Index: pe.Idx(i), PE: int32(1 - i%2), Wall: 1, Migratable: true}) // on the wrong side
+		st.Comm = append(st.Comm, Comm{From: int32(2 + i), To: int32(i % 2), Msgs: 10, Bytes: 10000})
+	}
+	s, _ := New("MetisLB", Options{Seed: 1})
+	moves, err := Run(s, st)
+	require.NoError(t, err)
+	sm := st.Summarize("graph", moves)
+	assert.Zero(t, sm.CrossBytesAfter, "every chare next to its partner")
+	assert.LessOrEqual(t, sm.MaxAvgAfter, 1.0+1e-9)
+}

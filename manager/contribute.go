@@ -39,7 +39,7 @@ func (m *Manager) contribute(e *Element, sec uint64, reducer uint32, cb Callback
 		e.RedNo++
 	} else {
 		if now := m.secNow(sec); now != sec {
-			m.carryMembership(e, sec, now, -1)
+			m.carryMembership(e, now, -1)
 			sec = now
 		}
 		mem := e.Secs[sec]

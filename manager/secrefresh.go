@@ -7,9 +7,9 @@ package manager
 // member homed where it is now. The root waits until it has delivered
 // every round before that one, then makes a new section — a new id, a new
 // spanning tree over the members' PEs, its own reductions numbered from 0
-// (its round k is the old one's round R+k) — that replaces the old one: every PE of either tree learns the old id
-// now means the new one, and acknowledges, and only then do the elements
-// resume. A multicast or contribution that still names the old id (a
+// (its round k is the old one's round R+k) — that replaces the old one:
+// every PE of either tree learns the old id now means the new one, and
+// acknowledges, and only then do the elements resume. A multicast or contribution that still names the old id (a
 // proxy the program kept; a message already on its way) is carried over
 // to the new section; multicasts already travelling down the old tree
 // finish there (their members are found by forwarding). The program keeps
@@ -286,15 +286,15 @@ func (m *Manager) replaceSection(s *Section, sm *SectionMsg) {
 			continue
 		}
 		if e := c.get(ix); e != nil {
-			m.carryMembership(e, sm.Replaces, sm.Sec, int32(m.Me()))
+			m.carryMembership(e, sm.Sec, int32(m.Me()))
 		}
 	}
 }
 
 // carryMembership moves e's membership of any section that section new
-// replaced (old, or one before it) to new, its rounds renumbered (counted
-// on home, or -1: its root knows where).
-func (m *Manager) carryMembership(e *Element, old, new uint64, home int32) *SecMembership {
+// replaced (directly or not) to new, its rounds renumbered (counted on
+// home, or -1: its root knows where).
+func (m *Manager) carryMembership(e *Element, new uint64, home int32) *SecMembership {
 	if mem := e.Secs[new]; mem != nil {
 		return mem
 	}

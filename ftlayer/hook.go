@@ -24,7 +24,8 @@ type Hook interface {
 	// Name is the protocol's name (none, scmel, camel).
 	Name() string
 	// Send stamps env, one hop to PE dst playing role in group g, before
-	// it is queued (see SendHop for first and num).
+	// it is queued (see SendHop for first and num). env is the caller's
+	// only during the call: a hook that logs it keeps a copy.
 	Send(dst int, role Role, g, num uint64, first bool, env *pe.Envelope) error
 	// Arrive: env reached this PE.
 	Arrive(env *pe.Envelope) (Arrival, error)

@@ -242,7 +242,7 @@ func (m *Manager) coll(id uint32) *Collection {
 
 // slot is ix's position in the dense table, or -1 when ix is outside the
 // bounds.
-func (c *Collection) slot(ix pe.Index) int {
+func (c *Collection) slot(ix *pe.Index) int {
 	if ix.Dims != c.dims {
 		return -1
 	}
@@ -263,20 +263,23 @@ func (c *Collection) slot(ix pe.Index) int {
 	return lin
 }
 
-func (c *Collection) get(ix pe.Index) *Element {
+func (c *Collection) get(ix pe.Index) *Element { return c.lookup(&ix) }
+
+// lookup is get without copying the index (the per-message path).
+func (c *Collection) lookup(ix *pe.Index) *Element {
 	if c.dense != nil {
 		if i := c.slot(ix); i >= 0 {
 			return c.dense[i]
 		}
 		return nil
 	}
-	return c.local[ix]
+	return c.local[*ix]
 }
 
 func (c *Collection) put(e *Element) {
 	c.local[e.Index] = e
 	if c.dense != nil {
-		if i := c.slot(e.Index); i >= 0 {
+		if i := c.slot(&e.Index); i >= 0 {
 			c.dense[i] = e
 		}
 	}
@@ -286,7 +289,7 @@ func (c *Collection) put(e *Element) {
 func (c *Collection) del(ix pe.Index) {
 	delete(c.local, ix)
 	if c.dense != nil {
-		if i := c.slot(ix); i >= 0 {
+		if i := c.slot(&ix); i >= 0 {
 			c.dense[i] = nil
 		}
 	}

@@ -93,11 +93,35 @@ func init() { tFTPacket = RegisterMsgpackType[*FTPacketMsg]("mgr.ftPacket") }
 func unlogged(typ uint32) bool { return typ == tRestore || control(typ) }
 
 func (m *Manager) newHook() {
-	m.ft = ftlayer.NopHook{}
+	m.ft, m.ftOn = ftlayer.NopHook{}, false
 	if m.opt.FT != nil {
 		m.ft = m.opt.FT(m.Me(), m.NumPEs(), treesOf{m}, m.ftNet)
+		_, nop := m.ft.(ftlayer.NopHook)
+		m.ftOn = !nop
 	}
 	m.ft.OnRelease(m.logReleased)
+}
+
+// stamp has the hook stamp env, one hop to PE dst, through a scratch
+// envelope: env itself, passed to an interface method, would escape, and
+// every caller's envelope with it (one allocation per message, with or
+// without a protocol). It reports false if the run failed.
+func (m *Manager) stamp(dst int, role ftlayer.Role, g, num uint64, first bool, env *pe.Envelope) bool {
+	s := m.ftEnv
+	if s == nil {
+		s = new(pe.Envelope)
+	}
+	m.ftEnv = nil // a hook that sends from Send gets a scratch of its own
+	*s = *env
+	err := m.ft.Send(dst, role, g, num, first, s)
+	*env = *s
+	*s = pe.Envelope{}
+	m.ftEnv = s
+	if err != nil {
+		m.Fail(err)
+		return false
+	}
+	return true
 }
 
 // logReleased takes back what this PE contributed to a partial its log let
@@ -162,8 +186,7 @@ func (m *Manager) FT() ftlayer.Hook { return m.ft }
 
 // sendHop sends one hop of a collective, telling the hook its role.
 func (m *Manager) sendHop(dst int, role ftlayer.Role, g, num uint64, first bool, env *pe.Envelope) {
-	if err := m.ft.Send(dst, role, g, num, first, env); err != nil {
-		m.Fail(err)
+	if m.ftOn && !m.stamp(dst, role, g, num, first, env) {
 		return
 	}
 	m.Sent++

@@ -41,7 +41,7 @@ func (c *Collection) eachLoc(f func(pe.Index, loc)) {
 // getLoc returns the last known location of ix (PE -1: deleted).
 func (c *Collection) getLoc(ix pe.Index) (loc, bool) {
 	if c.dlocs != nil {
-		if i := c.slot(ix); i >= 0 && c.dlocs[i].pe != locUnknown {
+		if i := c.slot(&ix); i >= 0 && c.dlocs[i].pe != locUnknown {
 			return c.dlocs[i], true
 		}
 		return loc{}, false
@@ -52,7 +52,7 @@ func (c *Collection) getLoc(ix pe.Index) (loc, bool) {
 
 func (c *Collection) setLoc(ix pe.Index, l loc) {
 	if c.dlocs != nil {
-		if i := c.slot(ix); i >= 0 {
+		if i := c.slot(&ix); i >= 0 {
 			c.dlocs[i] = l
 		}
 		return

@@ -40,8 +40,13 @@ import (
 type Host interface {
 	// Construct builds element e (e.Obj is nil) with constructor argument arg.
 	Construct(m *Manager, e *Element, arg Lazy)
-	// Invoke runs the entry method env.Type on e.
+	// Invoke runs the entry method env.Type on e. It need not recover
+	// panics: one that leaves it reaches Panicked.
 	Invoke(m *Manager, e *Element, env *pe.Envelope)
+	// Panicked reports a panic that left an Invoke (ending the run with
+	// an error that names the entry and the element) and returns true,
+	// or returns false if no Invoke was running.
+	Panicked(m *Manager, r any, stack []byte) bool
 	// Pack serializes e.Obj for migration.
 	Pack(e *Element) ([]byte, error)
 	// Checkpoint serializes e.Obj for a checkpoint (migratable or not).
@@ -127,7 +132,11 @@ type Manager struct {
 	ckpt     ckptState
 	secRoots map[uint64]int // sections rooted elsewhere than their id says (after a restart)
 	ft       ftlayer.Hook
-	released pe.Envelope // a held envelope the hook handed back
+	// ftOn: a protocol is on (ft is not a NopHook). The per-message
+	// paths test it and nothing else when it is off.
+	ftOn     bool
+	ftEnv    *pe.Envelope // stamp's scratch envelope
+	released pe.Envelope  // a held envelope the hook handed back
 	rec      recoverState
 	rb       *rollbackState // a global rollback this PE takes part in
 	rbStash  []pe.Envelope  // what reached it meanwhile, handled once it restored
@@ -245,9 +254,8 @@ func (m *Manager) failf(format string, args ...any) { m.Fail(fmt.Errorf(format, 
 // send counts an application-level message, has the FT hook stamp it and
 // queues it.
 func (m *Manager) send(dst int, env *pe.Envelope) {
-	if env.Kind != pe.KindSystem || !unlogged(env.Type) {
-		if err := m.ft.Send(dst, ftlayer.RoleP2P, 0, 0, false, env); err != nil {
-			m.Fail(err)
+	if m.ftOn && (env.Kind != pe.KindSystem || !unlogged(env.Type)) {
+		if !m.stamp(dst, ftlayer.RoleP2P, 0, 0, false, env) {
 			return
 		}
 	}
@@ -306,12 +314,21 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		}
 	}
 	m.handle(env)
-	m.handleReleased()
+	if m.ftOn || m.rec.recovering {
+		m.handleReleased()
+	}
+}
+
+// Panicked implements pe.PanicHandler: a panic left Handle.
+func (m *Manager) Panicked(p *pe.PE, env *pe.Envelope, r any, stack []byte) {
+	if !m.host.Panicked(m, r, stack) {
+		m.Fail(fmt.Errorf("PE %d: panic handling %s: %v\n%s", m.Me(), pe.TypeName(env.Type), r, stack))
+	}
 }
 
 // handleReleased handles the envelopes the hook releases, one at a time.
 func (m *Manager) handleReleased() {
-	if m.ft.Next(&m.released) {
+	if m.ftOn && m.ft.Next(&m.released) {
 		for ok := true; ok; ok = m.ft.Next(&m.released) {
 			m.handle(&m.released)
 		}
@@ -347,7 +364,9 @@ func (m *Manager) handle(env *pe.Envelope) {
 // batches, and quiescence replies wait for an idle PE (after those
 // sends, which they count).
 func (m *Manager) Idle(p *pe.PE) {
-	m.ft.Idle()
+	if m.ftOn {
+		m.ft.Idle()
+	}
 	m.qdIdle()
 }
 

@@ -35,7 +35,7 @@ func (m *Manager) SendTo(coll uint32, ix pe.Index, typ uint32, payload any) erro
 // SendEnv routes a point-to-point envelope (Type, Coll, Index and payload
 // set) to its element.
 func (m *Manager) SendEnv(env *pe.Envelope) error {
-	coll, ix, typ := env.Coll, env.Index, env.Type
+	coll := env.Coll
 	m.Stats.P2P++
 	size := pe.InlineSize
 	if env.Flags != FlagInline {
@@ -45,7 +45,7 @@ func (m *Manager) SendEnv(env *pe.Envelope) error {
 		m.Stats.P2PBytes += pe.InlineSize
 	}
 	if m.lb.cur != nil {
-		m.lbSent(lbDest{Coll: coll, Index: ix}, size)
+		m.lbSent(lbDest{Coll: coll, Index: env.Index}, size)
 	}
 	c := m.coll(coll)
 	if c == nil {
@@ -56,9 +56,9 @@ func (m *Manager) SendEnv(env *pe.Envelope) error {
 	if c.dense != nil {
 		// Bounded array: one slot computation checks the index and finds
 		// the element's PE.
-		i := c.slot(ix)
+		i := c.slot(&env.Index)
 		if i < 0 {
-			return fmt.Errorf("send %s to %s%v: %w", pe.TypeName(typ), c.Name, ix, c.InBounds(ix))
+			return fmt.Errorf("send %s to %s%v: %w", pe.TypeName(env.Type), c.Name, env.Index, c.InBounds(env.Index))
 		}
 		switch l := c.dlocs[i]; {
 		case c.dense[i] != nil:
@@ -66,11 +66,11 @@ func (m *Manager) SendEnv(env *pe.Envelope) error {
 		case l.pe >= 0:
 			m.send(int(l.pe), env)
 		default:
-			m.send(m.homeOfSlot(c, ix, i), env)
+			m.send(m.homeOfSlot(c, env.Index, i), env)
 		}
 		return nil
-	} else if err := c.InBounds(ix); err != nil {
-		return fmt.Errorf("send %s to %s%v: %w", pe.TypeName(typ), c.Name, ix, err)
+	} else if err := c.InBounds(env.Index); err != nil {
+		return fmt.Errorf("send %s to %s%v: %w", pe.TypeName(env.Type), c.Name, env.Index, err)
 	}
 	m.route(c, env)
 	return nil
@@ -116,7 +116,7 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 		}
 		return
 	}
-	e := c.get(env.Index)
+	e := c.lookup(&env.Index)
 	if e == nil {
 		m.forward(c, env)
 		return

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"sync"
 )
@@ -254,6 +255,11 @@ func (n *Node) Trace() uint64 {
 // are run's, repeated: a shared helper is not inlined, and run is the hot
 // path).
 func (p *PE) step() {
+	defer func() {
+		if r := recover(); r != nil {
+			p.panicked(r, debug.Stack())
+		}
+	}()
 	if p.in.pending.Load() {
 		p.grab()
 	}
@@ -264,11 +270,7 @@ func (p *PE) step() {
 	if q.len() == 0 {
 		return
 	}
-	p.cur = q.buf[q.head]
-	q.buf[q.head] = Envelope{}
-	q.head++
-	p.dispatch(&p.cur)
-	p.cur = Envelope{}
+	p.dispatchFront(q)
 	p.Stats.Processed++
 	if p.dead() {
 		return // fail-stop: what it buffered is never sent

@@ -14,6 +14,10 @@ const MaxDims = 6
 type Index struct {
 	Dims uint8
 	C    [MaxDims]int32
+	// Padding to 32 bytes: copied as two aligned 16-byte moves instead of
+	// two overlapping ones, a copy of a fresh copy forwards from the store
+	// buffer instead of stalling (~15% of a same-PE send and dispatch).
+	_ int32
 }
 
 // Idx builds an index from its coordinates. It panics on more than MaxDims

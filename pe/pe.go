@@ -10,14 +10,25 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Handler runs on its PE's goroutine and processes one envelope at a time.
+// env points into the PE's queue: it is the handler's until Handle
+// returns, and a handler that keeps the envelope keeps a copy.
 type Handler interface {
 	Handle(p *PE, env *Envelope)
+}
+
+// PanicHandler is implemented by handlers that report a panic that left
+// Handle themselves, naming what they were running (the PE reports it,
+// and the message, otherwise). Either way the run fails: the PE's
+// goroutine recovers once, outside its loop, instead of once per message.
+type PanicHandler interface {
+	Panicked(p *PE, env *Envelope, r any, stack []byte)
 }
 
 // IdleHandler is implemented by handlers that want to act when their PE
@@ -293,7 +304,7 @@ func (p *PE) clear() {
 		p.dirty[d] = false
 	}
 	p.dirtyList = p.dirtyList[:0]
-	p.cur, p.sinceFlush = Envelope{}, 0
+	p.sinceFlush = 0
 }
 
 // start runs a new incarnation of a stopped PE with mk's handler.
@@ -671,17 +682,28 @@ type queue struct {
 
 func (q *queue) len() int { return len(q.buf) - q.head }
 
-func (q *queue) push(e *Envelope) {
-	if q.head > 0 && q.head == len(q.buf) {
-		q.buf = q.buf[:0]
-		q.head = 0
+// push appends e. It never moves or overwrites what is already queued,
+// nor the envelope being dispatched (an append that grows the buffer
+// leaves the old one as it was): dispatch reads it in place.
+func (q *queue) push(e *Envelope) { appendEnv(&q.buf, e) }
+
+// dispatchFront hands the front envelope to p.dispatch where it lies, then
+// drops it, and reclaims the buffer's drained front. Nothing but push may
+// touch q while the handler runs.
+func (p *PE) dispatchFront(q *queue) {
+	i := q.head
+	q.head++
+	p.cur = &q.buf[i]
+	p.handler.Handle(p, p.cur)
+	p.cur = nil
+	q.buf[i] = Envelope{} // in the buffer of now, if a push grew it meanwhile
+	if q.head == len(q.buf) {
+		q.buf, q.head = q.buf[:0], 0
 	} else if q.head > 1024 && q.head > len(q.buf)/2 {
 		n := copy(q.buf, q.buf[q.head:])
 		clear(q.buf[n:])
-		q.buf = q.buf[:n]
-		q.head = 0
+		q.buf, q.head = q.buf[:n], 0
 	}
-	q.buf = append(q.buf, *e)
 }
 
 // take moves every envelope of src into q, swapping buffers when q is empty
@@ -714,7 +736,7 @@ type PE struct {
 	outSys     [][]Envelope
 	dirty      []bool
 	dirtyList  []int
-	cur        Envelope // the envelope being dispatched (handlers must not keep a pointer to it)
+	cur        *Envelope // the envelope being handled, for a panic's report
 	sinceFlush int
 	flushEvery int
 	spin       int
@@ -748,44 +770,86 @@ func (p *PE) NumPEs() int { return p.node.total }
 // Handler returns the layer above's per-PE state.
 func (p *PE) Handler() Handler { return p.handler }
 
-// Send queues env for PE dst. A send to the PE itself goes to its local queue
-// with no synchronisation; a send to another PE is buffered and handed over
-// in a batch when the PE goes idle, after FlushEvery messages, or when the
+// Send queues a copy of env for PE dst, stamped with this PE as its
+// source. A send to the PE itself goes to its local queue with no
+// synchronisation; a send to another PE is buffered and handed over in a
+// batch when the PE goes idle, after FlushEvery messages, or when the
 // buffer holds FlushEvery envelopes.
 func (p *PE) Send(dst int, env *Envelope) {
-	env.Src = int32(p.id)
 	p.Stats.Sent[env.Kind]++
+	if p.wire {
+		p.sendWire(dst, env)
+		return
+	}
 	sys := env.SystemLane()
 	if dst == p.id {
 		p.Stats.SentLocal++
-		if p.wire {
-			e, err := wireRoundTrip(*env)
-			if err != nil {
-				p.node.Fail(err)
-				return
-			}
-			env = &e
-		}
+		q := &p.appq
 		if sys {
-			p.sysq.push(env)
-		} else {
-			p.appq.push(env)
+			q = &p.sysq
 		}
+		// Src goes on the copy: set on env, just before the copy's wide
+		// loads read it, it stalled them (store forwarding).
+		appendEnv(&q.buf, env).Src = int32(p.id)
 		return
 	}
-	var n int
+	box := &p.outApp[dst]
 	if sys {
-		p.outSys[dst] = append(p.outSys[dst], *env)
-		n = len(p.outSys[dst])
-	} else {
-		p.outApp[dst] = append(p.outApp[dst], *env)
-		n = len(p.outApp[dst])
+		box = &p.outSys[dst]
 	}
+	appendEnv(box, env).Src = int32(p.id)
 	if !p.dirty[dst] {
 		p.dirty[dst] = true
 		p.dirtyList = append(p.dirtyList, dst)
 	}
-	if n >= p.flushEvery && !p.dead() {
+	if len(*box) >= p.flushEvery && !p.dead() {
+		p.flushTo(dst)
+	}
+}
+
+// appendEnv appends a copy of *e to *buf, in place (append(b, *e) copies
+// *e to the stack first), and returns the copy.
+func appendEnv(buf *[]Envelope, e *Envelope) *Envelope {
+	b := *buf
+	n := len(b)
+	if n == cap(b) {
+		b = slices.Grow(b, 1)
+	}
+	b = b[:n+1]
+	b[n] = *e
+	*buf = b
+	return &b[n]
+}
+
+// sendWire is Send with Config.WireCheck: what reaches the PE itself is
+// env encoded and decoded again (a batch for another PE is, when it is
+// handed over: flushTo).
+func (p *PE) sendWire(dst int, env *Envelope) {
+	env.Src = int32(p.id)
+	box := &p.outApp[dst]
+	if env.SystemLane() {
+		box = &p.outSys[dst]
+	}
+	if dst == p.id {
+		e, err := wireRoundTrip(*env)
+		if err != nil {
+			p.node.Fail(err)
+			return
+		}
+		p.Stats.SentLocal++
+		if e.SystemLane() {
+			p.sysq.push(&e)
+		} else {
+			p.appq.push(&e)
+		}
+		return
+	}
+	*box = append(*box, *env)
+	if !p.dirty[dst] {
+		p.dirty[dst] = true
+		p.dirtyList = append(p.dirtyList, dst)
+	}
+	if len(*box) >= p.flushEvery && !p.dead() {
 		p.flushTo(dst)
 	}
 }
@@ -872,6 +936,9 @@ func (p *PE) run() {
 		runtime.LockOSThread() // released when the goroutine ends
 	}
 	defer func() {
+		if r := recover(); r != nil {
+			p.panicked(r, debug.Stack())
+		}
 		if p.life.CompareAndSwap(peRunning, peExited) {
 			p.node.wg.Done() // else its successor carries the count
 		}
@@ -901,13 +968,7 @@ func (p *PE) run() {
 			p.park()
 			continue
 		}
-		// Take the envelope out before dispatching it: the handler may send
-		// to this PE, and pushing can move the queue's contents.
-		p.cur = q.buf[q.head]
-		q.buf[q.head] = Envelope{}
-		q.head++
-		p.dispatch(&p.cur)
-		p.cur = Envelope{}
+		p.dispatchFront(q)
 		p.Stats.Processed++
 		if p.sinceFlush++; p.sinceFlush >= p.flushEvery && !p.dead() {
 			p.Flush()
@@ -918,13 +979,16 @@ func (p *PE) run() {
 	}
 }
 
-func (p *PE) dispatch(env *Envelope) {
-	defer func() {
-		if r := recover(); r != nil {
-			p.node.Fail(fmt.Errorf("PE %d: panic handling %s: %v\n%s", p.id, TypeName(env.Type), r, debug.Stack()))
-		}
-	}()
-	p.handler.Handle(p, env)
+// panicked fails the run for a panic that left the handler.
+func (p *PE) panicked(r any, stack []byte) {
+	env := p.cur
+	if env == nil {
+		env = &Envelope{}
+	}
+	if ph, ok := p.handler.(PanicHandler); ok {
+		ph.Panicked(p, env, r, stack)
+	}
+	p.node.Fail(fmt.Errorf("PE %d: panic handling %s: %v\n%s", p.id, TypeName(env.Type), r, stack))
 }
 
 func (p *PE) park() {

@@ -1,6 +1,7 @@
 package chare
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +45,11 @@ type Config struct {
 	LBOff       bool
 	LBPeriod    time.Duration
 	LBTolerance float64
-	SpinPolls   int // polls before an idle PE parks (default 0)
+	// SpinPolls is the most polls an idle PE makes before it parks (it
+	// adapts how long it spins to how soon its messages come: pe.Config).
+	// 0: DefaultSpinPolls where the process has no more PEs than
+	// GOMAXPROCS, else none; negative: never.
+	SpinPolls int
 	// CheckpointDir, if set, receives every committed checkpoint (besides
 	// the two copies in memory).
 	CheckpointDir string
@@ -138,7 +143,9 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   +LBOff                 measure nothing (the balancer sees no load)
   +LBPeriod SECONDS      balance every SECONDS without AtSync (--ft none only)
   +LBTolerance F         imbalance the strategies accept (default 0.03)
-  --spin N               idle PEs poll N times before parking (default 0)
+  --spin N|auto          idle PEs poll up to N times before parking, fewer if
+                         their messages come late (auto: 4096 when every PE
+                         has a core, GOMAXPROCS, else 0; 0: never)
   --ckpt-period N|T      checkpoint every N steps, or at the first step after
                          time T since the last (30s, 1m30s; --ft none only)
                          in programs that checkpoint (LeanMD)
@@ -351,8 +358,10 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				}
 			}
 		case "--spin":
-			if v, err = value(); err == nil {
-				cfg.SpinPolls, err = num(name, v, 0, 1<<20)
+			if v, err = value(); err == nil && v != "auto" {
+				if cfg.SpinPolls, err = num(name, v, 0, 1<<20); cfg.SpinPolls == 0 {
+					cfg.SpinPolls = -1 // never
+				}
 			}
 		case "--ckpt-period", "+ckptPeriod":
 			if v, err = value(); err == nil {
@@ -489,6 +498,24 @@ func chaosSeed(what, v string) (uint64, error) {
 		return 0, fmt.Errorf("%s: %q is not a seed (a whole number; 0: off)", what, v)
 	}
 	return n, nil
+}
+
+// DefaultSpinPolls is how long at most an idle PE polls before it parks,
+// where every PE has a core: about 20 µs here.
+const DefaultSpinPolls = 4096
+
+// spinPolls is the PE layer's SpinPolls for the Config's (see there), in a
+// process of local PEs.
+func spinPolls(cfg, local int) int {
+	switch {
+	case cfg < 0:
+		return 0
+	case cfg > 0:
+		return cfg
+	case local <= runtime.GOMAXPROCS(0):
+		return DefaultSpinPolls
+	}
+	return 0
 }
 
 // watchdogFlag reads --watchdog's value: a duration, or 0 / off.
@@ -670,7 +697,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		}
 		cfg.TransportChaos = seed
 	}
-	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, SpinPolls: cfg.SpinPolls, Chaos: cfg.TransportChaos,
+	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, Chaos: cfg.TransportChaos,
 		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents, LockThreads: bal != nil && cfg.LBCPUTime && !cfg.Deterministic,
 		MeasureIdle: bal != nil && !cfg.LBOff}
 	log, err := newLogger(cfg.LogLevel)
@@ -699,6 +726,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		pcfg.Remote = job
 		pcfg.Chaos = 0
 	}
+	pcfg.SpinPolls = spinPolls(cfg.SpinPolls, cmp.Or(pcfg.LocalPEs, pcfg.NumPEs))
 	if cfg.Deterministic {
 		pcfg.OnEvent = func(_ *pe.Node, e int) { rs.sup.AtEvent(e + 1) }
 		pcfg.OnHandOver = func(_ *pe.Node, src int, count uint64) { rs.sup.AtHandOver(src, count) }

@@ -45,8 +45,10 @@ type Config struct {
 	// message type can cross a process boundary and that no payload is
 	// shared mutable state.
 	WireCheck bool
-	// SpinPolls is how many times an idle PE yields and re-polls its inbox
-	// before parking. 0 parks at once (the default: CI has 2 cores).
+	// SpinPolls is the most times an idle PE polls its inbox before it
+	// parks; the PE adapts how long it spins to how soon its messages come
+	// (see spinWait). 0 parks at once. Spinning pays where every PE has a
+	// core of its own (GOMAXPROCS at least the PEs of the process).
 	SpinPolls int
 	// FlushEvery bounds how many messages a busy PE processes before it
 	// hands its buffered cross-PE messages over. Default 64.
@@ -187,7 +189,7 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 	n := &Node{cfg: cfg, done: make(chan struct{}), first: cfg.FirstPE, total: cfg.NumPEs}
 	n.pes = make([]*PE, local)
 	for i := range n.pes {
-		p := &PE{id: cfg.FirstPE + i, node: n, flushEvery: cfg.FlushEvery, wire: cfg.WireCheck, spin: cfg.SpinPolls, lockThread: cfg.LockThreads, timeIdle: cfg.MeasureIdle}
+		p := &PE{id: cfg.FirstPE + i, node: n, flushEvery: cfg.FlushEvery, wire: cfg.WireCheck, spin: cfg.SpinPolls, spinNow: cfg.SpinPolls, lockThread: cfg.LockThreads, timeIdle: cfg.MeasureIdle}
 		p.in.wake = make(chan struct{}, 1)
 		p.in.parkedCount = &n.parked
 		p.outApp = make([][]Envelope, cfg.NumPEs)
@@ -714,6 +716,13 @@ func (q *queue) take(src []Envelope) []Envelope {
 		q.buf, q.head = src, 0
 		return old
 	}
+	if q.head > 0 && len(q.buf)+len(src) > cap(q.buf) {
+		// room at the front first: grown, the buffer would keep the
+		// dispatched prefix
+		n := copy(q.buf, q.buf[q.head:])
+		clear(q.buf[n:])
+		q.buf, q.head = q.buf[:n], 0
+	}
 	q.buf = append(q.buf, src...)
 	clear(src)
 	return src[:0]
@@ -739,7 +748,8 @@ type PE struct {
 	cur        *Envelope // the envelope being handled, for a panic's report
 	sinceFlush int
 	flushEvery int
-	spin       int
+	spin       int // most polls before parking (Config.SpinPolls)
+	spinNow    int // polls the next spin makes (adaptive)
 	wire       bool
 	lockThread bool
 	timeIdle   bool
@@ -991,19 +1001,48 @@ func (p *PE) panicked(r any, stack []byte) {
 	p.node.Fail(fmt.Errorf("PE %d: panic handling %s: %v\n%s", p.id, TypeName(env.Type), r, stack))
 }
 
+// minSpin is the fewest polls an adaptive spin keeps trying (Config.SpinPolls
+// > 0): enough to notice that replies come fast again.
+const minSpin = 32
+
 func (p *PE) park() {
-	// Optional busy-poll before parking (Charm++ multicore spins): it saves
-	// the park/wake handoff when replies come back fast, at the price of a
-	// busy core, so it is off by default. Every 64 polls it yields, so a
-	// spinning PE never starves a goroutine sharing its core.
-	for i := 0; i < p.spin; i++ {
+	var t0 time.Time
+	if p.timeIdle {
+		t0 = time.Now()
+	}
+	if p.spin > 0 && p.spinWait() {
+		if p.timeIdle {
+			p.Stats.IdleNanos += int64(time.Since(t0))
+		}
+		return
+	}
+	p.block(t0)
+}
+
+// spinWait busy-polls the inbox before the PE blocks (Charm++'s PEs poll):
+// a reply that comes back within the spin costs no park and wake-up (two
+// passes through Go's scheduler, and often an OS thread's). The number of
+// polls adapts: it doubles, up to Config.SpinPolls, after a spin that found
+// work, and halves, down to minSpin, after one that did not, so a PE whose
+// messages come rarely soon spins for little. Every 64 polls it yields, so
+// a spinning PE never starves a goroutine sharing its core. It reports
+// whether there is something to do.
+func (p *PE) spinWait() bool {
+	for i := 0; i < p.spinNow; i++ {
 		if p.in.pending.Load() || p.node.stopped.Load() || p.dead() {
-			return
+			p.spinNow = min(2*p.spinNow, p.spin)
+			return true
 		}
 		if i&63 == 63 {
 			runtime.Gosched()
 		}
 	}
+	p.spinNow = max(p.spinNow/2, min(minSpin, p.spin))
+	return false
+}
+
+// block parks the PE until a producer wakes it.
+func (p *PE) block(t0 time.Time) {
 	in := &p.in
 	n := p.node
 	in.parked.Store(true)
@@ -1022,11 +1061,8 @@ func (p *PE) park() {
 	if int(n.parked.Add(1)) == len(n.pes) {
 		n.allParked(n.allParkedAt.Add(1))
 	}
-	if !p.timeIdle {
-		<-in.wake
-		return
-	}
-	t0 := time.Now()
 	<-in.wake
-	p.Stats.IdleNanos += int64(time.Since(t0))
+	if p.timeIdle {
+		p.Stats.IdleNanos += int64(time.Since(t0))
+	}
 }

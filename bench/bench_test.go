@@ -92,6 +92,16 @@ func (m *PingMain) Done(ctx *chare.Ctx, n int64) {
 
 func BenchmarkPingPong_Charmgo(b *testing.B) { runProgram(b, pingMain, 2) }
 
+// The same under message logging: every message is logged at its sender
+// (and kept: no checkpoint is taken) and its reception determined.
+func BenchmarkPingPong_CharmgoSCMEL(b *testing.B) {
+	runProgramWith(b, pingMain, chare.Config{PEs: 2, FT: "scmel"})
+}
+
+func BenchmarkPingPong_CharmgoCAMEL(b *testing.B) {
+	runProgramWith(b, pingMain, chare.Config{PEs: 2, FT: "camel"})
+}
+
 func BenchmarkPingPong_Channels(b *testing.B) {
 	ping, pong := make(chan Msg), make(chan Msg)
 	go func() {
@@ -217,12 +227,18 @@ func (m *StreamMain) Done(ctx *chare.Ctx, _ struct{}) {
 	ctx.Exit(0)
 }
 
-func BenchmarkStream_Charmgo(b *testing.B) {
+func BenchmarkStream_Charmgo(b *testing.B) { runStream(b, chare.Config{PEs: 2}) }
+
+func BenchmarkStream_CharmgoSCMEL(b *testing.B) { runStream(b, chare.Config{PEs: 2, FT: "scmel"}) }
+
+func BenchmarkStream_CharmgoCAMEL(b *testing.B) { runStream(b, chare.Config{PEs: 2, FT: "camel"}) }
+
+func runStream(b *testing.B, cfg chare.Config) {
 	b.ReportAllocs()
 	n := max(b.N-b.N%streamPairs, streamPairs)
 	benchN = n
 	benchElapsed = 0
-	res := chare.Run(streamMain, chare.Config{PEs: 2})
+	res := chare.Run(streamMain, cfg)
 	if res.Err != nil || res.Code != 0 {
 		b.Fatal(res.Code, res.Err)
 	}

@@ -129,6 +129,7 @@ type Causal struct {
 	coll    colls
 	msgLog  []logEntry // sent since the checkpoint (sender-based log)
 	logSeq  uint64
+	rx      hopMsg // the record of the envelope ReceiveHop handles (see keep)
 	// relLog: the partials in msgLog that an acknowledgement releases
 	// (releases), by group, in the order sent: a release takes a prefix
 	// instead of scanning the whole log. Released entries stay in msgLog,
@@ -156,6 +157,7 @@ type Causal struct {
 	// batch; the owners that have some, in the order they got them; how
 	// many messages' acknowledgements wait.
 	ackHeld   [][]Det
+	ackSorted []bool // ackHeld[to] is to's own list: in rsn order
 	ackOwners []int32
 	ackWait   int
 	batchAcks bool
@@ -465,7 +467,9 @@ func (s *Causal) removeAcked(acked []Det) {
 	if len(acked) == 0 || len(s.detBuf) == 0 {
 		return
 	}
-	if len(acked) <= len(s.detBuf) && slices.Equal(acked, s.detBuf[:len(acked)]) {
+	if len(acked) <= len(s.detBuf) && (&acked[0] == &s.detBuf[0] || slices.Equal(acked, s.detBuf[:len(acked)])) {
+		// (in one process the acknowledgement carries a prefix of the
+		// very list this PE piggybacked: no need to compare it)
 		s.stats.DetsAcked += uint64(len(acked))
 		s.detBuf = s.detBuf[len(acked):]
 		return
@@ -663,9 +667,17 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 	}
 	stored := len(s.detLog)
 	if len(m.Dets) > 0 && m.Sender != s.me {
-		if s.passesDetsUp(m) {
+		switch {
+		case s.passesDetsUp(m):
 			s.stashUp(m.Dets)
-		} else {
+		case s.ownList(m):
+			// One run, the sender's, most of it stored already: only its
+			// new tail is read (a scan of the whole list per message cost
+			// O(unacknowledged) each, microseconds in a stream).
+			s.storeOwn(m.Dets, m.Sender)
+			out = s.ackRun(m.Dets, m.Sender, true, out)
+			out = s.countAck(out)
+		default:
 			s.storeDets(m.Dets, m.Sender)
 			out = s.ackDets(m, out)
 		}
@@ -694,6 +706,7 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 			// is all it has not had acknowledged, and a burst of partials
 			// repeats it: copying it whole made the kept results most of
 			// CAMEL's allocation.
+			m = s.keep(m)
 			m.Dets = s.detLog[stored:len(s.detLog):len(s.detLog)]
 			s.logSeq++
 			s.kept = append(s.kept, logEntry{s.logSeq, m})
@@ -785,21 +798,48 @@ func (s *Causal) ackDets(m *Message, out []Action) []Action {
 	// one ack per run of one owner (usually a single run: the sender's)
 	for i := 0; i < len(m.Dets); {
 		j := runEnd(m.Dets, i)
-		if to := m.Dets[i].Recver; to >= 0 && int(to) < s.n && to != s.me {
-			if s.batchAcks {
-				s.holdAck(to, m.Dets[i:j], to == m.Sender)
-			} else {
-				out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: to, Dets: m.Dets[i:j]}})
-			}
-		}
+		out = s.ackRun(m.Dets[i:j], m.Dets[i].Recver, m.Dets[i].Recver == m.Sender, out)
 		i = j
 	}
-	if s.batchAcks && len(m.Dets) > 0 {
+	if len(m.Dets) > 0 {
+		out = s.countAck(out)
+	}
+	return out
+}
+
+// ackRun acknowledges run, determinants of PE to, to it (own: the run is
+// to's own list, which to sent).
+func (s *Causal) ackRun(run []Det, to int32, own bool, out []Action) []Action {
+	if to < 0 || int(to) >= s.n || to == s.me {
+		return out
+	}
+	if s.batchAcks {
+		s.holdAck(to, run, own)
+		return out
+	}
+	return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: to, Dets: run}})
+}
+
+// countAck counts a message whose determinants were acknowledged, and
+// sends the held acknowledgements every ackBatch of them.
+func (s *Causal) countAck(out []Action) []Action {
+	if s.batchAcks {
 		if s.ackWait++; s.ackWait >= ackBatch {
 			out = s.flushAcks(out)
 		}
 	}
 	return out
+}
+
+// ownList reports whether m's determinants are its sender's own list
+// (piggyback: every message but a CAMEL partial, whose list carries its
+// subtree's too), which is one run of the sender's, in rsn order. Its
+// ends are checked; its middle, stored and acknowledged before, is not
+// read again.
+func (s *Causal) ownList(m *Message) bool {
+	d := m.Dets
+	return !s.recovering && !(s.camel && m.Kind == KindReduction) &&
+		d[0].Recver == m.Sender && d[len(d)-1].Recver == m.Sender
 }
 
 // ackBatch is how many messages' acknowledgements may wait for the PE to
@@ -818,26 +858,27 @@ const ackBatch = 8
 func (s *Causal) holdAck(to int32, dets []Det, own bool) {
 	if s.ackHeld == nil {
 		s.ackHeld = make([][]Det, s.n)
+		s.ackSorted = make([]bool, s.n)
 	}
 	held := s.ackHeld[to]
 	switch {
 	case len(held) == 0:
 		s.ackOwners = append(s.ackOwners, to)
-		s.ackHeld[to] = dets[:len(dets):len(dets)]
+		s.ackHeld[to], s.ackSorted[to] = dets[:len(dets):len(dets)], own
 	case own:
 		// The owner's own list is all it had not had acknowledged when it
 		// sent it: it stands for the lists held before. What they have
 		// and it has not was acknowledged, or came by another path and
 		// is left out, which is safe: an owner sends a determinant again
 		// until someone acknowledges it.
-		s.ackHeld[to] = dets[:len(dets):len(dets)]
+		s.ackHeld[to], s.ackSorted[to] = dets[:len(dets):len(dets)], true
 	default:
 		// passed up the tree: only those past the last held (the others
 		// are held, mostly, or left out as above)
 		last := held[len(held)-1].RSN
 		for i, d := range dets {
 			if d.RSN > last {
-				s.ackHeld[to] = append(held, dets[i:]...)
+				s.ackHeld[to], s.ackSorted[to] = append(held, dets[i:]...), false
 				break
 			}
 		}
@@ -874,7 +915,9 @@ func (s *Causal) flushAcks(out []Action) []Action {
 			continue // dropped (PeerFailed)
 		}
 		s.ackHeld[to] = nil // the packet has them now
-		if !ascending(dets) {
+		// an owner's own list is in rsn order as it made it (a list
+		// from another process that is not only costs its owner a scan)
+		if !s.ackSorted[to] && !ascending(dets) {
 			dets = slices.Clone(dets) // it may share a message's list
 			slices.SortStableFunc(dets, byRSN)
 			dets = slices.Compact(dets)
@@ -907,35 +950,42 @@ func (s *Causal) storeDets(dets []Det, sender int32) {
 		if owner < 0 || int(owner) >= s.n {
 			continue
 		}
-		top := &s.detTop[owner]
-		if owner != sender {
-			for _, d := range run {
-				if _, ok := s.fwdSeen[d]; d.RSN > *top && !ok {
-					if s.fwdSeen == nil {
-						s.fwdSeen = map[Det]struct{}{}
-					}
-					s.fwdSeen[d] = struct{}{}
-					s.detLog = append(s.detLog, d)
+		if owner == sender {
+			s.storeOwn(run, owner)
+			continue
+		}
+		top := s.detTop[owner]
+		for _, d := range run {
+			if _, ok := s.fwdSeen[d]; d.RSN > top && !ok {
+				if s.fwdSeen == nil {
+					s.fwdSeen = map[Det]struct{}{}
 				}
-			}
-			continue
-		}
-		k := len(run)
-		for k > 0 && run[k-1].RSN > *top {
-			k--
-		}
-		if k == len(run) {
-			continue
-		}
-		*top = max(*top, run[len(run)-1].RSN)
-		if len(s.fwdSeen) == 0 {
-			s.detLog = append(s.detLog, run[k:]...)
-			continue
-		}
-		for _, d := range run[k:] {
-			if _, ok := s.fwdSeen[d]; !ok {
+				s.fwdSeen[d] = struct{}{}
 				s.detLog = append(s.detLog, d)
 			}
+		}
+	}
+}
+
+// storeOwn is storeDets for run, the sender owner's own list: only its
+// tail past detTop is new, found from the end.
+func (s *Causal) storeOwn(run []Det, owner int32) {
+	top := &s.detTop[owner]
+	k := len(run)
+	for k > 0 && run[k-1].RSN > *top && run[k-1].Recver == owner {
+		k--
+	}
+	if k == len(run) {
+		return
+	}
+	*top = max(*top, run[len(run)-1].RSN)
+	if len(s.fwdSeen) == 0 {
+		s.detLog = append(s.detLog, run[k:]...)
+		return
+	}
+	for _, d := range run[k:] {
+		if _, ok := s.fwdSeen[d]; !ok {
+			s.detLog = append(s.detLog, d)
 		}
 	}
 }
@@ -966,6 +1016,7 @@ func (s *Causal) storeDetsOutOfOrder(dets []Det, sender int32) {
 // hold keeps m until its turn: by its recorded reception's rsn when that
 // is known.
 func (s *Causal) hold(m *Message) {
+	m = s.keep(m)
 	if s.recovering && !s.collecting() {
 		if isResult(m) {
 			s.placeResult(m)

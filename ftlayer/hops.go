@@ -354,17 +354,41 @@ func (s *Causal) ReceiveHop(env *pe.Envelope) ([]Action, error) {
 	case env.Kind == KindSystem:
 		kind = KindSystem
 	}
-	return s.Receive(&Packet{Kind: PktApp, From: h.Sender, To: s.me, Msg: hopMessage(env, kind)})
+	// The record is reused: a message delivered at once (most) is done
+	// with when this returns, and one kept longer is copied (keep).
+	s.rx.fill(env, kind)
+	return s.Receive(&Packet{Kind: PktApp, From: h.Sender, To: s.me, Msg: &s.rx.Message})
 }
 
 func hopMessage(env *pe.Envelope, kind MsgKind) *Message {
-	hm := &hopMsg{env: *env}
-	hm.Message = Message{FTHeader: *env.FT, Kind: kind, Env: &hm.env}
+	hm := &hopMsg{}
+	hm.fill(env, kind)
 	hm.env.FT = &hm.FTHeader
+	return &hm.Message
+}
+
+// fill makes hm the record of env, arrived with its header. The record's
+// envelope keeps env's header (which nobody changes): the runtime keeps
+// the envelope it delivers, and reads the header when it passes a
+// multicast on, after hm is reused.
+func (hm *hopMsg) fill(env *pe.Envelope, kind MsgKind) {
+	hm.env = *env
+	hm.Message = Message{FTHeader: *env.FT, Kind: kind, Env: &hm.env}
 	if size := pe.PayloadSize(env.Payload); size > 0 {
 		hm.Size = size
 	}
-	return &hm.Message
+}
+
+// keep returns m to keep past the current Receive: the record ReceiveHop
+// reuses is copied.
+func (s *Causal) keep(m *Message) *Message {
+	if m != &s.rx.Message {
+		return m
+	}
+	cp := &hopMsg{Message: s.rx.Message, env: s.rx.env}
+	cp.Env = &cp.env
+	cp.env.FT = &cp.FTHeader
+	return &cp.Message
 }
 
 // LoggedMessage rebuilds a logged message from its envelope (which

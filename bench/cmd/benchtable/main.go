@@ -4,12 +4,24 @@
 // entry, which is charmgo's.
 //
 //	go test -run '^$' -bench . -count 5 ./bench/ | go run ./bench/cmd/benchtable
+//
+// With --against FILE it compares the run on standard input with the one
+// FILE holds (bench/baseline.txt: the output the table in bench/README.md
+// was made from, its commit in a comment line) and prints each charmgo
+// benchmark's change, adjusted by how much faster or slower this machine
+// ran the baselines (raw channels, protoactor-go) than FILE's did; it
+// exits 1 if one got slower than --tolerance allows.
+//
+//	go test -run '^$' -bench 'PingPong_|Stream_|LocalSend' -count 5 ./bench/ > /tmp/now.txt
+//	go run ./bench/cmd/benchtable --against bench/baseline.txt < /tmp/now.txt
 package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"sort"
@@ -22,17 +34,38 @@ var line = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+(.*)$`)
 type sample struct{ nsop, allocs float64 }
 
 func main() {
-	if err := run(os.Stdin, os.Stdout); err != nil {
+	fs := flag.NewFlagSet("benchtable", flag.ContinueOnError)
+	against := fs.String("against", "", "compare with the `file` of a recorded run (bench/baseline.txt)")
+	tol := fs.Float64("tolerance", 0.15, "a charmgo benchmark this much slower (adjusted) than the recorded run fails the comparison")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	var err error
+	if *against == "" {
+		err = run(os.Stdin, os.Stdout)
+	} else {
+		var slower bool
+		if slower, err = compareFile(*against, os.Stdin, os.Stdout, *tol); err == nil && slower {
+			fmt.Fprintf(os.Stderr, "benchtable: slower than %s beyond the tolerance (%.0f%%)\n", *against, 100**tol)
+			os.Exit(1)
+		}
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
-		os.Exit(1)
+		os.Exit(2)
 	}
 }
 
-func run(in io.Reader, out io.Writer) error {
-	runs := map[string][]sample{}
-	var order []string
+// parse reads benchmark lines: each benchmark's samples, in first-seen
+// order, and the comment lines (# ...).
+func parse(in io.Reader) (runs map[string][]sample, order, notes []string, err error) {
+	runs = map[string][]sample{}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
+		if t := strings.TrimSpace(sc.Text()); strings.HasPrefix(t, "#") {
+			notes = append(notes, t)
+			continue
+		}
 		m := line.FindStringSubmatch(sc.Text())
 		if m == nil {
 			continue
@@ -60,7 +93,26 @@ func run(in io.Reader, out io.Writer) error {
 		}
 		runs[name] = append(runs[name], s)
 	}
-	if err := sc.Err(); err != nil {
+	return runs, order, notes, sc.Err()
+}
+
+// median of the samples' ns/op, and their min and max.
+func median(ss []sample) (m, lo, hi float64) {
+	v := make([]float64, len(ss))
+	for i, s := range ss {
+		v[i] = s.nsop
+	}
+	sort.Float64s(v)
+	m = v[len(v)/2]
+	if len(v)%2 == 0 {
+		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return m, v[0], v[len(v)-1]
+}
+
+func run(in io.Reader, out io.Writer) error {
+	runs, order, _, err := parse(in)
+	if err != nil {
 		return err
 	}
 	if len(order) == 0 {
@@ -70,15 +122,7 @@ func run(in io.Reader, out io.Writer) error {
 	fmt.Fprintf(out, "| benchmark | runs | median ns/op | min–max | allocs/op | ÷ first of family |\n|---|---|---|---|---|---|\n")
 	for _, name := range order {
 		ss := runs[name]
-		v := make([]float64, len(ss))
-		for i, s := range ss {
-			v[i] = s.nsop
-		}
-		sort.Float64s(v)
-		m := v[len(v)/2]
-		if len(v)%2 == 0 {
-			m = (v[len(v)/2-1] + v[len(v)/2]) / 2
-		}
+		m, lo, hi := median(ss)
 		med[name] = m
 		allocs := "—"
 		if ss[0].allocs >= 0 {
@@ -94,7 +138,91 @@ func run(in io.Reader, out io.Writer) error {
 				break
 			}
 		}
-		fmt.Fprintf(out, "| %s | %d | %.1f | %.1f–%.1f | %s | %s |\n", name, len(v), m, v[0], v[len(v)-1], allocs, ratio)
+		fmt.Fprintf(out, "| %s | %d | %.1f | %.1f–%.1f | %s | %s |\n", name, len(ss), m, lo, hi, allocs, ratio)
 	}
 	return nil
+}
+
+func compareFile(path string, now io.Reader, out io.Writer, tol float64) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	return compare(f, now, out, tol, path)
+}
+
+// isCharmgo: a benchmark of charmgo's own (the others are baselines).
+func isCharmgo(name string) bool {
+	_, variant, _ := strings.Cut(name, "_")
+	return strings.HasPrefix(variant, "Charmgo")
+}
+
+// compare prints, for every charmgo benchmark in both runs, its median
+// then and now and the change adjusted by the machine's: the geometric
+// mean of now ÷ then over the baselines both runs have. It reports
+// whether one got slower than 1+tol (adjusted).
+func compare(then, now io.Reader, out io.Writer, tol float64, name string) (bool, error) {
+	tRuns, tOrder, notes, err := parse(then)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", name, err)
+	}
+	nRuns, nOrder, _, err := parse(now)
+	if err != nil {
+		return false, fmt.Errorf("standard input: %w", err)
+	}
+	if len(tOrder) == 0 {
+		return false, fmt.Errorf("%s: no benchmark lines", name)
+	}
+	if len(nOrder) == 0 {
+		return false, fmt.Errorf("no benchmark lines on standard input")
+	}
+	logSum, n := 0.0, 0
+	var bases []string
+	for _, b := range tOrder {
+		if isCharmgo(b) || nRuns[b] == nil {
+			continue
+		}
+		t, _, _ := median(tRuns[b])
+		m, _, _ := median(nRuns[b])
+		if t > 0 && m > 0 {
+			logSum += math.Log(m / t)
+			n++
+			bases = append(bases, b)
+		}
+	}
+	machine := 1.0
+	if n > 0 {
+		machine = math.Exp(logSum / float64(n))
+	}
+	for _, l := range notes {
+		fmt.Fprintf(out, "%s %s\n", name, l)
+	}
+	fmt.Fprintf(out, "machine: the baselines (%s) ran %.2f× as long as in %s\n\n", strings.Join(bases, ", "), machine, name)
+	fmt.Fprintf(out, "| benchmark | then ns/op | now ns/op | now ÷ then | adjusted | |\n|---|---|---|---|---|---|\n")
+	slower, compared := false, 0
+	for _, b := range nOrder {
+		if !isCharmgo(b) || tRuns[b] == nil {
+			continue
+		}
+		t, _, _ := median(tRuns[b])
+		m, _, _ := median(nRuns[b])
+		if t <= 0 {
+			continue
+		}
+		compared++
+		adj := m / t / machine
+		mark := ""
+		switch {
+		case adj > 1+tol:
+			mark, slower = "SLOWER", true
+		case adj < 1/(1+tol):
+			mark = "faster"
+		}
+		fmt.Fprintf(out, "| %s | %.1f | %.1f | %.2f× | %.2f× | %s |\n", b, t, m, m/t, adj, mark)
+	}
+	if compared == 0 {
+		return false, fmt.Errorf("no charmgo benchmark is in both %s and standard input", name)
+	}
+	return slower, nil
 }

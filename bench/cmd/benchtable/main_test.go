@@ -23,3 +23,58 @@ PASS`
 	require.Contains(t, s, "| Stream_Charmgo | 1 | 80.0 |") // the program's own ns/op wins
 	require.Error(t, run(strings.NewReader("nothing"), &out))
 }
+
+func TestCompare(t *testing.T) {
+	then := `# commit abc1234
+BenchmarkPingPong_Charmgo-2   	 100	       500.0 ns/op
+BenchmarkPingPong_Channels-2  	 100	       250.0 ns/op
+BenchmarkStream_Charmgo-2     	 100	       40.0 ns/op
+BenchmarkStream_BufferedChannel-2 100	   40.0 ns/op
+BenchmarkLocalSend_Charmgo-2  	 100	       60.0 ns/op
+`
+	// A machine twice as slow: the baselines take twice as long, and so
+	// do ping-pong and local sends; the stream took four times as long.
+	now := `BenchmarkPingPong_Charmgo-2   	 100	       1000.0 ns/op
+BenchmarkPingPong_Channels-2  	 100	       500.0 ns/op
+BenchmarkStream_Charmgo-2     	 100	       160.0 ns/op
+BenchmarkStream_BufferedChannel-2 100	   80.0 ns/op
+BenchmarkLocalSend_Charmgo-2  	 100	       120.0 ns/op
+BenchmarkNew_Charmgo-2  	 100	       1.0 ns/op
+`
+	tests := []struct {
+		name       string
+		then, now  string
+		tol        float64
+		slower     bool
+		wantErr    string
+		wantOutput []string
+	}{
+		{name: "stream slower", then: then, now: now, tol: 0.15, slower: true, wantOutput: []string{
+			"base.txt # commit abc1234",
+			"ran 2.00× as long",
+			"| PingPong_Charmgo | 500.0 | 1000.0 | 2.00× | 1.00× |  |",
+			"| Stream_Charmgo | 40.0 | 160.0 | 4.00× | 2.00× | SLOWER |",
+			"| LocalSend_Charmgo | 60.0 | 120.0 | 2.00× | 1.00× |  |",
+		}},
+		{name: "within a wide tolerance", then: then, now: now, tol: 1.5, slower: false},
+		{name: "nothing recorded", then: "# nothing\n", now: now, wantErr: "base.txt: no benchmark lines"},
+		{name: "nothing run", then: then, now: "PASS\n", wantErr: "no benchmark lines on standard input"},
+		{name: "nothing in common", then: then, now: "BenchmarkOther_Charmgo-2 1 5.0 ns/op\n", wantErr: "no charmgo benchmark is in both"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			slower, err := compare(strings.NewReader(tc.then), strings.NewReader(tc.now), &out, tc.tol, "base.txt")
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.slower, slower)
+			for _, w := range tc.wantOutput {
+				require.Contains(t, out.String(), w)
+			}
+			require.NotContains(t, out.String(), "New_Charmgo") // not in the recorded run
+		})
+	}
+}

@@ -501,7 +501,7 @@ func chaosSeed(what, v string) (uint64, error) {
 }
 
 // DefaultSpinPolls is how long at most an idle PE polls before it parks,
-// where every PE has a core: about 20 µs here.
+// where every PE has a core: about ten microseconds here.
 const DefaultSpinPolls = 4096
 
 // spinPolls is the PE layer's SpinPolls for the Config's (see there), in a

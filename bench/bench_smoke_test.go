@@ -21,6 +21,14 @@ func TestBenchProgramsRun(t *testing.T) {
 	run("pingpong", 2, func(c chare.Config) chare.Result { return chare.Run(pingMain, c) })
 	run("pingpong-ptr", 2, func(c chare.Config) chare.Result { return chare.Run(pingPMain, c) })
 	run("stream", 2, func(c chare.Config) chare.Result { return chare.Run(streamMain, c) })
+	// with the PEs spinning before they park (the default outside tests
+	// where every PE has a core), and under message logging
+	run("pingpong-spin", 2, func(c chare.Config) chare.Result { c.SpinPolls = 4096; return chare.Run(pingMain, c) })
+	run("stream-spin", 2, func(c chare.Config) chare.Result { c.SpinPolls = 4096; return chare.Run(streamMain, c) })
+	for _, ft := range []string{"scmel", "camel"} {
+		run("pingpong-"+ft, 2, func(c chare.Config) chare.Result { c.FT = ft; return chare.Run(pingMain, c) })
+		run("stream-"+ft, 2, func(c chare.Config) chare.Result { c.FT = ft; return chare.Run(streamMain, c) })
+	}
 	run("local", 1, func(c chare.Config) chare.Result { return chare.Run(localMain, c) })
 	for _, mode := range []string{"reduction", "p2p"} {
 		redMode = mode

@@ -675,3 +675,61 @@ func TestHopRecoveringKeeperKeepsResultsOutOfOrder(t *testing.T) {
 	require.NoError(t, h.hooks[1].PeerFailed(0, 1))
 	require.ElementsMatch(t, []uint64{1, 2}, h.sentNums(1, -1))
 }
+
+// A sender whose determinants are not acknowledged piggybacks ever longer
+// lists; the receiver stores each determinant once (only a list's new
+// tail is read), acknowledges the latest list whole and in order, and the
+// envelopes it delivered keep their own headers while it handles more.
+func TestUnacknowledgedListsStoredOnce(t *testing.T) {
+	for _, proto := range []string{"scmel", "camel"} {
+		t.Run(proto, func(t *testing.T) {
+			h := newHopNet(t, 2, 2, proto)
+			var delivered []pe.Envelope
+			for i := 1; i <= 40; i++ {
+				// PE 1 -> PE 0: a reception, so a determinant, on PE 0
+				in := pe.Envelope{Type: 1, Kind: pe.KindP2P, Seq: uint64(i)}
+				require.NoError(t, h.hooks[1].Send(0, RoleP2P, 0, 0, false, &in))
+				a, err := h.hooks[0].Arrive(&in)
+				require.NoError(t, err)
+				require.Equal(t, Handle, a)
+				// PE 0 -> PE 1 carries every determinant of PE 0 not acknowledged
+				out := pe.Envelope{Type: 1, Kind: pe.KindP2P, Seq: uint64(i)}
+				require.NoError(t, h.hooks[0].Send(1, RoleP2P, 0, 0, false, &out))
+				require.Len(t, out.FT.Dets, i, "nothing was acknowledged")
+				got := out
+				a, err = h.hooks[1].Arrive(&got)
+				require.NoError(t, err)
+				require.Equal(t, Handle, a)
+				delivered = append(delivered, got)
+			}
+			var stored []Det
+			for _, d := range h.hooks[1].s.detLog {
+				if d.Recver == 0 {
+					stored = append(stored, d)
+				}
+			}
+			require.Len(t, stored, 40, "each of PE 0's determinants stored once")
+			for i, d := range stored {
+				require.Equal(t, uint64(i+1), d.RSN)
+			}
+			for i, env := range delivered {
+				require.Equal(t, uint64(i+1), env.Seq)
+				require.Equal(t, int32(0), env.FT.Sender, "a delivered envelope's header is its own")
+				require.Len(t, env.FT.Dets, i+1)
+			}
+			h.hooks[1].Idle() // every 8 messages' went already; the rest now
+			var toZero []Packet
+			for _, p := range h.acks {
+				if p.To == 0 && p.Kind == PktAck {
+					toZero = append(toZero, p)
+				}
+			}
+			require.Len(t, toZero, 40/ackBatch, "one acknowledgement per batch")
+			for _, p := range toZero {
+				require.True(t, ascending(p.Dets))
+			}
+			last := toZero[len(toZero)-1].Dets
+			require.Equal(t, uint64(40), last[len(last)-1].RSN)
+		})
+	}
+}

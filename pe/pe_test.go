@@ -247,3 +247,38 @@ func TestProgressHandsOverWhatALongHandlerSent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, code)
 }
+
+// The spin before parking adapts: it halves after a spin that found no
+// work, down to minSpin, and doubles after one that did, up to the cap.
+func TestSpinAdapts(t *testing.T) {
+	n, err := NewNode(Config{NumPEs: 1, SpinPolls: 1024}, func(p *PE) Handler { return &recorder{} })
+	require.NoError(t, err)
+	p := n.PE(0)
+	require.Equal(t, 1024, p.spinNow)
+	want := []int{512, 256, 128, 64, 32, 32}
+	for _, w := range want {
+		require.False(t, p.spinWait(), "nothing was sent")
+		require.Equal(t, w, p.spinNow)
+	}
+	p.in.pending.Store(true)
+	for _, w := range []int{64, 128, 256, 512, 1024, 1024} {
+		require.True(t, p.spinWait())
+		require.Equal(t, w, p.spinNow)
+	}
+	small, err := NewNode(Config{NumPEs: 1, SpinPolls: 8}, func(p *PE) Handler { return &recorder{} })
+	require.NoError(t, err)
+	q := small.PE(0)
+	require.False(t, q.spinWait())
+	require.Equal(t, 8, q.spinNow, "a cap below minSpin stays the floor")
+}
+
+// PEs that spin before parking still run a round trip to the end.
+func TestSpinningPEsPingPong(t *testing.T) {
+	n, err := NewNode(Config{NumPEs: 2, SpinPolls: 4096}, func(p *PE) Handler { return &pingPong{limit: 2000} })
+	require.NoError(t, err)
+	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
+	n.Start()
+	code, err := n.Wait()
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+}

@@ -1,0 +1,55 @@
+package chare
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// By default PEs spin only where each has a core, and not in a test
+// binary (this one: the default gives none here).
+func TestSpinFlagAndDefault(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	cases := []struct {
+		args    []string
+		local   int // PEs of the process
+		onHost  int // PEs of the job on its host
+		polls   int // what the PE layer is given
+		wantErr string
+	}{
+		{args: nil, local: 1, onHost: 1, polls: 0}, // a test binary
+		{args: []string{"--spin", "auto"}, local: 1, onHost: 1, polls: 0},
+		{args: []string{"--spin", "0"}, local: 1, onHost: 1, polls: 0},     // never
+		{args: []string{"--spin", "300"}, local: 1, onHost: 1, polls: 300}, // a cap of the user's
+		{args: []string{"--spin", "300"}, local: procs + 1, onHost: procs + 1, polls: 300},
+		{args: []string{"--spin", "-1"}, wantErr: "flag --spin"},
+		{args: []string{"--spin", "lots"}, wantErr: "flag --spin"},
+	}
+	for _, c := range cases {
+		cfg, err := ParseFlags(c.args)
+		if c.wantErr != "" {
+			require.ErrorContains(t, err, c.wantErr, c.args)
+			continue
+		}
+		require.NoError(t, err, c.args)
+		require.Equal(t, c.polls, spinPolls(cfg.SpinPolls, c.local, c.onHost), c.args)
+	}
+}
+
+// Where a program that is not a test spins by default: PEs with a core
+// each.
+func TestSpinsWhereEveryPEHasACore(t *testing.T) {
+	procs, cpus := runtime.GOMAXPROCS(0), runtime.NumCPU()
+	cases := []struct {
+		local, onHost int
+		spins         bool
+	}{
+		{local: procs, onHost: procs, spins: procs <= cpus},
+		{local: procs + 1, onHost: procs + 1, spins: false}, // PEs share the process's threads
+		{local: 1, onHost: cpus + 1, spins: false},          // other processes' PEs share the host
+	}
+	for _, c := range cases {
+		require.Equal(t, c.spins, spinsByDefault(c.local, c.onHost), c)
+	}
+}

@@ -239,7 +239,14 @@ func (h *longHandler) Handle(p *PE, env *Envelope) {
 
 func TestProgressHandsOverWhatALongHandlerSent(t *testing.T) {
 	h := &longHandler{units: 8, got: make(chan struct{})}
-	n, err := NewNode(Config{NumPEs: 2, FlushEvery: 8}, func(p *PE) Handler { return h })
+	runToEnd(t, Config{NumPEs: 2, FlushEvery: 8}, func(p *PE) Handler { return h })
+}
+
+// runToEnd runs a node from one envelope injected on PE 0 and requires
+// that it ends well.
+func runToEnd(t *testing.T, cfg Config, mk func(p *PE) Handler) {
+	t.Helper()
+	n, err := NewNode(cfg, mk)
 	require.NoError(t, err)
 	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
 	n.Start()
@@ -274,11 +281,5 @@ func TestSpinAdapts(t *testing.T) {
 
 // PEs that spin before parking still run a round trip to the end.
 func TestSpinningPEsPingPong(t *testing.T) {
-	n, err := NewNode(Config{NumPEs: 2, SpinPolls: 4096}, func(p *PE) Handler { return &pingPong{limit: 2000} })
-	require.NoError(t, err)
-	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
-	n.Start()
-	code, err := n.Wait()
-	require.NoError(t, err)
-	require.Equal(t, 0, code)
+	runToEnd(t, Config{NumPEs: 2, SpinPolls: 4096}, func(p *PE) Handler { return &pingPong{limit: 2000} })
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -38,11 +39,21 @@ func runProgram[C any](b *testing.B, main *chare.Type[C, []string], pes int) {
 	runProgramWith(b, main, chare.Config{PEs: pes})
 }
 
+// programDefaults gives cfg the PEs' spin a program gets outside a test
+// binary (chare.Config.SpinPolls: on where every PE has a core), which a
+// test binary's default leaves off.
+func programDefaults(cfg chare.Config) chare.Config {
+	if cfg.SpinPolls == 0 && cfg.PEs <= runtime.GOMAXPROCS(0) && cfg.PEs <= runtime.NumCPU() {
+		cfg.SpinPolls = chare.DefaultSpinPolls
+	}
+	return cfg
+}
+
 func runProgramWith[C any](b *testing.B, main *chare.Type[C, []string], cfg chare.Config) {
 	b.Helper()
 	benchN = b.N
 	benchElapsed = 0
-	res := chare.Run(main, cfg)
+	res := chare.Run(main, programDefaults(cfg))
 	if res.Err != nil || res.Code != 0 {
 		b.Fatalf("run: code %d, %v", res.Code, res.Err)
 	}
@@ -238,7 +249,7 @@ func runStream(b *testing.B, cfg chare.Config) {
 	n := max(b.N-b.N%streamPairs, streamPairs)
 	benchN = n
 	benchElapsed = 0
-	res := chare.Run(streamMain, cfg)
+	res := chare.Run(streamMain, programDefaults(cfg))
 	if res.Err != nil || res.Code != 0 {
 		b.Fatal(res.Code, res.Err)
 	}
@@ -340,8 +351,9 @@ func BenchmarkLocalSend_Charmgo(b *testing.B) {
 	runProgram(b, localMain, 1)
 }
 
-func BenchmarkPingPong_CharmgoSpin(b *testing.B) {
-	runProgramWith(b, pingMain, chare.Config{PEs: 2, SpinPolls: 20000})
+// Without the spin: every message parks a PE and wakes the other.
+func BenchmarkPingPong_CharmgoNoSpin(b *testing.B) {
+	runProgramWith(b, pingMain, chare.Config{PEs: 2, SpinPolls: -1})
 }
 
 type PingPMain struct{ start time.Time }

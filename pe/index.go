@@ -24,7 +24,7 @@ type Index struct {
 // coordinates because that is a programming error caught at the call site.
 func Idx(c ...int) Index {
 	var ix Index
-	if len(c) == 1 { // the common case, kept small enough to inline
+	if len(c) == 1 { // the common case
 		ix.Dims, ix.C[0] = 1, int32(c[0])
 		return ix
 	}

@@ -175,22 +175,16 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 		switch a.Op {
 		case RedSendParent:
 			pm := &PartialMsg{Coll: coll, Sec: sec, p: a.Partial}
-			if m.ft.LogsSent() {
+			if m.ftOn && m.ft.LogsSent() {
 				pm.owned = a.Partial.handOver(LookupReducer(a.Partial.Reducer), m.ft.Releases())
 			}
 			m.sendHop(a.To, ftlayer.RolePartial, g, uint64(a.Partial.Red)+1, false,
 				&pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: pm})
 		case RedDeliver:
 			m.DeliverCallback(a.Partial.CB, a.Result)
-			var kept *pe.Envelope
-			if m.ft.LogsSent() && hasChildren(c, s) {
-				// what a message log may keep in place of the partials
-				// (none came where the root has no children)
-				p := &Partial{Red: a.Partial.Red, Reducer: a.Partial.Reducer, CB: a.Partial.CB, Count: a.Partial.Count,
-					Witness: a.Partial.Witness, Complete: true, Result: a.Result}
-				kept = &pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: p}}
+			if m.ftOn {
+				m.ftReduced(c, s, g, coll, sec, a)
 			}
-			m.ft.Reduced(g, uint64(a.Partial.Red)+1, kept)
 		case RedSkipped:
 			// as the failed incarnation counted them (see RedSkipped)
 			m.Sent++
@@ -235,4 +229,17 @@ func (m *Manager) DeliverCallback(cb Callback, result any) {
 	case CBFuture:
 		m.sendSys(int(cb.PE), tFuture, &FutureMsg{ID: cb.Future, Value: Lazy{V: result}})
 	}
+}
+
+// ftReduced tells the hook that this PE, the root, delivered reduction
+// a.Partial.Red of group g, with the envelope a message log may keep in
+// place of the partials (none came where the root has no children).
+func (m *Manager) ftReduced(c *Collection, s *Section, g uint64, coll uint32, sec uint64, a RedAction) {
+	var kept *pe.Envelope
+	if m.ft.LogsSent() && hasChildren(c, s) {
+		p := &Partial{Red: a.Partial.Red, Reducer: a.Partial.Reducer, CB: a.Partial.CB, Count: a.Partial.Count,
+			Witness: a.Partial.Witness, Complete: true, Result: a.Result}
+		kept = &pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: &PartialMsg{Coll: coll, Sec: sec, p: p}}
+	}
+	m.ft.Reduced(g, uint64(a.Partial.Red)+1, kept)
 }

@@ -3,6 +3,7 @@ package chare
 import (
 	"math/bits"
 	"sync"
+	"unsafe"
 )
 
 // Float64s returns a zeroed []float64 of length n. A slice contributed to a
@@ -16,8 +17,8 @@ func Float64s(n int) []float64 {
 	if c < 0 {
 		return make([]float64, n)
 	}
-	if p, ok := float64Pools[c].Get().(*[]float64); ok {
-		s := (*p)[:n]
+	if p, ok := float64Pools[c].Get().(*float64); ok {
+		s := unsafe.Slice(p, 1<<c)[:n]
 		clear(s)
 		return s
 	}
@@ -56,6 +57,8 @@ func recycleFloat64s(s []float64) {
 	if class < minClass || class > maxClass {
 		return
 	}
-	s = s[:c]
-	float64Pools[class].Put(&s)
+	// The pool keeps the array's first element: a pointer goes into an
+	// interface without an allocation, where &s allocated a slice header
+	// for every slice taken back. Its class gives the length back.
+	float64Pools[class].Put(unsafe.SliceData(s))
 }

@@ -313,6 +313,9 @@ func (s *Causal) number(m *Message, kind MsgKind, g uint64, to int32, num uint64
 	*m = Message{Kind: kind, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc}}
 	if to != s.me {
 		m.Dets = s.piggyback()
+		// the acknowledgements held for to ride along: in a
+		// request-reply pattern, no acknowledgement packet at all
+		m.Acks = s.takeAcks(to)
 	}
 }
 
@@ -551,6 +554,11 @@ func (s *Causal) receiveMsg(m *Message, out []Action) ([]Action, error) {
 		}
 		s.stats.Dropped++
 		return out, nil
+	}
+	if len(m.Acks) > 0 && !s.recovering {
+		// acknowledgements of this PE's determinants that rode along
+		// (see number); a recovering PE gets them again once it runs
+		s.removeAcked(m.Acks)
 	}
 	if s.mustWait(m) {
 		s.stats.Held++
@@ -908,24 +916,34 @@ func ascending(dets []Det) bool {
 }
 
 func (s *Causal) flushAcks(out []Action) []Action {
-	byRSN := func(a, b Det) int { return cmp.Compare(a.RSN, b.RSN) }
 	for _, to := range s.ackOwners {
-		dets := s.ackHeld[to]
-		if len(dets) == 0 {
-			continue // dropped (PeerFailed)
+		if dets := s.takeAcks(to); len(dets) > 0 {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: to, Dets: dets}})
 		}
-		s.ackHeld[to] = nil // the packet has them now
-		// an owner's own list is in rsn order as it made it (a list
-		// from another process that is not only costs its owner a scan)
-		if !s.ackSorted[to] && !ascending(dets) {
-			dets = slices.Clone(dets) // it may share a message's list
-			slices.SortStableFunc(dets, byRSN)
-			dets = slices.Compact(dets)
-		}
-		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktAck, From: s.me, To: to, Dets: dets}})
 	}
 	s.ackOwners, s.ackWait = s.ackOwners[:0], 0
 	return out
+}
+
+// takeAcks hands over the acknowledgements held for PE to, in rsn order,
+// each once (nil: none held, or dropped by PeerFailed).
+func (s *Causal) takeAcks(to int32) []Det {
+	if s.ackHeld == nil {
+		return nil
+	}
+	dets := s.ackHeld[to]
+	if len(dets) == 0 {
+		return nil
+	}
+	s.ackHeld[to] = nil // the caller has them now
+	// an owner's own list is in rsn order as it made it (a list from
+	// another process that is not only costs its owner a scan)
+	if !s.ackSorted[to] && !ascending(dets) {
+		dets = slices.Clone(dets) // it may share a message's list
+		slices.SortStableFunc(dets, func(a, b Det) int { return cmp.Compare(a.RSN, b.RSN) })
+		dets = slices.Compact(dets)
+	}
+	return dets
 }
 
 // storeDets keeps the determinants a message from sender carried for

@@ -683,12 +683,14 @@ func TestHopRecoveringKeeperKeepsResultsOutOfOrder(t *testing.T) {
 func TestUnacknowledgedListsStoredOnce(t *testing.T) {
 	for _, proto := range []string{"scmel", "camel"} {
 		t.Run(proto, func(t *testing.T) {
-			h := newHopNet(t, 2, 2, proto)
+			h := newHopNet(t, 3, 2, proto)
 			var delivered []pe.Envelope
 			for i := 1; i <= 40; i++ {
-				// PE 1 -> PE 0: a reception, so a determinant, on PE 0
+				// PE 2 -> PE 0: a reception, so a determinant, on PE 0
+				// (PE 1 never sends PE 0 anything, so its
+				// acknowledgements cannot ride back on a message)
 				in := pe.Envelope{Type: 1, Kind: pe.KindP2P, Seq: uint64(i)}
-				require.NoError(t, h.hooks[1].Send(0, RoleP2P, 0, 0, false, &in))
+				require.NoError(t, h.hooks[2].Send(0, RoleP2P, 0, 0, false, &in))
 				a, err := h.hooks[0].Arrive(&in)
 				require.NoError(t, err)
 				require.Equal(t, Handle, a)
@@ -730,6 +732,42 @@ func TestUnacknowledgedListsStoredOnce(t *testing.T) {
 			}
 			last := toZero[len(toZero)-1].Dets
 			require.Equal(t, uint64(40), last[len(last)-1].RSN)
+		})
+	}
+}
+
+// In a request-reply pattern the acknowledgements ride on the replies: no
+// acknowledgement packet is sent, and the lists each side piggybacks stay
+// short.
+func TestAcknowledgementsRideOnReplies(t *testing.T) {
+	for _, proto := range []string{"scmel", "camel"} {
+		t.Run(proto, func(t *testing.T) {
+			h := newHopNet(t, 2, 2, proto)
+			// each PE's handler sends the next message, then the PE
+			// goes idle (where held acknowledgements would go as packets)
+			send := func(from int, i int) pe.Envelope {
+				env := pe.Envelope{Type: 1, Kind: pe.KindP2P, Seq: uint64(i)}
+				require.NoError(t, h.hooks[from].Send(1-from, RoleP2P, 0, 0, false, &env))
+				require.LessOrEqual(t, len(env.FT.Dets), 1, "acknowledged lists are dropped")
+				h.hooks[from].Idle()
+				return env
+			}
+			arrive := func(to int, env pe.Envelope) {
+				a, err := h.hooks[to].Arrive(&env)
+				require.NoError(t, err)
+				require.Equal(t, Handle, a)
+			}
+			for i := 1; i <= 100; i++ {
+				req := send(0, i)
+				arrive(1, req)
+				arrive(0, send(1, i))
+			}
+			require.Empty(t, h.acks, "no acknowledgement packets")
+			for _, hk := range h.hooks {
+				st := hk.Stats()
+				require.Equal(t, st.DetsCreated, st.DetsAcked+uint64(len(hk.s.detBuf)))
+				require.LessOrEqual(t, len(hk.s.detBuf), 1)
+			}
 		})
 	}
 }

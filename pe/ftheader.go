@@ -26,6 +26,11 @@ type FTHeader struct {
 	Num            uint64 // multicasts: number in the group; reductions: reduction number
 	Inc            uint32 // the sender's incarnation
 	Dets           []Det  // determinants piggybacked on the message
+	// Acks are determinants of the receiver's own receptions that the
+	// sender stored: the receiver need not piggyback them any more (an
+	// acknowledgement riding on a message that went to their owner
+	// anyway, instead of a packet of its own).
+	Acks []Det
 }
 
 const (
@@ -46,7 +51,13 @@ func appendFT(dst []byte, h *FTHeader) []byte {
 	binary.LittleEndian.PutUint32(b[40:], h.Inc)
 	binary.LittleEndian.PutUint32(b[44:], uint32(len(h.Dets)))
 	dst = append(dst, b[:]...)
-	for _, d := range h.Dets {
+	dst = appendDets(dst, h.Dets)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(h.Acks)))
+	return appendDets(dst, h.Acks)
+}
+
+func appendDets(dst []byte, dets []Det) []byte {
+	for _, d := range dets {
 		var x [detSize]byte
 		binary.LittleEndian.PutUint32(x[0:], uint32(d.Sender))
 		binary.LittleEndian.PutUint32(x[4:], uint32(d.Recver))
@@ -73,24 +84,44 @@ func decodeFT(b []byte, off int) (*FTHeader, int, error) {
 		Num:    binary.LittleEndian.Uint64(b[32:]),
 		Inc:    binary.LittleEndian.Uint32(b[40:]),
 	}
-	n := binary.LittleEndian.Uint32(b[44:])
-	if n > maxWireDets || uint64(n)*detSize > uint64(len(b)-ftFixedSize) {
-		return nil, 0, fmt.Errorf("decode envelope: byte %d: FT header claims %d determinants, %d bytes follow", off+44, n, len(b)-ftFixedSize)
+	used := ftFixedSize
+	var err error
+	if h.Dets, used, err = decodeDets(b, used, off, 44, "determinants"); err != nil {
+		return nil, 0, err
 	}
-	if n > 0 {
-		h.Dets = make([]Det, n)
-		for i := range h.Dets {
-			x := b[ftFixedSize+i*detSize:]
-			h.Dets[i] = Det{
-				Sender: int32(binary.LittleEndian.Uint32(x[0:])),
-				Recver: int32(binary.LittleEndian.Uint32(x[4:])),
-				Group:  binary.LittleEndian.Uint64(x[8:]),
-				SSN:    binary.LittleEndian.Uint64(x[16:]),
-				RSN:    binary.LittleEndian.Uint64(x[24:]),
-			}
+	if len(b)-used < 4 {
+		return nil, 0, fmt.Errorf("decode envelope: byte %d: FT header's count of acknowledgements needs 4 bytes, %d left", off+used, len(b)-used)
+	}
+	count := used
+	used += 4
+	if h.Acks, used, err = decodeDets(b, used, off, count, "acknowledgements"); err != nil {
+		return nil, 0, err
+	}
+	return h, used, nil
+}
+
+// decodeDets reads the list of determinants at b[at:] whose count is the
+// uint32 at b[countAt:]; off is b's offset in the envelope.
+func decodeDets(b []byte, at, off, countAt int, what string) ([]Det, int, error) {
+	n := binary.LittleEndian.Uint32(b[countAt:])
+	if n > maxWireDets || uint64(n)*detSize > uint64(len(b)-at) {
+		return nil, 0, fmt.Errorf("decode envelope: byte %d: FT header claims %d %s, %d bytes follow", off+countAt, n, what, len(b)-at)
+	}
+	if n == 0 {
+		return nil, at, nil
+	}
+	dets := make([]Det, n)
+	for i := range dets {
+		x := b[at+i*detSize:]
+		dets[i] = Det{
+			Sender: int32(binary.LittleEndian.Uint32(x[0:])),
+			Recver: int32(binary.LittleEndian.Uint32(x[4:])),
+			Group:  binary.LittleEndian.Uint64(x[8:]),
+			SSN:    binary.LittleEndian.Uint64(x[16:]),
+			RSN:    binary.LittleEndian.Uint64(x[24:]),
 		}
 	}
-	return h, ftFixedSize + int(n)*detSize, nil
+	return dets, at + int(n)*detSize, nil
 }
 
 func (d Det) String() string {

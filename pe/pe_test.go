@@ -33,6 +33,8 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{Type: testType, Kind: KindMulticast, Payload: testPayload{A: 1}, FT: &FTHeader{Group: 1 << 41, Sender: 2, Recver: -1, SSN: 10, Num: 4, Inc: 1,
 			Dets: []Det{{Sender: 1, Recver: 2, SSN: 3, RSN: 4}, {Sender: 0, Recver: 2, Group: 5, SSN: 6, RSN: 7}}}},
 		{Type: testType, Kind: KindP2P, FT: &FTHeader{Sender: 1, Recver: 0, SSN: 1, CSN: 1}}, // nil payload, no determinants
+		{Type: testType, Kind: KindP2P, Payload: testPayload{A: 2}, FT: &FTHeader{Sender: 1, Recver: 0, SSN: 2, CSN: 2,
+			Dets: []Det{{Sender: 0, Recver: 1, SSN: 1, RSN: 1}}, Acks: []Det{{Sender: 1, Recver: 0, SSN: 1, RSN: 1}, {Sender: 2, Recver: 0, SSN: 4, RSN: 2}}}},
 	}
 	for _, env := range cases {
 		b, err := EncodeEnvelope([]byte("prefix"), &env)
@@ -72,6 +74,8 @@ func TestDecodeEnvelopeErrorsNameTheByte(t *testing.T) {
 		{mut(func(b []byte) []byte { b[headerSize] = '!'; return b }), "pe.test payload"},
 		{mut(func(b []byte) []byte { b[2] |= flagFT; return b }), "FT header"},
 		{withFT(func(b []byte) []byte { b[headerSize+44] = 0xff; return b }), "claims 255 determinants"},
+		{withFT(func(b []byte) []byte { b[headerSize+ftFixedSize+detSize] = 0xff; return b }), "claims 255 acknowledgements"},
+		{withFT(func(b []byte) []byte { return b[:headerSize+ftFixedSize+detSize+2] }), "count of acknowledgements needs 4 bytes, 2 left"},
 	}
 	for _, c := range cases {
 		_, _, err := DecodeEnvelope(c.b)

@@ -798,10 +798,11 @@ func ownRun(dets []Det, owner int32) int {
 // ackDets acknowledges the determinants m brought, stored here, to their
 // owners: its sender, and under CAMEL the PEs below it in a reduction
 // tree whose determinants its partial passed up. In hop mode they wait,
-// to go in one packet per owner (FlushAcks): one per message was most of
-// the runtime's packets under logging. Waiting is safe, only slower to
-// shrink the owner's piggyback: an owner keeps sending what it has not
-// had acknowledged.
+// to ride on the next message to their owner (number), or to go in one
+// packet per owner (FlushAcks): one per message was most of the runtime's
+// packets under logging. Waiting is safe, only slower to shrink the
+// owner's piggyback: an owner keeps sending what it has not had
+// acknowledged.
 func (s *Causal) ackDets(m *Message, out []Action) []Action {
 	// one ack per run of one owner (usually a single run: the sender's)
 	for i := 0; i < len(m.Dets); {

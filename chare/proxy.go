@@ -13,6 +13,11 @@ type ArrayProxy[C any] struct{ Coll uint32 }
 
 // At is the proxy of the element with these coordinates.
 func (a ArrayProxy[C]) At(c ...int) ElemProxy[C] {
+	if len(c) == 1 {
+		// built whole, in place: a fresh index copied into a fresh proxy
+		// cost a store-forwarding stall per copy
+		return ElemProxy[C]{Coll: a.Coll, Index: pe.Index{Dims: 1, C: [pe.MaxDims]int32{int32(c[0])}}}
+	}
 	return ElemProxy[C]{Coll: a.Coll, Index: pe.Idx(c...)}
 }
 

@@ -503,7 +503,7 @@ func chaosSeed(what, v string) (uint64, error) {
 }
 
 // DefaultSpinPolls is how long at most an idle PE polls before it parks,
-// where every PE has a core: about ten microseconds here.
+// where every PE has a core: about 6 µs here when nothing comes.
 const DefaultSpinPolls = 4096
 
 // spinPolls is the PE layer's SpinPolls for the Config's (see there), in a

@@ -1024,8 +1024,8 @@ func (p *PE) park() {
 // passes through Go's scheduler, and often an OS thread's). The number of
 // polls adapts: it doubles, up to Config.SpinPolls, after a spin that found
 // work, and halves, down to minSpin, after one that did not, so a PE whose
-// messages come rarely soon spins for little. Every 256 polls (about a
-// microsecond) it yields, so a spinning PE never starves a goroutine
+// messages come rarely soon spins for little. Every 256 polls (a third of
+// a microsecond here) it yields, so a spinning PE never starves a goroutine
 // sharing its core for longer; a yield costs a pass through the scheduler
 // (every 64 polls, the yields were most of a spin, and a reply that came
 // during one waited: ping-pong 475 -> 400 ns). It reports whether there is

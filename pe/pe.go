@@ -686,11 +686,11 @@ func (q *queue) len() int { return len(q.buf) - q.head }
 
 // push appends e. It never moves or overwrites what is already queued,
 // nor the envelope being dispatched (an append that grows the buffer
-// leaves the old one as it was): dispatch reads it in place.
+// leaves the old one as it was): dispatchFront reads it in place.
 func (q *queue) push(e *Envelope) { appendEnv(&q.buf, e) }
 
-// dispatchFront hands the front envelope to p.dispatch where it lies, then
-// drops it, and reclaims the buffer's drained front. Nothing but push may
+// dispatchFront hands the front envelope to the handler where it lies,
+// then drops it, and reclaims the buffer's drained front. Nothing but push may
 // touch q while the handler runs.
 func (p *PE) dispatchFront(q *queue) {
 	i := q.head
@@ -787,26 +787,26 @@ func (p *PE) Handler() Handler { return p.handler }
 // buffer holds FlushEvery envelopes.
 func (p *PE) Send(dst int, env *Envelope) {
 	p.Stats.Sent[env.Kind]++
-	if p.wire {
-		p.sendWire(dst, env)
-		return
-	}
-	sys := env.SystemLane()
 	if dst == p.id {
+		if p.wire {
+			p.sendLocalWire(env)
+			return
+		}
 		p.Stats.SentLocal++
 		q := &p.appq
-		if sys {
+		if env.SystemLane() {
 			q = &p.sysq
 		}
-		// Src goes on the copy: set on env, just before the copy's wide
-		// loads read it, it stalled them (store forwarding).
 		appendEnv(&q.buf, env).Src = int32(p.id)
 		return
 	}
 	box := &p.outApp[dst]
-	if sys {
+	if env.SystemLane() {
 		box = &p.outSys[dst]
 	}
+	// Src goes on the copy: set on env, just before the copy's wide loads
+	// read it, it stalled them (store forwarding). Under WireCheck the
+	// batch is encoded when it is handed over (flushTo).
 	appendEnv(box, env).Src = int32(p.id)
 	if !p.dirty[dst] {
 		p.dirty[dst] = true
@@ -815,6 +815,23 @@ func (p *PE) Send(dst int, env *Envelope) {
 	if len(*box) >= p.flushEvery && !p.dead() {
 		p.flushTo(dst)
 	}
+}
+
+// sendLocalWire is a send to this PE itself under WireCheck: what is
+// queued is env encoded and decoded again.
+func (p *PE) sendLocalWire(env *Envelope) {
+	p.Stats.SentLocal++
+	q := &p.appq
+	if env.SystemLane() {
+		q = &p.sysq
+	}
+	env.Src = int32(p.id)
+	e, err := wireRoundTrip(*env)
+	if err != nil {
+		p.node.Fail(err)
+		return
+	}
+	q.push(&e)
 }
 
 // appendEnv appends a copy of *e to *buf, in place (append(b, *e) copies
@@ -829,39 +846,6 @@ func appendEnv(buf *[]Envelope, e *Envelope) *Envelope {
 	b[n] = *e
 	*buf = b
 	return &b[n]
-}
-
-// sendWire is Send with Config.WireCheck: what reaches the PE itself is
-// env encoded and decoded again (a batch for another PE is, when it is
-// handed over: flushTo).
-func (p *PE) sendWire(dst int, env *Envelope) {
-	env.Src = int32(p.id)
-	box := &p.outApp[dst]
-	if env.SystemLane() {
-		box = &p.outSys[dst]
-	}
-	if dst == p.id {
-		e, err := wireRoundTrip(*env)
-		if err != nil {
-			p.node.Fail(err)
-			return
-		}
-		p.Stats.SentLocal++
-		if e.SystemLane() {
-			p.sysq.push(&e)
-		} else {
-			p.appq.push(&e)
-		}
-		return
-	}
-	*box = append(*box, *env)
-	if !p.dirty[dst] {
-		p.dirty[dst] = true
-		p.dirtyList = append(p.dirtyList, dst)
-	}
-	if len(*box) >= p.flushEvery && !p.dead() {
-		p.flushTo(dst)
-	}
 }
 
 // Progress counts one unit of work done inside the handler that is

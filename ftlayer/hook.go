@@ -174,6 +174,13 @@ func (h *CausalHook) run(acts []Action, env *pe.Envelope) bool {
 	return got
 }
 
+// doAll carries out actions that deliver nothing.
+func (h *CausalHook) doAll(acts []Action) {
+	for i := range acts {
+		h.do(&acts[i])
+	}
+}
+
 // do carries out an action that delivers nothing. The packet is lent to
 // net for the call (a copy of it escaped: an allocation per packet).
 func (h *CausalHook) do(a *Action) {
@@ -201,24 +208,16 @@ func (h *CausalHook) Packet(p *Packet) error {
 			h.complete(r.Group, r.Num)
 		}
 	}
-	for i := range acts {
-		h.do(&acts[i])
-	}
+	h.doAll(acts)
 	return nil
 }
 
 func (h *CausalHook) Idle() {
-	acts := h.s.FlushAcks()
-	for i := range acts {
-		h.do(&acts[i])
-	}
+	h.doAll(h.s.FlushAcks())
 }
 
 func (h *CausalHook) Reduced(g, num uint64, result *pe.Envelope) {
-	acts := h.s.Reduced(g, num, result)
-	for i := range acts {
-		h.do(&acts[i])
-	}
+	h.doAll(h.s.Reduced(g, num, result))
 }
 
 // Restart: see Hook. The statistics of the incarnation it replaces stay

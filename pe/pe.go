@@ -982,6 +982,9 @@ func (p *PE) panicked(r any, stack []byte) {
 	if ph, ok := p.handler.(PanicHandler); ok {
 		ph.Panicked(p, env, r, stack)
 	}
+	// The node stops whatever the handler did with the panic (a handler
+	// may report errors elsewhere): this PE's goroutine is gone. If the
+	// handler failed the run already, its error is the one kept.
 	p.node.Fail(fmt.Errorf("PE %d: panic handling %s: %v\n%s", p.id, TypeName(env.Type), r, stack))
 }
 

@@ -77,19 +77,11 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	between := 0.0
-	for u := 0; u < m.N; u++ {
-		for v := 0; v < m.N; v++ {
-			if u != v {
-				between += m.At(u, v)
-			}
-		}
-	}
 	which := "every record added up"
 	if *record > 0 {
 		which = fmt.Sprintf("record %d, step %d", *record, recs[0].Stats.Step)
 	}
-	fmt.Fprintf(out, "%s: %d PEs, %.0f bytes between PEs (%s); cost = %.3g·L + %.3g·R\n\n", *stats, m.N, between, which, *alpha, *beta)
+	fmt.Fprintf(out, "%s: %d PEs, %.0f bytes between PEs (%s); cost = %.3g·L + %.3g·R\n\n", *stats, m.N, m.Between(), which, *alpha, *beta)
 	fmt.Fprintf(out, "| partition | K | largest team | L (logged) | R (rolled back) | cost |\n|---|---|---|---|---|---|\n")
 	line := func(name string, r teams.Result) {
 		fmt.Fprintf(out, "| %s | %d | %d | %.1f%% | %.1f%% | %.2f%% |\n", name, r.K(), r.Largest(), 100*r.Logged, 100*r.Rollback, 100*r.Cost)

@@ -45,6 +45,19 @@ func (m *Matrix) Add(u, v int, w float64) { m.V[u*m.N+v] += w }
 // At is the volume from PE u to PE v.
 func (m *Matrix) At(u, v int) float64 { return m.V[u*m.N+v] }
 
+// Between is the volume between PEs: every entry but a PE's to itself.
+func (m *Matrix) Between() float64 {
+	t := 0.0
+	for u := 0; u < m.N; u++ {
+		for v := 0; v < m.N; v++ {
+			if u != v {
+				t += m.At(u, v)
+			}
+		}
+	}
+	return t
+}
+
 // Check reports a matrix that is not square or holds a negative or
 // non-finite volume, naming the entry.
 func (m *Matrix) Check() error {
@@ -148,20 +161,15 @@ func Evaluate(m *Matrix, teams [][]int, opt Options) (Result, error) {
 			return Result{}, fmt.Errorf("teams: PE %d is in no team", p)
 		}
 	}
-	var between, total float64
+	between := 0.0
 	for u := 0; u < m.N; u++ {
 		for v := 0; v < m.N; v++ {
-			if u == v {
-				continue
-			}
-			w := m.At(u, v)
-			total += w
 			if of[u] != of[v] {
-				between += w
+				between += m.At(u, v)
 			}
 		}
 	}
-	return result(normalize(teams), between, total, m.N, opt), nil
+	return result(normalize(teams), between, m.Between(), m.N, opt), nil
 }
 
 // result fills in the cost of teams, whose volume between teams is
@@ -224,14 +232,7 @@ func Partition(m *Matrix, opt Options) (Result, error) {
 		return Result{}, err
 	}
 	opt = opt.withDefaults()
-	total := 0.0
-	for u := 0; u < m.N; u++ {
-		for v := 0; v < m.N; v++ {
-			if u != v {
-				total += m.At(u, v)
-			}
-		}
-	}
+	total := m.Between()
 	all := make([]int, m.N)
 	for i := range all {
 		all[i] = i

@@ -49,7 +49,10 @@ func TestFTFlag(t *testing.T) {
 		{[]string{"--ft", "camel"}, "camel", ""},
 		{[]string{"--ft=SCMEL"}, "scmel", ""},
 		{[]string{"+ft", "none"}, "none", ""},
-		{[]string{"--ft", "team"}, "", `flag --ft: unknown protocol "team" (want none, scmel, camel)`},
+		{[]string{"--ft", "team"}, "team", ""},
+		{[]string{"--ft", "mcml"}, "", `flag --ft: unknown protocol "mcml" (want none, scmel, camel, team)`},
+		{[]string{"--ft", "team", "--teams", "0"}, "", "flag --teams: 0 is out of range (want 1 to 1048576)"},
+		{[]string{"--ft", "team", "--teams", "two"}, "", `flag --teams: "two" is neither a number of PEs per team nor process`},
 		{[]string{"--ft"}, "", "flag --ft needs a value"},
 	} {
 		cfg, err := chare.ParseFlags(c.args)

@@ -70,8 +70,12 @@ type Config struct {
 	// checkpoint; under scmel and camel the failed PE alone does.
 	Kills []Kill
 	// FT is the message-logging protocol: "none" (the default:
-	// checkpoint/restart alone), "scmel" or "camel".
+	// checkpoint/restart alone), "scmel", "camel" or "team".
 	FT string
+	// Teams groups the PEs for team-based logging (--ft team): "N"
+	// (consecutive blocks of N PEs) or "process" (each process's PEs; the
+	// default with several processes).
+	Teams string
 	// Notices receives one line per failure and recovery (default: none).
 	Notices io.Writer
 	// Watchdog ends the run with exit code 3 and a dump of every PE once
@@ -154,8 +158,13 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --ckpt-dir DIR         also write every committed checkpoint to DIR
   --restart DIR          resume from the last complete checkpoint in DIR, on
                          any PE count (the program's arguments are ignored)
-  --ft none|scmel|camel  message logging: none (default; a failure rolls every
-                         PE back), scmel (simple causal) or camel (collective-aware)
+  --ft none|scmel|camel|team
+                         message logging: none (default; a failure rolls every
+                         PE back), scmel (simple causal), camel (collective-
+                         aware) or team (team-based: messages inside a team are
+                         not logged, and a failure rolls back the failed PE's team)
+  --teams N|process      teams for --ft team: blocks of N consecutive PEs, or
+                         each process's PEs (the default with several processes)
   --kill PE@STEP         inject a failure: PE fails when the program begins STEP
   --kill-file F          failures from F: lines "PE SECONDS" (Charm++'s +killFile)
                          or "PE @STEP". Under --ft none every PE rolls back to
@@ -378,6 +387,15 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 			if v, err = value(); err == nil {
 				cfg.FT, err = protocolName(v)
 			}
+		case "--teams":
+			if v, err = value(); err == nil {
+				if _, aerr := strconv.Atoi(v); aerr != nil && v != "process" {
+					err = fmt.Errorf("flag --teams: %q is neither a number of PEs per team nor process", v)
+				} else if v != "process" {
+					_, err = num(name, v, 1, 1<<20)
+				}
+				cfg.Teams = v
+			}
 		case "--kill":
 			if v, err = value(); err == nil {
 				var k Kill
@@ -542,6 +560,53 @@ func watchdogFlag(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// chooseTeams makes the teams --teams asks for (the zero Teams when the
+// protocol has none), and the checkpoint buddies' stride that keeps each
+// PE's second snapshot copy in another team (and, as stride asked, in
+// another process).
+func chooseTeams(cfg Config, spec ftlayer.ProtocolSpec, stride int) (ftlayer.Teams, int, error) {
+	if !spec.Teams {
+		return ftlayer.Teams{}, stride, nil
+	}
+	v := cfg.Teams
+	if v == "" {
+		if cfg.Procs <= 1 {
+			return ftlayer.Teams{}, 0, fmt.Errorf("flag --teams: --ft %s needs teams: --teams N (blocks of N consecutive PEs) or, with several processes, --teams process", spec.Name)
+		}
+		v = "process"
+	}
+	var teams ftlayer.Teams
+	var err error
+	switch {
+	case v == "process":
+		of := make([]int32, cfg.PEs)
+		for r := 0; r < max(cfg.Procs, 1); r++ {
+			first, count := cluster.Block(cfg.PEs, max(cfg.Procs, 1), r)
+			for p := first; p < first+count; p++ {
+				of[p] = int32(r)
+			}
+		}
+		teams, err = ftlayer.TeamsOf(of)
+	default:
+		size, _ := strconv.Atoi(v)
+		teams, err = ftlayer.BlockTeams(cfg.PEs, size)
+	}
+	if err != nil {
+		return ftlayer.Teams{}, 0, fmt.Errorf("flag --teams %s: %w", v, err)
+	}
+	// the buddy is the largest team's size on: in another team, as long
+	// as no team holds more than half the PEs (and in another process
+	// when a process is a team or teams are blocks of processes)
+	stride = max(stride, teams.Largest())
+	b := ftlayer.NewBuddies(cfg.PEs, stride)
+	for p := int32(0); p < int32(cfg.PEs); p++ {
+		if teams.Same(p, b.Of(p)) {
+			return ftlayer.Teams{}, 0, fmt.Errorf("flag --teams %s: teams %v on %d PEs: PE %d's checkpoint copy would be held in its own team, which fails with it (no team may hold more than half the PEs)", v, teams, cfg.PEs, p)
+		}
+	}
+	return teams, stride, nil
+}
+
 func protocolName(v string) (string, error) {
 	spec, err := ftlayer.LookupProtocol(v)
 	if err != nil {
@@ -673,7 +738,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if cfg.CkptSteps < 0 || cfg.CkptEvery < 0 {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period: negative period")}}
 	}
-	opt.FT = spec.NewHook
+	if cfg.Teams != "" && !spec.Teams {
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --teams: --ft %s logs no teams (teams are for --ft team)", spec.Name)}}
+	}
 	for _, k := range cfg.Kills {
 		if k.PE < 0 || k.PE >= cfg.PEs {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --kill: PE %d, but the run has %d PEs (0..%d)", k.PE, cfg.PEs, cfg.PEs-1)}}
@@ -738,6 +805,15 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		pcfg.Remote = job
 		pcfg.Chaos = 0
 	}
+	teams, stride, err := chooseTeams(cfg, spec, opt.BuddyStride)
+	if err != nil {
+		return Result{Code: 2, Err: InputError{err}}
+	}
+	opt.BuddyStride = stride
+	opt.FT = func(me, n int, t ftlayer.Trees, net func(int, *ftlayer.Packet)) ftlayer.Hook {
+		return spec.NewHook(me, n, t, net, teams)
+	}
+	rs.sup.SetTeams(teams)
 	local := cmp.Or(pcfg.LocalPEs, pcfg.NumPEs)
 	onHost := local
 	if job != nil {

@@ -174,7 +174,7 @@ type Causal struct {
 	heldRec      map[uint64]*Message        // of them, those with a recorded reception, by its rsn
 	deferred     []Reduced                  // CAMEL: completions heard while recovering
 
-	failing  int32        // a peer that is recovering, or -1
+	failing  []int32      // the peers recovering (one team's)
 	lastRoot *Message     // hop mode, CAMEL: the multicast this root is sending
 	detTop   []uint64     // per owner: the highest rsn in detLog
 	detSeen  map[Det]bool // while recovering: what detLog holds
@@ -185,6 +185,20 @@ type Causal struct {
 	// receptions is not recorded: a restart from the snapshot resumes
 	// first, so the first run must too.
 	sealed bool
+
+	// Teams (team-based logging): messages to teammates are not logged,
+	// and this PE's determinants are safe only once a PE of another team
+	// holds them. Until then they travel with every message this PE
+	// sends, its teammates' too: relay[t] is what teammate t's last
+	// message carried (less this PE's own), which this PE passes on, so
+	// that whatever leaves the team carries the determinants of
+	// everything it depends on inside the team. carry is detBuf and the
+	// relays, joined (rebuilt when carryStale).
+	teams      Teams
+	relay      [][]Det
+	carry      []Det
+	carryStale bool
+	notLogged  [numKinds]LogStats // messages to teammates
 }
 
 // checkpointMark is what a checkpoint's snapshot covers: messages sent and
@@ -196,8 +210,20 @@ type checkpointMark struct {
 
 func newCausal(me int32, n int, t Trees, camel bool) *Causal {
 	return &Causal{me: me, n: n, camel: camel, incMap: make([]uint32, n), sendCSN: make([]uint64, n), detTop: make([]uint64, n),
-		recv: make([]window, n), coll: colls{me: me, t: t, state: map[uint64]*groupState{}}, failing: -1, batchAcks: true}
+		recv: make([]window, n), coll: colls{me: me, t: t, state: map[uint64]*groupState{}}, batchAcks: true}
 }
+
+// withTeams puts s's PE in teams (see Causal.teams).
+func (s *Causal) withTeams(t Teams) *Causal {
+	if t.On() {
+		s.teams, s.relay = t, make([][]Det, s.n)
+	}
+	return s
+}
+
+// outside is the number of PEs in other teams than this one's: those a
+// recovery hears from.
+func (s *Causal) outside() int { return s.n - s.teams.Size(s.me) }
 
 func restartCausal(s *Causal, ck Counters, inc uint32) *Causal {
 	s.ssn, s.rsn, s.inc = ck.SSN, ck.RSN, inc
@@ -241,7 +267,7 @@ func (s *Causal) Snapshot() Counters {
 // Recovering reports whether this PE is still replaying.
 func (s *Causal) Recovering() bool { return s.recovering }
 
-func (s *Causal) collecting() bool { return s.recovering && s.detsIn < s.n-1 }
+func (s *Causal) collecting() bool { return s.recovering && s.detsIn < s.outside() }
 
 // Phase names where this PE's recovery stands: "collecting" determinants,
 // "replaying" logged messages, or "" when it is not recovering.
@@ -260,6 +286,7 @@ func (s *Causal) Stats() Stats {
 	st := s.stats
 	st.Log = s.logged
 	st.RootCopies = s.copies
+	st.NotLogged = s.notLogged
 	return st
 }
 
@@ -295,11 +322,67 @@ func count(l *LogStats, m *Message, in bool) {
 // shared with detBuf (which is only ever appended to or replaced, never
 // overwritten in place).
 func (s *Causal) piggyback() []Det {
+	if s.relay != nil {
+		return s.carried()
+	}
 	if len(s.detBuf) == 0 {
 		return nil
 	}
 	s.stats.DetsPiggybacked += uint64(len(s.detBuf))
 	return s.detBuf[:len(s.detBuf):len(s.detBuf)]
+}
+
+// carried is piggyback with teams: this PE's determinants not yet held
+// by another team, then those its teammates' last messages carried
+// (each list is read only once made: a change makes a new one).
+func (s *Causal) carried() []Det {
+	if s.carryStale {
+		s.carryStale = false
+		n := len(s.detBuf)
+		for _, r := range s.relay {
+			n += len(r)
+		}
+		switch {
+		case n == 0:
+			s.carry = nil
+		case n == len(s.detBuf):
+			s.carry = s.detBuf[:n:n]
+		default:
+			c := make([]Det, 0, n)
+			c = append(c, s.detBuf...)
+			for _, r := range s.relay {
+				c = append(c, r...)
+			}
+			s.carry = c
+		}
+	}
+	s.stats.DetsPiggybacked += uint64(len(s.carry))
+	return s.carry
+}
+
+// relayFrom keeps what teammate t's message carried, less this PE's own
+// determinants, to pass on (see Causal.teams). The list is t's whole
+// unsafe set when it sent: it replaces the one before.
+func (s *Causal) relayFrom(t int32, dets []Det) {
+	var keep []Det
+	for i, d := range dets {
+		if d.Recver == s.me {
+			if keep == nil {
+				keep = append(make([]Det, 0, len(dets)), dets[:i]...)
+			}
+			continue
+		}
+		if keep != nil {
+			keep = append(keep, d)
+		}
+	}
+	if keep == nil {
+		keep = dets[:len(dets):len(dets)]
+	}
+	if len(keep) == 0 && len(s.relay[t]) == 0 {
+		return
+	}
+	s.relay[t], s.carryStale = keep, true
 }
 
 // number fills in a hop-by-hop message: ssn, channel number,
@@ -470,6 +553,7 @@ func (s *Causal) removeAcked(acked []Det) {
 	if len(acked) == 0 || len(s.detBuf) == 0 {
 		return
 	}
+	s.carryStale = true
 	if len(acked) <= len(s.detBuf) && (&acked[0] == &s.detBuf[0] || slices.Equal(acked, s.detBuf[:len(acked)])) {
 		// (in one process the acknowledgement carries a prefix of the
 		// very list this PE piggybacked: no need to compare it)
@@ -671,10 +755,15 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 			d.Group, d.SSN = m.Group, m.Num
 		}
 		s.detBuf = append(s.detBuf, d)
+		s.carryStale = true
 		s.stats.DetsCreated++
 	}
 	stored := len(s.detLog)
-	if len(m.Dets) > 0 && m.Sender != s.me {
+	if s.relay != nil && m.Sender != s.me && s.teams.Same(m.Sender, s.me) {
+		// a teammate's: not stored here (the team fails as one) but
+		// passed on, to whatever leaves the team
+		s.relayFrom(m.Sender, m.Dets)
+	} else if len(m.Dets) > 0 && m.Sender != s.me {
 		switch {
 		case s.passesDetsUp(m):
 			s.stashUp(m.Dets)
@@ -1111,7 +1200,7 @@ func (s *Causal) Next() []Action {
 // messages): were it declared recovered earlier, a peer failing next
 // could lose determinants only this PE's lost copy held.
 func (s *Causal) endRecovery(out []Action) []Action {
-	if s.recovering && !s.collecting() && s.replayedIn >= s.n-1 && len(s.held)+len(s.heldRec) == 0 && s.rsn >= s.lastRecorded {
+	if s.recovering && !s.collecting() && s.replayedIn >= s.outside() && len(s.held)+len(s.heldRec) == 0 && s.rsn >= s.lastRecorded {
 		s.recovering = false
 		s.recorded, s.detSeen, s.byRound = nil, nil, nil
 		out, _ = s.reduced(s.deferred, out) // their groups were checked when they came
@@ -1167,6 +1256,10 @@ func (s *Causal) Checkpoint() {
 		}
 	}
 	s.detBuf = buf
+	// what teammates' messages brought came before the snapshot (the
+	// PE holds what arrives after it until this commit)
+	clear(s.relay)
+	s.carryStale = true
 	s.mark = checkpointMark{logSeq: s.logSeq, rsn: s.rsn, detLog: len(s.detLog)}
 	s.sealed = false
 	for _, st := range s.coll.state { // what recoveries left behind
@@ -1200,13 +1293,24 @@ func (s *Causal) dropCovered(log []logEntry, upTo uint64, also *LogStats) []logE
 // for y: point to point, the multicasts of y's groups (CAMEL logs them
 // only at the root, which sends them to y directly) and contributions.
 func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
-	if s.recovering || (s.failing >= 0 && s.failing != y) {
-		return nil, fmt.Errorf("PE %d failed while PE %d was recovering: %w", y, s.recoveringPE(), ErrConcurrentFailure)
-	}
 	if y < 0 || int(y) >= s.n || y == s.me {
 		return nil, fmt.Errorf("PE %d told that PE %d failed (PEs are 0..%d)", s.me, y, s.n-1)
 	}
-	s.failing = y
+	if s.teams.Same(y, s.me) {
+		// a teammate: this PE failed with it, and recovers with it; its
+		// old incarnation's messages are dropped from now on
+		s.incMap[y] = max(s.incMap[y], inc)
+		if s.relay != nil {
+			s.relay[y], s.carryStale = nil, true
+		}
+		return nil, nil
+	}
+	if s.recovering || (len(s.failing) > 0 && !s.teams.Same(s.failing[0], y)) {
+		return nil, fmt.Errorf("PE %d failed while PE %d was recovering: %w", y, s.recoveringPE(), ErrConcurrentFailure)
+	}
+	if !slices.Contains(s.failing, y) {
+		s.failing = append(s.failing, y)
+	}
 	if s.ackHeld != nil {
 		s.ackHeld[y] = nil // its new incarnation may not have made them yet
 	}
@@ -1270,15 +1374,15 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 }
 
 func (s *Causal) recoveringPE() int32 {
-	if s.recovering {
+	if s.recovering || len(s.failing) == 0 {
 		return s.me
 	}
-	return s.failing
+	return s.failing[0]
 }
 
 // Recovered: PE y finished recovering.
 func (s *Causal) Recovered(y int32) {
-	if s.failing == y {
-		s.failing = -1
+	if i := slices.Index(s.failing, y); i >= 0 {
+		s.failing = slices.Delete(s.failing, i, i+1)
 	}
 }

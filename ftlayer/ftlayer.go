@@ -23,6 +23,23 @@
 //     multicast logged once at its root and a reduction's result kept
 //     instead of its partials (by the root's first child, the keeper);
 //     see Causal for where it departs from the paper.
+//   - team (team-based logging, Meneses et al., papers/001 §2): PEs are
+//     grouped in teams (Teams); messages between teams are logged as
+//     under scmel, messages inside one are not, and every reception's
+//     determinant, inside a team too, is safe only once a PE of another
+//     team holds it (teammates pass each other's on: see Causal.teams).
+//     A failure rolls back the failed PE's whole team to the last
+//     checkpoint (each PE's second snapshot copy lives in another
+//     team), and the other teams replay to it what they logged. Failure
+//     sets: any PEs of one team at once (one team failure); failures
+//     in one team or in different teams one after the other, each
+//     after the team before caught up; failures in different teams at
+//     once, or one due while a team recovers, wait until it caught up
+//     (injected failures: the launcher holds them back; a process lost
+//     meanwhile rolls every PE back), since each
+//     determinant is held in one other team; a lost process that is not
+//     exactly one team, or a failure while a checkpoint is being taken,
+//     rolls every PE back, as under none.
 //
 // A second failure during a recovery that the launcher did not hold back
 // is reported (ErrConcurrentFailure), never silently mishandled.
@@ -154,7 +171,10 @@ type Stats struct {
 	// RootCopies: what CAMEL roots keep of their reductions (counted in
 	// Log[KindReduction] too): copies of their children's contributions,
 	// or in hop mode of the results their keepers hold.
-	RootCopies      LogStats
+	RootCopies LogStats
+	// NotLogged counts, by kind, the messages sent to teammates, which
+	// team-based logging does not log (TotalMsgs and TotalBytes alone).
+	NotLogged       [numKinds]LogStats
 	DetsCreated     uint64
 	DetsPiggybacked uint64 // determinant copies carried on messages
 	DetsAcked       uint64
@@ -211,6 +231,10 @@ func (s *Stats) Add(o Stats) {
 		a.TotalBytes += b.TotalBytes
 		a.PeakBytes += b.PeakBytes
 		a.AtCheckpointBytes += b.AtCheckpointBytes
+	}
+	for k := range s.NotLogged {
+		s.NotLogged[k].TotalMsgs += o.NotLogged[k].TotalMsgs
+		s.NotLogged[k].TotalBytes += o.NotLogged[k].TotalBytes
 	}
 	s.RootCopies.Msgs += o.RootCopies.Msgs
 	s.RootCopies.Bytes += o.RootCopies.Bytes

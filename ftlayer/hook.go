@@ -21,7 +21,7 @@ const (
 // and every one that reaches it. The runtime never asks which protocol is
 // on; NopHook is the default.
 type Hook interface {
-	// Name is the protocol's name (none, scmel, camel).
+	// Name is the protocol's name (none, scmel, camel, team).
 	Name() string
 	// Send stamps env, one hop to PE dst playing role in group g, before
 	// it is queued (see SendHop for first and num). env is the caller's
@@ -113,6 +113,7 @@ func (NopHook) Describe(io.Writer)                                       {}
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
 type CausalHook struct {
+	name     string
 	s        *Causal
 	t        Trees
 	net      func(dst int, p *Packet)
@@ -123,12 +124,7 @@ type CausalHook struct {
 // Protocol is the state machine the hook runs.
 func (h *CausalHook) Protocol() *Causal { return h.s }
 
-func (h *CausalHook) Name() string {
-	if h.s.camel {
-		return "camel"
-	}
-	return "scmel"
-}
+func (h *CausalHook) Name() string { return h.name }
 
 func (h *CausalHook) Send(dst int, role Role, g, num uint64, first bool, env *pe.Envelope) error {
 	hdr, err := h.s.SendHop(int32(dst), role, g, num, first, env.FT, env)
@@ -223,7 +219,7 @@ func (h *CausalHook) Reduced(g, num uint64, result *pe.Envelope) {
 // Restart: see Hook. The statistics of the incarnation it replaces stay
 // with that one.
 func (h *CausalHook) Restart(ck *Counters, inc uint32, complete func(g, num uint64)) {
-	s := NewHopCausal(h.s.me, h.s.n, h.t, h.s.camel)
+	s := NewHopCausal(h.s.me, h.s.n, h.t, h.s.camel).withTeams(h.s.teams)
 	var zero Counters
 	if ck == nil {
 		ck = &zero
@@ -272,15 +268,15 @@ func (h *CausalHook) Describe(w io.Writer) {
 	s := h.s
 	fmt.Fprintf(w, "  %s: incarnation %d; sent %d, received %d; log %d messages; %d own determinants unacknowledged, %d held for others\n",
 		h.Name(), s.inc, s.ssn, s.rsn, len(s.msgLog), len(s.detBuf), len(s.detLog))
-	if s.failing >= 0 {
-		fmt.Fprintf(w, "  PE %d is recovering: this PE replays to it\n", s.failing)
+	if len(s.failing) > 0 {
+		fmt.Fprintf(w, "  PEs %s are recovering: this PE replays to them\n", PEList(s.failing))
 	}
 	if s.sealed {
 		fmt.Fprintf(w, "  a checkpoint is being taken: arrivals are held until its commit (%d held)\n", len(s.held))
 	}
 	if s.recovering {
 		fmt.Fprintf(w, "  recovering: determinants from %d of %d peers, replay complete from %d; %d messages held for their turn (last recorded reception %d)\n",
-			s.detsIn, s.n-1, s.replayedIn, len(s.held)+len(s.heldRec), s.lastRecorded)
+			s.detsIn, s.outside(), s.replayedIn, len(s.held)+len(s.heldRec), s.lastRecorded)
 		next := "not recorded"
 		for k, r := range s.recorded {
 			if r == s.rsn+1 {

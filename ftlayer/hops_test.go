@@ -28,7 +28,7 @@ func newHopNet(t *testing.T, n, k int, proto string) *hopNet {
 	spec, err := LookupProtocol(proto)
 	require.NoError(t, err)
 	for i := 0; i < n; i++ {
-		hk := spec.NewHook(i, n, gs, func(dst int, p *Packet) { h.acks = append(h.acks, *p) }).(*CausalHook)
+		hk := spec.NewHook(i, n, gs, func(dst int, p *Packet) { h.acks = append(h.acks, *p) }, Teams{}).(*CausalHook)
 		h.hooks = append(h.hooks, hk)
 	}
 	return h
@@ -302,7 +302,7 @@ func TestHopErrors(t *testing.T) {
 	require.ErrorContains(t, h.hooks[0].Send(5, RoleP2P, 0, 0, false, env), "PE 5, outside 0..1")
 	require.ErrorContains(t, h.hooks[1].Send(0, RoleMcastFwd, 1, 0, false, env), "carries no header")
 	_, err := LookupProtocol("pessimistic")
-	require.EqualError(t, err, `unknown protocol "pessimistic" (want none, scmel, camel)`)
+	require.EqualError(t, err, `unknown protocol "pessimistic" (want none, scmel, camel, team)`)
 	spec, err := LookupProtocol("CAMEL")
 	require.NoError(t, err)
 	require.True(t, spec.RecoversAlone)

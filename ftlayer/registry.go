@@ -17,20 +17,26 @@ type ProtocolSpec struct {
 	// makes the PE's own decisions again, so a decision taken from a
 	// clock (a checkpoint cadence in time) would come out otherwise.
 	RecoversAlone bool
+	// Teams: the protocol logs by teams (Teams), and a failed PE's whole
+	// team recovers, alone, while the others replay their messages to it.
+	Teams bool
 	// NewHook makes PE me's hook for a job of n PEs, whose trees t
-	// describes and whose net carries the hook's packets.
-	NewHook func(me, n int, t Trees, net func(dst int, p *Packet)) Hook
+	// describes, whose net carries the hook's packets and whose PEs teams
+	// groups (the zero Teams unless the protocol has Teams).
+	NewHook func(me, n int, t Trees, net func(dst int, p *Packet), teams Teams) Hook
 }
 
 var protocols = []ProtocolSpec{
-	{Name: "none", NewHook: func(int, int, Trees, func(int, *Packet)) Hook { return NopHook{} }},
-	{Name: "scmel", RecoversAlone: true, NewHook: causalHook(false)},
-	{Name: "camel", RecoversAlone: true, NewHook: causalHook(true)},
+	{Name: "none", NewHook: func(int, int, Trees, func(int, *Packet), Teams) Hook { return NopHook{} }},
+	{Name: "scmel", RecoversAlone: true, NewHook: causalHook("scmel", false)},
+	{Name: "camel", RecoversAlone: true, NewHook: causalHook("camel", true)},
+	// team: SCMEL between teams; inside one, reception order only
+	{Name: "team", RecoversAlone: true, Teams: true, NewHook: causalHook("team", false)},
 }
 
-func causalHook(camel bool) func(me, n int, t Trees, net func(int, *Packet)) Hook {
-	return func(me, n int, t Trees, net func(int, *Packet)) Hook {
-		return &CausalHook{s: NewHopCausal(int32(me), n, t, camel), t: t, net: net}
+func causalHook(name string, camel bool) func(me, n int, t Trees, net func(int, *Packet), teams Teams) Hook {
+	return func(me, n int, t Trees, net func(int, *Packet), teams Teams) Hook {
+		return &CausalHook{name: name, s: NewHopCausal(int32(me), n, t, camel).withTeams(teams), t: t, net: net}
 	}
 }
 

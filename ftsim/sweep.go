@@ -82,20 +82,25 @@ func SweepHandOvers[C, A any](main *chare.Type[C, A], arg A, cfg chare.Config, s
 	return handOvers, nil
 }
 
-// RandomFailures runs trials random runs of the program under protocol
-// ft: each on 3 to 7 PEs with 2- to 4-ary trees and its own interleaving,
+// RandomFailures runs trials random runs of the program under base's
+// protocol (and teams): each on 3 to 7 PEs (4 to 7 with teams, so that
+// no team holds more than half of them) with 2- to 4-ary trees and its
+// own interleaving,
 // first without failures, then with two or three failures at random
 // moments of that run (before an event or, one in three, right after a
 // message a PE hands over). check gets both runs and the configuration
 // of the second; runs in which a failure's moment never came are passed
 // over. rng chooses everything. It returns how many runs check got.
-func RandomFailures[C, A any](main *chare.Type[C, A], arg A, ft string, trials int, rng *rand.Rand,
+func RandomFailures[C, A any](main *chare.Type[C, A], arg A, base chare.Config, trials int, rng *rand.Rand,
 	check func(free, res chare.Result, cfg chare.Config)) (int, error) {
-	ran := 0
+	ran, ft := 0, base.FT
 	for trial := 0; trial < trials; trial++ {
 		pes := 3 + rng.IntN(5)
+		if base.Teams != "" {
+			pes = 4 + rng.IntN(4)
+		}
 		seed := rng.Uint64()
-		cfg := chare.Config{PEs: pes, FT: ft, Branching: 2 + rng.IntN(3)}
+		cfg := chare.Config{PEs: pes, FT: ft, Teams: base.Teams, Branching: 2 + rng.IntN(3)}
 		free := Run(main, arg, cfg, seed)
 		if free.Err != nil {
 			return ran, fmt.Errorf("%s, %d PEs, seed %d, without failures: %w", ft, pes, seed, free.Err)

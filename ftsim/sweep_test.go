@@ -8,6 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// protocols are what every sweep runs: each protocol, team-based logging
+// in teams of two PEs.
+var protocols = []chare.Config{{FT: "none"}, {FT: "scmel"}, {FT: "camel"}, {FT: "team", Teams: "2"}}
+
 func mixLogs(t *testing.T, r chare.Result) [3][]int64 {
 	t.Helper()
 	m, ok := r.Main.(*MixMain)
@@ -39,10 +43,11 @@ func TestFailuresAtEveryEvent(t *testing.T) {
 	if raceOn {
 		stride = 17
 	}
-	for _, ft := range []string{"none", "scmel", "camel"} {
+	for _, pc := range protocols {
+		ft := pc.FT
 		t.Run(ft, func(t *testing.T) {
 			runs := 0
-			events, err := Sweep(Mix, args, chare.Config{PEs: 5, FT: ft, Branching: 2}, 7, []int{0, 1, 2, 3, 4}, stride, func(free chare.Result, f Failure) {
+			events, err := Sweep(Mix, args, chare.Config{PEs: 5, FT: ft, Teams: pc.Teams, Branching: 2}, 7, []int{0, 1, 2, 3, 4}, stride, func(free chare.Result, f Failure) {
 				runs++
 				require.NoError(t, f.Res.Err, "%s, %v", ft, f)
 				require.Equal(t, mixLogs(t, free), mixLogs(t, f.Res), "%s, %v", ft, f)
@@ -64,9 +69,10 @@ func TestRandomFailuresInOneRun(t *testing.T) {
 	if raceOn {
 		trials = 20
 	}
-	for _, ft := range []string{"none", "scmel", "camel"} {
+	for _, pc := range protocols {
+		ft := pc.FT
 		t.Run(ft, func(t *testing.T) {
-			ran, err := RandomFailures(Mix, args, ft, trials, rand.New(rand.NewPCG(uint64(len(ft)), 3)), func(free, res chare.Result, cfg chare.Config) {
+			ran, err := RandomFailures(Mix, args, pc, trials, rand.New(rand.NewPCG(uint64(len(ft)), 3)), func(free, res chare.Result, cfg chare.Config) {
 				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
 				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
 			})
@@ -92,16 +98,17 @@ func TestFailuresReplayTheOrderThatHappened(t *testing.T) {
 	if raceOn {
 		stride, trials = 17, 20
 	}
-	for _, ft := range []string{"none", "scmel", "camel"} {
+	for _, pc := range protocols {
+		ft := pc.FT
 		t.Run(ft, func(t *testing.T) {
 			runs := 0
-			events, err := Sweep(chainMain, args, chare.Config{PEs: 4, FT: ft, Branching: 2}, 11, []int{0, 1, 2, 3}, stride, func(free chare.Result, f Failure) {
+			events, err := Sweep(chainMain, args, chare.Config{PEs: 4, FT: ft, Teams: pc.Teams, Branching: 2}, 11, []int{0, 1, 2, 3}, stride, func(free chare.Result, f Failure) {
 				runs++
 				require.NoError(t, f.Res.Err, "%s, %v", ft, f)
 				require.NoError(t, checkChain(chainLogsOf(t, f.Res), args.Steps), "%s, %v", ft, f)
 			})
 			require.NoError(t, err)
-			ran, err := RandomFailures(chainMain, args, ft, trials, rand.New(rand.NewPCG(uint64(len(ft)), 5)), func(free, res chare.Result, cfg chare.Config) {
+			ran, err := RandomFailures(chainMain, args, pc, trials, rand.New(rand.NewPCG(uint64(len(ft)), 5)), func(free, res chare.Result, cfg chare.Config) {
 				require.NoError(t, checkChain(chainLogsOf(t, free), args.Steps))
 				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
 				require.NoError(t, checkChain(chainLogsOf(t, res), args.Steps), "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
@@ -121,17 +128,18 @@ func TestFailuresInTheMiddleOfAHandler(t *testing.T) {
 	if raceOn {
 		stride = 13
 	}
-	for _, ft := range []string{"none", "scmel", "camel"} {
+	for _, pc := range protocols {
+		ft := pc.FT
 		t.Run(ft, func(t *testing.T) {
 			runs := 0
-			n, err := SweepHandOvers(Mix, MixArgs{Steps: 6, Ckpt: 3}, chare.Config{PEs: 5, FT: ft, Branching: 2}, 7, []int{0, 1, 2, 3, 4}, stride, func(free chare.Result, f Failure) {
+			n, err := SweepHandOvers(Mix, MixArgs{Steps: 6, Ckpt: 3}, chare.Config{PEs: 5, FT: ft, Teams: pc.Teams, Branching: 2}, 7, []int{0, 1, 2, 3, 4}, stride, func(free chare.Result, f Failure) {
 				runs++
 				require.NoError(t, f.Res.Err, "%s, PE %d after hand-over %d", ft, f.PE, f.Event)
 				require.Equal(t, mixLogs(t, free), mixLogs(t, f.Res), "%s, PE %d after hand-over %d", ft, f.PE, f.Event)
 			})
 			require.NoError(t, err)
 			runs2 := 0
-			_, err = SweepHandOvers(chainMain, MixArgs{Steps: 6, Ckpt: 3}, chare.Config{PEs: 4, FT: ft, Branching: 2}, 11, []int{0, 1, 2, 3}, stride, func(free chare.Result, f Failure) {
+			_, err = SweepHandOvers(chainMain, MixArgs{Steps: 6, Ckpt: 3}, chare.Config{PEs: 4, FT: ft, Teams: pc.Teams, Branching: 2}, 11, []int{0, 1, 2, 3}, stride, func(free chare.Result, f Failure) {
 				runs2++
 				require.NoError(t, f.Res.Err, "%s, PE %d after hand-over %d", ft, f.PE, f.Event)
 				require.NoError(t, checkChain(chainLogsOf(t, f.Res), 6), "%s, PE %d after hand-over %d", ft, f.PE, f.Event)
@@ -173,9 +181,10 @@ func TestAPEAndItsBuddyFailingTogether(t *testing.T) {
 	if raceOn {
 		stride = 37
 	}
-	for _, ft := range []string{"none", "scmel", "camel"} {
+	for _, pc := range protocols {
+		ft := pc.FT
 		t.Run(ft, func(t *testing.T) {
-			cfg := chare.Config{PEs: 4, FT: ft, Branching: 2}
+			cfg := chare.Config{PEs: 4, FT: ft, Teams: pc.Teams, Branching: 2}
 			free := Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 5)
 			require.NoError(t, free.Err)
 			for e := 1; e <= free.Stats.Events; e += stride {
@@ -190,6 +199,56 @@ func TestAPEAndItsBuddyFailingTogether(t *testing.T) {
 				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, before event %d", ft, e)
 				require.Equal(t, 2, res.Stats.FT.Failures)
 			}
+		})
+	}
+}
+
+// Spec scenarios 7 and 8 under team-based logging (teams {0,1}, {2,3}
+// and {4,5}): two failures in the same team (at once: one team failure; or
+// one after the other) and in different teams (at once: the second team
+// waits for the first to catch up; or staggered), before every stride-th
+// event. Each run ends with the failure-free results, having rolled back
+// the failed teams alone — unless a failure struck while a checkpoint was
+// being taken, when every PE rolls back.
+func TestTwoFailuresInTeams(t *testing.T) {
+	stride := 3
+	if raceOn {
+		stride = 41
+	}
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	cfg := chare.Config{PEs: 6, FT: "team", Teams: "2", Branching: 2}
+	free := Run(Mix, args, cfg, 5)
+	require.NoError(t, free.Err)
+	for _, c := range []struct {
+		name     string
+		a, b     int // the PEs that fail
+		later    int // events between the two failures
+		teamOnly int // PEs rolled back when neither struck in a checkpoint
+	}{
+		{"same team at once", 0, 1, 0, 2},
+		{"same team staggered", 1, 0, 57, 4},
+		{"different teams at once", 1, 2, 0, 4},
+		{"different teams staggered", 5, 0, 57, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runs, alone := 0, 0
+			for e := 1; e+c.later <= free.Stats.Events; e += stride {
+				rc := cfg
+				rc.Kills = []chare.Kill{{PE: c.a, Step: -1, Event: e}, {PE: c.b, Step: -1, Event: e + c.later}}
+				res := Run(Mix, args, rc, 5)
+				if Unfired(res) {
+					continue // the second waited for the first's recovery, and the run ended first
+				}
+				runs++
+				require.NoError(t, res.Err, "%s, before event %d", c.name, e)
+				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, before event %d", c.name, e)
+				require.Equal(t, 2, res.Stats.FT.Failures, "%s, before event %d", c.name, e)
+				if res.Stats.FT.PEsRolledBack == c.teamOnly {
+					alone++
+				}
+			}
+			require.Positive(t, alone, "no run rolled back the failed teams alone")
+			t.Logf("%s: %d runs, %d of them rolled back only the failed teams", c.name, runs, alone)
 		})
 	}
 }

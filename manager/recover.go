@@ -91,6 +91,8 @@ type recoverState struct {
 	// base is the checkpoint this run was restarted from (0: none):
 	// snapshots of it carry another run's protocol state.
 	base uint64
+	// mates: the PEs that failed with this one (see Revive)
+	mates []Incarnation
 }
 
 // control reports the runtime's control messages, which quiescence
@@ -110,14 +112,24 @@ func (m *Manager) sendCtl(dst int, typ uint32, payload any) {
 	m.PE.Send(dst, &pe.Envelope{Type: typ, Kind: pe.KindSystem, Payload: payload})
 }
 
+// Incarnation names a PE's incarnation.
+type Incarnation struct {
+	PE  int32
+	Inc uint32
+}
+
 // Revive makes this manager the new incarnation inc of a failed PE: it
 // keeps what arrives until its snapshot does. initial is what the run
 // started the PE with (handled again when it recovers from the start);
 // rolledBack says the run rolled every PE back since (quiescence
-// detection's counts started again from zero then). Call it before the
-// PE's goroutine starts.
-func (m *Manager) Revive(inc uint32, initial []pe.Envelope, rolledBack bool) {
+// detection's counts started again from zero then); failed lists the PEs
+// that failed with it, this one included (its team, under team-based
+// logging), and their new incarnations: their old ones' messages are
+// dropped from the moment it restores. Call it before the PE's goroutine
+// starts.
+func (m *Manager) Revive(inc uint32, initial []pe.Envelope, rolledBack bool, failed []Incarnation) {
 	m.rec.reviving, m.rec.inc, m.rec.initial, m.rec.counted = true, inc, initial, !rolledBack
+	m.rec.mates = failed
 }
 
 // Recovering reports whether this PE is a new incarnation still catching
@@ -180,6 +192,15 @@ func (m *Manager) onRecover(msg *RecoverMsg) {
 	}
 	// the hook first: what restoring sends must be stamped as it was
 	m.ft.Restart(ck, m.rec.inc, m.completeBefore)
+	for _, r := range m.rec.mates {
+		if int(r.PE) != m.Me() {
+			if err := m.ft.PeerFailed(int(r.PE), r.Inc); err != nil {
+				m.Fail(fmt.Errorf("recovery of PE %d: %w", m.Me(), err))
+				return
+			}
+		}
+	}
+	m.rec.mates = nil
 	var resume *Callback
 	switch {
 	case s != nil:

@@ -81,10 +81,11 @@ type step struct {
 	// a global rollback, as the job's generation Gen
 	Rollback *manager.RollbackMsg `msgpack:"rb,omitempty"`
 	Gen      uint64               `msgpack:"g,omitempty"`
-	// or the lost PE's new incarnation, recovering alone
-	Inc        uint32  `msgpack:"i,omitempty"`
-	Recovered  []int32 `msgpack:"rc,omitempty"`
-	RolledBack bool    `msgpack:"b,omitempty"`
+	// or the lost PEs' new incarnations (in Dead's order), recovering
+	// alone: one PE, or one team
+	Incs       []uint32 `msgpack:"i,omitempty"`
+	Recovered  []int32  `msgpack:"rc,omitempty"`
+	RolledBack bool     `msgpack:"b,omitempty"`
 }
 
 // pesOf lists the PEs process r runs.
@@ -129,20 +130,30 @@ func (p *Processes) Rejoined(r int) {
 	st := step{Process: r, Dead: dead}
 	s.mu.Lock()
 	s.ft.Failures++
-	if s.local && len(dead) == 1 && !s.window && !s.rolling && s.recovering < 0 {
-		y := int(dead[0])
-		s.inc[y]++
-		st.Inc, st.Recovered, st.RolledBack = s.inc[y], slices.Clone(s.recovered), s.rolledBack
-		s.recovering = y
-		s.ft.PEsRolledBack++
-		fmt.Fprintf(s.notices, "charmgo: %s; its replacement recovers alone (%s): the others replay its messages\n", describe(r, dead), s.ft.Protocol)
+	if s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 {
+		st.Incs = make([]uint32, len(dead))
+		for i, y := range dead {
+			s.inc[y]++
+			st.Incs[i] = s.inc[y]
+		}
+		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
+		s.recovering, s.restoredNoted = intsOf(dead), false
+		s.ft.PEsRolledBack += len(dead)
+		who := "its replacement recovers alone"
+		if len(dead) > 1 {
+			who = fmt.Sprintf("its PEs are one team: its replacement recovers them from the last checkpoint")
+		}
+		fmt.Fprintf(s.notices, "charmgo: %s; %s (%s): the others replay its messages\n", describe(r, dead), who, s.ft.Protocol)
 	} else {
 		st.Gen = p.job.Generation() + 1
 		st.Rollback = &manager.RollbackMsg{Failed: dead, Committed: s.lastCommitted, Restart: s.restartEpoch, RestartDir: s.restartDir}
 		s.rolling, s.resetDone = true, true
 		s.dead, s.deadKills = slices.Clone(intsOf(dead)), nil
 		s.lostWhat = describe(r, dead)
-		if s.local && len(dead) > 1 {
+		switch {
+		case s.local && s.teams.On() && len(dead) > 1:
+			s.lostWhat += fmt.Sprintf(" (%d PEs at once, not one team (teams %v): %s recovers one team at a time, so every PE rolls back)", len(dead), s.teams, s.ft.Protocol)
+		case s.local && len(dead) > 1:
 			s.lostWhat += fmt.Sprintf(" (%d PEs at once: %s recovers one PE at a time, so every PE rolls back)", len(dead), s.ft.Protocol)
 		}
 	}
@@ -179,33 +190,60 @@ func (p *Processes) Action(data []byte) {
 		p.job.RollBack(st.Gen, func() { s.rollBackWith(p.node, st.Rollback, dead) })
 		return
 	}
-	y := int(st.Dead[0])
-	if p.node.IsLocal(y) {
-		// this process is the replacement: PE y's new incarnation
+	if len(st.Incs) != len(st.Dead) || len(st.Dead) == 0 {
+		p.node.Fail(fmt.Errorf("a recovery step from process 0 names %d PEs and %d incarnations", len(st.Dead), len(st.Incs)))
+		return
+	}
+	revived := make([]manager.Incarnation, len(st.Dead))
+	s.mu.Lock()
+	for i, y := range st.Dead {
+		revived[i] = manager.Incarnation{PE: y, Inc: st.Incs[i]}
+		s.inc[y] = st.Incs[i]
+	}
+	s.mu.Unlock()
+	if p.node.IsLocal(int(st.Dead[0])) {
+		// this process is the replacement: the PEs' new incarnations
 		s.mu.Lock()
-		s.recovering, s.inc[y] = y, st.Inc
-		initial := s.initial[y]
+		s.recovering = intsOf(st.Dead)
 		s.mu.Unlock()
-		p.node.FailPE(y) // its stand-in, which never ran anything
-		p.node.Replace(y, func(pp *pe.PE) pe.Handler {
-			m := s.mk(pp)
-			m.Revive(st.Inc, initial, st.RolledBack)
-			return m
-		})
-		if !st.RolledBack {
-			// the lost process counted its PE's first messages as handed
-			// in; quiescence detection counts them here now
-			p.node.AddInjected(uint64(len(initial)))
+		for _, r := range revived {
+			y := int(r.PE)
+			s.mu.Lock()
+			initial := s.initial[y]
+			s.mu.Unlock()
+			p.node.FailPE(y) // its stand-in, which never ran anything
+			p.node.Replace(y, func(pp *pe.PE) pe.Handler {
+				m := s.mk(pp)
+				m.Revive(r.Inc, initial, st.RolledBack, revived)
+				return m
+			})
+			if !st.RolledBack {
+				// the lost process counted its PE's first messages as
+				// handed in; quiescence detection counts them here now
+				p.node.AddInjected(uint64(len(initial)))
+			}
 		}
 		p.job.Rolled()
 		return
 	}
-	s.mu.Lock()
-	s.inc[y] = st.Inc
-	s.mu.Unlock()
 	first, count := p.node.LocalPEs()
-	for q := first; q < first+count; q++ {
-		p.node.InjectControl(q, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
-			Payload: &manager.PEFailedMsg{PE: int32(y), Inc: st.Inc, Recovered: st.Recovered}})
+	for _, r := range revived {
+		for q := first; q < first+count; q++ {
+			p.node.InjectControl(q, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
+				Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: st.Recovered}})
+		}
 	}
+}
+
+// oneTeam reports whether dead, the PEs of a lost process, are one
+// failure the protocol recovers from without a global rollback: a PE
+// (teams off), or exactly the PEs of one team.
+func (s *Supervisor) oneTeam(dead []int32) bool {
+	if len(dead) == 0 {
+		return false
+	}
+	if !s.teams.On() {
+		return len(dead) == 1
+	}
+	return slices.Equal(s.teams.Members(dead[0]), dead)
 }

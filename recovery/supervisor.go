@@ -55,16 +55,21 @@ type Supervisor struct {
 	ft      Stats
 	notices io.Writer
 
-	// Local recovery (scmel, camel): a failed PE comes back alone.
+	// Local recovery (scmel, camel, team): a failed PE comes back alone,
+	// or with its team.
 	local      bool
+	teams      ftlayer.Teams
 	mk         func(p *pe.PE) *manager.Manager
 	initial    [][]pe.Envelope // what each PE started the run with
 	inc        []uint32        // each PE's incarnation
 	window     bool            // a checkpoint is being taken
-	recovering int             // the PE recovering alone, or -1
-	waiting    []int           // failures put off until it caught up
+	recovering []int           // the PEs recovering (one team), until each caught up
+	waiting    []int           // failures put off until they caught up
 	recovered  []int32         // PEs that recovered alone
-	lostOps    manager.Stats   // what failed incarnations did
+	// restoredNoted: Restored has the checkpoint the recovering PEs went
+	// back to (each of a team's restores it)
+	restoredNoted bool
+	lostOps       manager.Stats // what failed incarnations did
 	// a global rollback has caught up when the step that failed begins
 	// again
 	awaitStep int
@@ -97,7 +102,10 @@ type Supervisor struct {
 type Config struct {
 	PEs      int
 	Protocol ftlayer.ProtocolSpec
-	Kills    []Kill
+	// Teams groups the PEs under a protocol with Teams: a failure rolls
+	// back the failed PE's team.
+	Teams ftlayer.Teams
+	Kills []Kill
 	// Notices receives one line per failure and recovery (nil: none).
 	Notices io.Writer
 	// RestartDir and RestartEpoch name the checkpoint the run was
@@ -111,14 +119,21 @@ type Config struct {
 
 // New makes the supervisor of a run that has not started.
 func New(cfg Config) *Supervisor {
-	s := &Supervisor{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, recovering: -1, awaitStep: -1,
-		restartDir: cfg.RestartDir, restartEpoch: cfg.RestartEpoch, mk: cfg.NewManager}
+	s := &Supervisor{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, awaitStep: -1,
+		restartDir: cfg.RestartDir, restartEpoch: cfg.RestartEpoch, mk: cfg.NewManager, teams: cfg.Teams}
 	s.ft.Protocol = cfg.Protocol.Name
 	s.local = cfg.Protocol.RecoversAlone && cfg.PEs > 1
 	if s.notices == nil {
 		s.notices = io.Discard
 	}
 	return s
+}
+
+// SetTeams groups the PEs under a protocol with teams (before Begin).
+func (s *Supervisor) SetTeams(t ftlayer.Teams) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.teams = t
 }
 
 // Begin starts the run on node, whose PEs start with initial:
@@ -209,28 +224,49 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		return
 	}
 	if s.local && !s.window {
-		if s.recovering >= 0 || s.rolling {
+		if len(s.recovering) > 0 || s.rolling {
 			s.waiting = append(s.waiting, now...)
 			s.mu.Unlock()
 			return
 		}
-		i := now[0]
-		s.waiting = append(s.waiting, now[1:]...)
-		k := s.kills[i]
-		if !node.FailPE(k.PE) {
-			s.mu.Unlock()
-			return // the run is ending
+		// the first kill's team fails; kills at this moment of the same
+		// team are part of that failure, the others wait for it
+		k := s.kills[now[0]]
+		team := s.teams.Members(int32(k.PE))
+		var also []Kill
+		for _, i := range now[1:] {
+			if ki := s.kills[i]; s.teams.Same(int32(ki.PE), int32(k.PE)) {
+				s.fired[i] = true
+				also = append(also, ki)
+			} else {
+				s.waiting = append(s.waiting, i)
+			}
 		}
-		s.fired[i] = true
+		for _, p := range team {
+			if !node.FailPE(int(p)) {
+				s.mu.Unlock()
+				return // the run is ending
+			}
+		}
+		s.fired[now[0]] = true
 		s.failed = time.Now()
-		s.recovering = k.PE
-		s.inc[k.PE]++
-		inc, initial, recovered, rolledBack := s.inc[k.PE], s.initial[k.PE], slices.Clone(s.recovered), s.rolledBack
-		s.ft.Failures++
-		s.ft.PEsRolledBack++
-		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", &PEFailure{PE: k.PE, Kill: k}, s.ft.Protocol)
+		s.recovering, s.restoredNoted = intsOf(team), false
+		revived := make([]manager.Incarnation, len(team))
+		for i, p := range team {
+			s.inc[p]++
+			revived[i] = manager.Incarnation{PE: p, Inc: s.inc[p]}
+		}
+		recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
+		s.ft.Failures += 1 + len(also)
+		s.ft.PEsRolledBack += len(team)
+		f := &PEFailure{PE: k.PE, Kill: k, Also: also}
+		if len(team) == 1 {
+			fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
+		} else {
+			fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
+		}
 		s.mu.Unlock()
-		node.Later(func() { s.replace(node, k.PE, inc, initial, recovered, rolledBack) })
+		node.Later(func() { s.replace(node, revived, recovered, rolledBack) })
 		return
 	}
 	if s.rolling && s.resetDone {
@@ -290,7 +326,7 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 	s.mu.Lock()
 	s.resetDone, s.rolledBack = true, true
 	s.inc = make([]uint32, node.NumPEs()) // the protocol starts afresh
-	s.window, s.recovering, s.recovered = false, -1, nil
+	s.window, s.recovering, s.recovered = false, nil, nil
 	s.mu.Unlock()
 	node.RollBack(func(p *pe.PE, prev pe.Handler, failed bool) pe.Handler {
 		failed = failed || lost[p.ID()]
@@ -312,27 +348,36 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 	})
 }
 
-// replace starts PE y's new incarnation and tells the others.
-func (s *Supervisor) replace(node *pe.Node, y int, inc uint32, initial []pe.Envelope, recovered []int32, rolledBack bool) {
-	old := node.Replace(y, func(p *pe.PE) pe.Handler {
-		m := s.mk(p)
-		m.Revive(inc, initial, rolledBack)
-		return m
-	})
-	if old == nil {
-		return
+// replace starts the failed PEs' new incarnations (a PE, or a team) and
+// tells the others.
+func (s *Supervisor) replace(node *pe.Node, revived []manager.Incarnation, recovered []int32, rolledBack bool) {
+	for _, r := range revived {
+		y := int(r.PE)
+		s.mu.Lock()
+		initial := s.initial[y]
+		s.mu.Unlock()
+		old := node.Replace(y, func(p *pe.PE) pe.Handler {
+			m := s.mk(p)
+			m.Revive(r.Inc, initial, rolledBack, revived)
+			return m
+		})
+		if old == nil {
+			return
+		}
+		// the summary counts what the lost incarnation logged (nothing of
+		// it is read for the recovery) and did
+		lost := old.(*manager.Manager)
+		s.AddLog(lost.FT().Stats())
+		s.mu.Lock()
+		s.lostOps.Add(lost.Stats)
+		s.mu.Unlock()
 	}
-	// the summary counts what the lost incarnation logged (nothing of it
-	// is read for the recovery) and did
-	lost := old.(*manager.Manager)
-	s.AddLog(lost.FT().Stats())
-	s.mu.Lock()
-	s.lostOps.Add(lost.Stats)
-	s.mu.Unlock()
-	for p := 0; p < node.NumPEs(); p++ {
-		if p != y {
-			node.InjectControl(p, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
-				Payload: &manager.PEFailedMsg{PE: int32(y), Inc: inc, Recovered: recovered}})
+	for _, r := range revived {
+		for p := 0; p < node.NumPEs(); p++ {
+			if p != int(r.PE) {
+				node.InjectControl(p, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
+					Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: recovered}})
+			}
 		}
 	}
 }
@@ -345,7 +390,7 @@ func (s *Supervisor) CheckpointStarting(epoch uint64) bool {
 	s.fireWhere(func(k Kill) bool { return k.Checkpoint == epoch })
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.recovering >= 0 {
+	if len(s.recovering) > 0 {
 		return false
 	}
 	s.window = true
@@ -371,7 +416,14 @@ func (s *Supervisor) LocalRestored(me int, epoch uint64) {
 	fmt.Fprintf(s.notices, "charmgo: PE %d restored checkpoint %d and replays\n", me, epoch)
 }
 
-func (s *Supervisor) restoredAt(epoch uint64) { s.ft.Restored = append(s.ft.Restored, epoch) }
+// restoredAt notes the checkpoint a failure rolled back to, once for a
+// team's PEs.
+func (s *Supervisor) restoredAt(epoch uint64) {
+	if !s.restoredNoted {
+		s.restoredNoted = true
+		s.ft.Restored = append(s.ft.Restored, epoch)
+	}
+}
 
 // LocalRecovered: PE me caught up with the others.
 func (s *Supervisor) LocalRecovered(me int) { s.caughtUp(me, true) }
@@ -383,13 +435,23 @@ func (s *Supervisor) caughtUp(me int, here bool) {
 	if tell := s.onRecovered; here && tell != nil {
 		defer tell(me)
 	}
-	s.ft.Recovery += time.Since(s.failed)
-	s.ft.CaughtUp += time.Since(s.failed)
-	s.failed = time.Time{}
-	s.recovering = -1
 	if !slices.Contains(s.recovered, int32(me)) {
 		s.recovered = append(s.recovered, int32(me))
 	}
+	if i := slices.Index(s.recovering, me); i >= 0 {
+		s.recovering = slices.Delete(s.recovering, i, i+1)
+	}
+	if len(s.recovering) > 0 {
+		// its team is still recovering
+		if here {
+			fmt.Fprintf(s.notices, "charmgo: PE %d caught up\n", me)
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.ft.Recovery += time.Since(s.failed)
+	s.ft.CaughtUp += time.Since(s.failed)
+	s.failed = time.Time{}
 	waiting, node := s.waiting, s.node
 	s.waiting = nil
 	if here {

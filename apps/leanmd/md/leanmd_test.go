@@ -219,7 +219,14 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 	}, randomSchedules(3, 4)...)
 	for _, pes := range []int{2, 4} {
 		base := run(t, p, chare.Config{PEs: pes})
-		for _, proto := range []string{"none", "scmel", "camel"} {
+		for _, proto := range []string{"none", "scmel", "camel", "team"} {
+			teams := ""
+			if proto == "team" {
+				if pes < 4 {
+					continue // teams of 2 need 4 PEs (a snapshot's copy lives in another team)
+				}
+				teams = "2"
+			}
 			for i, sc := range schedules {
 				if pes == 4 && i%2 == 0 && i < 4 {
 					continue // half the schedules on 4 PEs, to keep CI short
@@ -241,7 +248,7 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 				// README's command runs these cases again without -race)
 				wire := (i == 1 && (proto == "none") == (pes == 4) || proto == "camel" && pes == 4 && i == 1) && !raceOn
 				t.Run(fmt.Sprintf("%d PEs %s %s", pes, proto, sc.name), func(t *testing.T) {
-					failures(t, p, base, chare.Config{PEs: pes, FT: proto, Kills: kills, WireCheck: wire}, sc.name)
+					failures(t, p, base, chare.Config{PEs: pes, FT: proto, Teams: teams, Kills: kills, WireCheck: wire}, sc.name)
 				})
 			}
 		}
@@ -265,13 +272,17 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 	for i := 3; i < len(eight); i += 2 {
 		eight[i].branching = 2 // every other random schedule on binary trees
 	}
-	for _, proto := range []string{"none", "scmel", "camel"} {
+	for _, proto := range []string{"none", "scmel", "camel", "team"} {
+		teams := ""
+		if proto == "team" {
+			teams = "2"
+		}
 		for _, sc := range eight {
 			if raceOn && (proto != "camel" || sc.name != "two levels down") {
 				continue
 			}
 			t.Run(fmt.Sprintf("8 PEs %s %s", proto, sc.name), func(t *testing.T) {
-				failures(t, p, base, chare.Config{PEs: 8, Branching: sc.branching, FT: proto, Kills: sc.kills}, sc.name)
+				failures(t, p, base, chare.Config{PEs: 8, Branching: sc.branching, FT: proto, Teams: teams, Kills: sc.kills}, sc.name)
 			})
 		}
 	}
@@ -308,7 +319,7 @@ func randomSchedules(seed uint64, pes int) []schedule {
 
 // underRace are the schedules run under -race (pes, protocol, schedule):
 // one of each protocol's local recoveries per kind of moment.
-var underRace = map[string]bool{"2none1": true, "2scmel1": true, "2camel0": true, "2camel2": true, "4camel1": true}
+var underRace = map[string]bool{"2none1": true, "2scmel1": true, "2camel0": true, "2camel2": true, "4camel1": true, "4team1": true}
 
 // failures runs one failure schedule and checks its run against base.
 func failures(t *testing.T, p Params, base Report, cfg chare.Config, name string) {
@@ -319,6 +330,9 @@ func failures(t *testing.T, p Params, base Report, cfg chare.Config, name string
 	switch {
 	case proto == "none":
 		require.Equal(t, pes*len(kills), ft.PEsRolledBack, "every PE rolls back")
+	case cfg.Teams == "2" && !strings.HasPrefix(name, "random"):
+		require.Equal(t, 2*len(kills), ft.PEsRolledBack, "the failed PE's team of 2 rolls back")
+		require.Positive(t, ft.Log.Replayed)
 	case !strings.HasPrefix(name, "random"):
 		require.Equal(t, len(kills), ft.PEsRolledBack, "only the failed PE rolls back")
 		require.Positive(t, ft.Log.Replayed)

@@ -920,8 +920,8 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	for _, pr := range results {
 		copy(res.Stats.PEs[pr.First:], pr.PEs)
 		res.Stats.Ops.Add(pr.Ops)
-		for _, l := range pr.Log {
-			rs.sup.AddLog(l)
+		for i, l := range pr.Log {
+			rs.sup.AddLog(pr.First+i, l)
 		}
 	}
 	if node.IsLocal(0) {

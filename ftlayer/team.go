@@ -75,6 +75,14 @@ func (t Teams) Members(p int32) []int32 {
 	return t.members[t.Of(p)]
 }
 
+// Team lists team k's PEs in increasing order (nil for the zero value).
+func (t Teams) Team(k int) []int32 {
+	if k < 0 || k >= len(t.members) {
+		return nil
+	}
+	return t.members[k]
+}
+
 // Size is the number of PEs in p's team.
 func (t Teams) Size(p int32) int {
 	if !t.On() {

@@ -139,9 +139,10 @@ func (p *Processes) Rejoined(r int) {
 		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
 		s.recovering, s.restoredNoted = intsOf(dead), false
 		s.ft.PEsRolledBack += len(dead)
+		s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: 1, PEs: len(dead)})
 		who := "its replacement recovers alone"
 		if len(dead) > 1 {
-			who = fmt.Sprintf("its PEs are one team: its replacement recovers them from the last checkpoint")
+			who = "its PEs are one team: its replacement recovers them from the last checkpoint"
 		}
 		fmt.Fprintf(s.notices, "charmgo: %s; %s (%s): the others replay its messages\n", describe(r, dead), who, s.ft.Protocol)
 	} else {

@@ -37,6 +37,27 @@ type Stats struct {
 	// Log is the message-logging protocol's statistics, summed over PEs
 	// (and over the incarnations a rollback discarded).
 	Log ftlayer.Stats
+	// Recoveries lists each recovery in order: how many failures it
+	// recovered from, how many PEs it rolled back and how long until the
+	// program resumed.
+	Recoveries []RecoveryStats
+	// Teams, under team-based logging: each team's PEs and its PEs'
+	// statistics (Log's, by team).
+	Teams []TeamStats
+}
+
+// RecoveryStats is one recovery: of a PE or a team alone, or of every PE
+// (a global rollback).
+type RecoveryStats struct {
+	Failures int
+	PEs      int // rolled back
+	Recovery time.Duration
+}
+
+// TeamStats is one team's share of the logging statistics.
+type TeamStats struct {
+	PEs []int32
+	Log ftlayer.Stats
 }
 
 // Supervisor is the launcher's side of fault tolerance for one run: it
@@ -133,7 +154,13 @@ func New(cfg Config) *Supervisor {
 func (s *Supervisor) SetTeams(t ftlayer.Teams) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.teams = t
+	s.teams, s.ft.Teams = t, nil
+	if t.On() {
+		s.ft.Teams = make([]TeamStats, t.K())
+		for k := range s.ft.Teams {
+			s.ft.Teams[k].PEs = t.Team(k)
+		}
+	}
 }
 
 // Begin starts the run on node, whose PEs start with initial:
@@ -259,6 +286,7 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
 		s.ft.Failures += 1 + len(also)
 		s.ft.PEsRolledBack += len(team)
+		s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: 1 + len(also), PEs: len(team)})
 		f := &PEFailure{PE: k.PE, Kill: k, Also: also}
 		if len(team) == 1 {
 			fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
@@ -332,7 +360,7 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 		failed = failed || lost[p.ID()]
 		old := prev.(*manager.Manager)
 		// the summary counts what the lost incarnations logged and did
-		s.AddLog(old.FT().Stats())
+		s.AddLog(p.ID(), old.FT().Stats())
 		s.mu.Lock()
 		s.lostOps.Add(old.Stats)
 		s.mu.Unlock()
@@ -367,7 +395,7 @@ func (s *Supervisor) replace(node *pe.Node, revived []manager.Incarnation, recov
 		// the summary counts what the lost incarnation logged (nothing of
 		// it is read for the recovery) and did
 		lost := old.(*manager.Manager)
-		s.AddLog(lost.FT().Stats())
+		s.AddLog(y, lost.FT().Stats())
 		s.mu.Lock()
 		s.lostOps.Add(lost.Stats)
 		s.mu.Unlock()
@@ -451,6 +479,7 @@ func (s *Supervisor) caughtUp(me int, here bool) {
 	}
 	s.ft.Recovery += time.Since(s.failed)
 	s.ft.CaughtUp += time.Since(s.failed)
+	s.recovered1(time.Since(s.failed))
 	s.failed = time.Time{}
 	waiting, node := s.waiting, s.node
 	s.waiting = nil
@@ -471,8 +500,13 @@ func (s *Supervisor) RollingBack(epoch uint64, from string) {
 	if s.lostWhat == "" {
 		f = &PEFailure{PE: s.dead[0], Kill: s.deadKills[0], Also: slices.Clone(s.deadKills[1:])}
 	}
+	failures := 1 // a lost process
+	if s.lostWhat == "" {
+		failures = len(s.deadKills)
+	}
 	s.dead, s.deadKills, s.lostWhat = nil, nil, ""
 	s.ft.PEsRolledBack += s.node.NumPEs()
+	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: s.node.NumPEs()})
 	s.ft.Restored = append(s.ft.Restored, epoch)
 	if epoch == 0 {
 		fmt.Fprintf(s.notices, "charmgo: %v; every PE starts the run again (no checkpoint was taken yet)\n", f)
@@ -542,6 +576,7 @@ func (s *Supervisor) Restored() {
 	s.mu.Lock()
 	if !s.failed.IsZero() && s.rolling {
 		s.ft.Recovery += time.Since(s.failed)
+		s.recovered1(time.Since(s.failed))
 		s.failed = time.Time{}
 	}
 	s.rolling = false
@@ -553,12 +588,22 @@ func (s *Supervisor) Restored() {
 	}
 }
 
-// AddLog adds a logging protocol's statistics (of one PE, or of an
-// incarnation a failure or rollback discarded).
-func (s *Supervisor) AddLog(st ftlayer.Stats) {
+// recovered1 notes the recovery time of the last recovery.
+func (s *Supervisor) recovered1(d time.Duration) {
+	if k := len(s.ft.Recoveries); k > 0 && s.ft.Recoveries[k-1].Recovery == 0 {
+		s.ft.Recoveries[k-1].Recovery = d
+	}
+}
+
+// AddLog adds a logging protocol's statistics of PE p (or of an
+// incarnation of it a failure or rollback discarded).
+func (s *Supervisor) AddLog(p int, st ftlayer.Stats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ft.Log.Add(st)
+	if s.teams.On() {
+		s.ft.Teams[s.teams.Of(int32(p))].Log.Add(st)
+	}
 }
 
 // AddOps adds what an incarnation a failure or rollback discarded did.

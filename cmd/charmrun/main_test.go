@@ -338,7 +338,8 @@ func TestNoOrphansWhenCharmrunIsKilled(t *testing.T) {
 // A process killed by SIGKILL mid-run is replaced by charmrun, and the job
 // recovers: under --ft none every PE rolls back to the last checkpoint;
 // under scmel and camel with one PE per process only the replacement
-// does. Either way the run ends with the failure-free energies, bitwise.
+// does, and under team (a process is a team) only the replacement's PEs.
+// Either way the run ends with the failure-free energies, bitwise.
 func TestAKilledProcessIsReplaced(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
@@ -351,6 +352,9 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 		{[]string{"++n", "2", "++ppn", "2", "--ft", "none"}, "charmgo: process 1 (PEs 2..3) was lost; every PE rolls back to checkpoint", "none, 1 failures, 4 PEs rolled back"},
 		{[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (camel)", "camel, 1 failures, 1 PEs rolled back"},
 		{[]string{"++n", "3", "++ppn", "1", "--ft", "scmel"}, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (scmel)", "scmel, 1 failures, 1 PEs rolled back"},
+		// a process is a team (--teams process, the default): its PEs
+		// roll back together, alone
+		{[]string{"++n", "2", "++ppn", "2", "--ft", "team"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (team)", "team, 1 failures, 2 PEs rolled back"},
 	} {
 		if want == "" {
 			var out, errb bytes.Buffer

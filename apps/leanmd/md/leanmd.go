@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/ftlayer"
 )
 
 // Params are LeanMD's arguments: `leanmd [X Y Z [steps [firstLB
@@ -836,6 +837,24 @@ func (r Report) Summary(w io.Writer) {
 		fmt.Fprintf(w, "  fault tolerance: %s, %d failures, %d PEs rolled back, recovery %.1f ms, caught up after %.1f ms, back to checkpoints %v\n",
 			ft.Protocol, ft.Failures, ft.PEsRolledBack, float64(ft.Recovery.Microseconds())/1e3, float64(ft.CaughtUp.Microseconds())/1e3, ft.Restored)
 	}
+	if ft := r.Ops.FT; len(ft.Recoveries) > 0 {
+		fmt.Fprintf(w, "  recoveries:    ")
+		for i, rc := range ft.Recoveries {
+			sep := ";"
+			if i == len(ft.Recoveries)-1 {
+				sep = "\n"
+			}
+			fmt.Fprintf(w, " %d failure(s), %d PEs rolled back, %.1f ms%s", rc.Failures, rc.PEs, float64(rc.Recovery.Microseconds())/1e3, sep)
+		}
+	}
+	for _, t := range r.Ops.FT.Teams {
+		var logged, not [4][2]uint64
+		for k := range logged {
+			logged[k] = [2]uint64{t.Log.Log[k].TotalMsgs, t.Log.Log[k].TotalBytes}
+			not[k] = [2]uint64{t.Log.NotLogged[k].TotalMsgs, t.Log.NotLogged[k].TotalBytes}
+		}
+		fmt.Fprintf(w, "  team %s: logged %s; not logged (inside the team) %s\n", ftlayer.PEList(t.PEs), byKind(logged), byKind(not))
+	}
 	if ft := r.Ops.FT; ft.Log.LoggedTotal() > 0 {
 		l := ft.Log
 		fmt.Fprintf(w, "  message log (%s): peak per PE %d bytes (p2p %d, multicast %d, reduction %d, system %d; sums of the PEs' peaks / %d)\n",
@@ -853,6 +872,17 @@ func (r Report) Summary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  kinetic energy:   first step %.17g, last step %.17g\n", r.KE0, r.KE1)
 	fmt.Fprintf(w, "  potential energy: first step %.17g, last step %.17g\n", r.PE0, r.PE1)
+}
+
+// byKind writes messages and bytes of the four kinds (point to point,
+// multicast, reduction, system) and their sum.
+func byKind(v [4][2]uint64) string {
+	var msgs, bytes uint64
+	for _, x := range v {
+		msgs, bytes = msgs+x[0], bytes+x[1]
+	}
+	return fmt.Sprintf("%d messages, %d bytes (p2p %d/%d, multicast %d/%d, reduction %d/%d, system %d/%d)",
+		msgs, bytes, v[0][0], v[0][1], v[1][0], v[1][1], v[2][0], v[2][1], v[3][0], v[3][1])
 }
 
 // KernelShare is the fraction of the PEs' time (steps' wall time × PEs)

@@ -333,6 +333,21 @@ func failures(t *testing.T, p Params, base Report, cfg chare.Config, name string
 	case cfg.Teams == "2" && !strings.HasPrefix(name, "random"):
 		require.Equal(t, 2*len(kills), ft.PEsRolledBack, "the failed PE's team of 2 rolls back")
 		require.Positive(t, ft.Log.Replayed)
+		require.Len(t, ft.Recoveries, len(kills))
+		for _, rc := range ft.Recoveries {
+			require.Equal(t, recovery.RecoveryStats{Failures: 1, PEs: 2, Recovery: rc.Recovery}, rc)
+			require.Positive(t, rc.Recovery)
+		}
+		require.Len(t, ft.Teams, pes/2)
+		var logged, inside uint64
+		for k, tm := range ft.Teams {
+			require.Equal(t, []int32{int32(2 * k), int32(2*k + 1)}, tm.PEs)
+			require.Positive(t, tm.Log.LoggedTotal(), "team %d logged what it sent to other teams", k)
+			logged += tm.Log.LoggedTotal()
+			inside += tm.Log.NotLogged[ftlayer.KindP2P].TotalMsgs + tm.Log.NotLogged[ftlayer.KindReduction].TotalMsgs
+		}
+		require.Equal(t, ft.Log.LoggedTotal(), logged, "the teams' logs sum to the run's")
+		require.Positive(t, inside, "messages inside teams, not logged")
 	case !strings.HasPrefix(name, "random"):
 		require.Equal(t, len(kills), ft.PEsRolledBack, "only the failed PE rolls back")
 		require.Positive(t, ft.Log.Replayed)

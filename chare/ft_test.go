@@ -97,9 +97,9 @@ func TestRuntimeFlagTableMatchesTheParser(t *testing.T) {
 	values := map[string]string{"+p": "2", "--pes": "2", "-pes": "2", "--branching": "3", "+balancer": "rotate", "--lb": "none",
 		"--balancer": "RotateLB", "--spin": "5", "--ckpt-period": "4", "+ckptPeriod": "4", "--ckpt-dir": t.TempDir(),
 		"--ft": "camel", "+ft": "none", "--kill": "1@3", "--kill-file": writeTemp(t, "1 @3\n"), "+killFile": writeTemp(t, "0 2\n"),
-		"--watchdog": "3s", "--restart": "dir", "+restart": "dir"}
+		"--watchdog": "3s", "--restart": "dir", "+restart": "dir", "--teams": "2"}
 	for _, name := range []string{"+p", "--pes", "-pes", "--wire-check", "--branching", "+balancer", "--lb", "--balancer", "--spin",
-		"--ckpt-period", "+ckptPeriod", "--ckpt-dir", "--ft", "+ft", "--kill", "--kill-file", "+killFile", "--watchdog", "--restart", "+restart"} {
+		"--ckpt-period", "+ckptPeriod", "--ckpt-dir", "--ft", "+ft", "--teams", "--kill", "--kill-file", "+killFile", "--watchdog", "--restart", "+restart"} {
 		known, takes := chare.RuntimeFlag(name)
 		require.True(t, known, name)
 		args := []string{name}

@@ -72,9 +72,10 @@ type Config struct {
 	// FT is the message-logging protocol: "none" (the default:
 	// checkpoint/restart alone), "scmel", "camel" or "team".
 	FT string
-	// Teams groups the PEs for team-based logging (--ft team): "N"
-	// (consecutive blocks of N PEs) or "process" (each process's PEs; the
-	// default with several processes).
+	// Teams groups the PEs for team-based logging (--ft team, or camel
+	// as camel+teams): "N" (consecutive blocks of N PEs) or "process"
+	// (each process's PEs; the default with several processes under
+	// team).
 	Teams string
 	// Notices receives one line per failure and recovery (default: none).
 	Notices io.Writer
@@ -163,8 +164,9 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          PE back), scmel (simple causal), camel (collective-
                          aware) or team (team-based: messages inside a team are
                          not logged, and a failure rolls back the failed PE's team)
-  --teams N|process      teams for --ft team: blocks of N consecutive PEs, or
-                         each process's PEs (the default with several processes)
+  --teams N|process      teams for --ft team (and camel: camel+teams): blocks of
+                         N consecutive PEs, or each process's PEs (the default
+                         with several processes under team)
   --kill PE@STEP         inject a failure: PE fails when the program begins STEP
   --kill-file F          failures from F: lines "PE SECONDS" (Charm++'s +killFile)
                          or "PE @STEP". Under --ft none every PE rolls back to
@@ -200,7 +202,7 @@ var runtimeFlags = map[string]bool{
 	"+p": true, "--pes": true, "-pes": true, "--wire-check": false, "--branching": true,
 	"+balancer": true, "--lb": true, "--balancer": true, "--spin": true,
 	"+LBDebug": true, "+LBDump": true, "+LBUseCpuTime": false, "+LBOff": false, "+LBPeriod": true, "+LBTolerance": true,
-	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true,
+	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true, "--teams": true,
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
 	"--listen": true, "--connect-timeout": true, "--heartbeat-timeout": true, "--log-level": true,
@@ -565,7 +567,7 @@ func watchdogFlag(v string) (time.Duration, error) {
 // PE's second snapshot copy in another team (and, as stride asked, in
 // another process).
 func chooseTeams(cfg Config, spec ftlayer.ProtocolSpec, stride int) (ftlayer.Teams, int, error) {
-	if !spec.Teams {
+	if !spec.Teams && (!spec.WithTeams || cfg.Teams == "") {
 		return ftlayer.Teams{}, stride, nil
 	}
 	v := cfg.Teams
@@ -738,8 +740,8 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if cfg.CkptSteps < 0 || cfg.CkptEvery < 0 {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period: negative period")}}
 	}
-	if cfg.Teams != "" && !spec.Teams {
-		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --teams: --ft %s logs no teams (teams are for --ft team)", spec.Name)}}
+	if cfg.Teams != "" && !spec.Teams && !spec.WithTeams {
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --teams: --ft %s logs no teams (teams are for --ft team and camel)", spec.Name)}}
 	}
 	for _, k := range cfg.Kills {
 		if k.PE < 0 || k.PE >= cfg.PEs {

@@ -3,6 +3,7 @@ package ftlayer
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/charmgo/charmgo/pe"
@@ -136,10 +137,16 @@ type Causal struct {
 	// marked, until relDead says half of it is released (compactLog).
 	relLog  map[uint64][]*Message
 	relDead int
-	kept    []logEntry // CAMEL root: copies of its children's contributions
-	logged  [numKinds]LogStats
-	copies  LogStats
-	detLog  []Det // other PEs' determinants, stored for them
+	// upKept (CAMEL with teams): the determinants of the partials this
+	// PE sent to a teammate, unlogged, by group, in the order sent, until
+	// their reduction's acknowledgement: a logged partial brings its
+	// determinants back to a recovering PE (PeerFailed), and these must
+	// too, until the root holds them.
+	upKept map[uint64][]upSent
+	kept   []logEntry // CAMEL root: copies of its children's contributions
+	logged [numKinds]LogStats
+	copies LogStats
+	detLog []Det // other PEs' determinants, stored for them
 	// passUp (CAMEL in hop mode, an inner node): determinants children's
 	// partials brought, to go up with this PE's next partial, whatever
 	// its group
@@ -193,12 +200,24 @@ type Causal struct {
 	// message carried (less this PE's own), which this PE passes on, so
 	// that whatever leaves the team carries the determinants of
 	// everything it depends on inside the team. carry is detBuf and the
-	// relays, joined (rebuilt when carryStale).
+	// relays, joined (rebuilt when carryStale). Under CAMEL some lists
+	// are parts of their sender's set (a partial's, a forwarded
+	// multicast's) or reach this PE from another team (passed up a
+	// reduction tree): their teammates' determinants join relayUp, by
+	// owner, in rsn order, each once, until the owner's own list shows
+	// them safe (pruneUp).
 	teams      Teams
 	relay      [][]Det
+	relayUp    [][]Det
 	carry      []Det
 	carryStale bool
 	notLogged  [numKinds]LogStats // messages to teammates
+}
+
+// upSent is the determinants an unlogged partial carried (see upKept).
+type upSent struct {
+	num, seq uint64
+	dets     []Det
 }
 
 // checkpointMark is what a checkpoint's snapshot covers: messages sent and
@@ -216,7 +235,7 @@ func newCausal(me int32, n int, t Trees, camel bool) *Causal {
 // withTeams puts s's PE in teams (see Causal.teams).
 func (s *Causal) withTeams(t Teams) *Causal {
 	if t.On() {
-		s.teams, s.relay = t, make([][]Det, s.n)
+		s.teams, s.relay, s.relayUp = t, make([][]Det, s.n), make([][]Det, s.n)
 	}
 	return s
 }
@@ -339,8 +358,8 @@ func (s *Causal) carried() []Det {
 	if s.carryStale {
 		s.carryStale = false
 		n := len(s.detBuf)
-		for _, r := range s.relay {
-			n += len(r)
+		for i, r := range s.relay {
+			n += len(r) + len(s.relayUp[i])
 		}
 		switch {
 		case n == 0:
@@ -350,8 +369,9 @@ func (s *Causal) carried() []Det {
 		default:
 			c := make([]Det, 0, n)
 			c = append(c, s.detBuf...)
-			for _, r := range s.relay {
+			for i, r := range s.relay {
 				c = append(c, r...)
+				c = append(c, s.relayUp[i]...)
 			}
 			s.carry = c
 		}
@@ -383,6 +403,49 @@ func (s *Causal) relayFrom(t int32, dets []Det) {
 		return
 	}
 	s.relay[t], s.carryStale = keep, true
+}
+
+// mate reports whether p is this PE's teammate (teams on, p not itself).
+func (s *Causal) mate(p int32) bool { return s.relay != nil && p != s.me && s.teams.Same(p, s.me) }
+
+// mergeUp adds to relayUp the determinants of this PE's teammates among
+// dets (see Causal.teams).
+func (s *Causal) mergeUp(dets []Det) {
+	for _, d := range dets {
+		if !s.mate(d.Recver) {
+			continue
+		}
+		list := s.relayUp[d.Recver]
+		i, found := slices.BinarySearchFunc(list, d.RSN, func(x Det, r uint64) int { return cmp.Compare(x.RSN, r) })
+		if !found {
+			s.relayUp[d.Recver], s.carryStale = slices.Insert(list, i, d), true
+		}
+	}
+}
+
+// pruneUp drops from relayUp teammate o's determinants up to the last of
+// own, o's own list as it sent it (all it had not had made safe, in rsn
+// order): those in it o still carries, the others are safe.
+func (s *Causal) pruneUp(o int32, own []Det) {
+	list := s.relayUp[o]
+	if len(own) == 0 || len(list) == 0 {
+		return
+	}
+	last := own[len(own)-1].RSN
+	i := 0
+	for i < len(list) && list[i].RSN <= last {
+		i++
+	}
+	if i > 0 {
+		s.relayUp[o], s.carryStale = slices.Delete(list, 0, i), true
+	}
+}
+
+// fullList reports whether m's determinants are all its sender did not
+// have made safe when it sent m (under SCMEL every message's; under
+// CAMEL a point-to-point one's): then they replace what it sent before.
+func (s *Causal) fullList(m *Message) bool {
+	return !s.camel || m.Kind == KindP2P || m.Kind == KindSystem
 }
 
 // number fills in a hop-by-hop message: ssn, channel number,
@@ -504,6 +567,13 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 // again to a recovering PE are the runtime's own. Only this PE's sends
 // are in its log here: in this mode what it keeps of others' is results.
 func (s *Causal) releasePartials(r Reduced, out []Action) []Action {
+	if up := s.upKept[r.Group]; len(up) > 0 {
+		k := 0
+		for k < len(up) && up[k].num <= r.Num {
+			k++
+		}
+		s.upKept[r.Group] = up[k:]
+	}
 	list := s.relLog[r.Group]
 	i := 0
 	for ; i < len(list) && list[i].Num <= r.Num; i++ {
@@ -741,8 +811,15 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 	if isResult(m) {
 		// in the turn of the last partial it stands for; the determinants
 		// it brings back are those the partials brought, and its root's
-		// own (already held by others: not acknowledged)
+		// own (already held by others: not acknowledged). The partial's
+		// reception is this PE's again, its determinant made again as a
+		// replayed reception's is: the PEs holding it may fail next and
+		// get it back only from this PE's messages (with teams, every
+		// holder may be in one team).
 		s.rsn++
+		s.detBuf = append(s.detBuf, Det{Sender: m.Sender, Recver: s.me, Group: m.Group, SSN: m.Num, RSN: s.rsn})
+		s.carryStale = true
+		s.stats.DetsCreated++
 		if len(m.Dets) > 0 {
 			s.storeDets(m.Dets, -1) // its sender is the partial's, not the root
 		}
@@ -759,14 +836,27 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 		s.stats.DetsCreated++
 	}
 	stored := len(s.detLog)
-	if s.relay != nil && m.Sender != s.me && s.teams.Same(m.Sender, s.me) {
+	switch {
+	case len(m.Dets) > 0 && m.Sender != s.me && s.passesDetsUp(m):
+		s.stashUp(m.Dets)
+	case s.mate(m.Sender) && s.fullList(m):
 		// a teammate's: not stored here (the team fails as one) but
 		// passed on, to whatever leaves the team
 		s.relayFrom(m.Sender, m.Dets)
-	} else if len(m.Dets) > 0 && m.Sender != s.me {
+		s.pruneUp(m.Sender, m.Dets[:ownRun(m.Dets, m.Sender)])
+	case s.mate(m.Sender):
+		// part of a teammate's list: a partial to this root (which
+		// carries all of its own, and what its subtree passed up), a
+		// multicast
+		if s.camel && m.Kind == KindReduction {
+			s.pruneUp(m.Sender, m.Dets[:ownRun(m.Dets, m.Sender)])
+		}
+		if len(m.Dets) > 0 {
+			s.storeDets(m.Dets, m.Sender) // teammates' join relayUp
+			out = s.ackDets(m, out)
+		}
+	case len(m.Dets) > 0 && m.Sender != s.me:
 		switch {
-		case s.passesDetsUp(m):
-			s.stashUp(m.Dets)
 		case s.ownList(m):
 			// One run, the sender's, most of it stored already: only its
 			// new tail is read (a scan of the whole list per message cost
@@ -851,6 +941,13 @@ func (s *Causal) upDets(to int32, toRoot bool) []Det {
 		own = own[i:]
 	}
 	up := s.passUp
+	if s.relay != nil {
+		// whatever leaves this PE carries its teammates' too (see
+		// Causal.teams); up is this PE's own to append to
+		for i, r := range s.relay {
+			up = append(append(up, r...), s.relayUp[i]...)
+		}
+	}
 	s.stats.DetsPiggybacked += uint64(len(own) + len(up))
 	switch {
 	case len(up) == 0 && len(own) == 0:
@@ -908,8 +1005,8 @@ func (s *Causal) ackDets(m *Message, out []Action) []Action {
 // ackRun acknowledges run, determinants of PE to, to it (own: the run is
 // to's own list, which to sent).
 func (s *Causal) ackRun(run []Det, to int32, own bool, out []Action) []Action {
-	if to < 0 || int(to) >= s.n || to == s.me {
-		return out
+	if to < 0 || int(to) >= s.n || to == s.me || s.mate(to) {
+		return out // (a teammate's determinants are safe only in another team)
 	}
 	if s.batchAcks {
 		s.holdAck(to, run, own)
@@ -1058,6 +1155,11 @@ func (s *Causal) storeDets(dets []Det, sender int32) {
 		if owner < 0 || int(owner) >= s.n {
 			continue
 		}
+		if s.mate(owner) {
+			// a teammate's: safe only in another team, so passed on
+			s.mergeUp(run)
+			continue
+		}
 		if owner == sender {
 			s.storeOwn(run, owner)
 			continue
@@ -1111,6 +1213,10 @@ func (s *Causal) storeDetsOutOfOrder(dets []Det, sender int32) {
 	}
 	for _, d := range dets {
 		if d.Recver < 0 || int(d.Recver) >= s.n || s.detSeen[d] {
+			continue
+		}
+		if s.mate(d.Recver) {
+			s.mergeUp([]Det{d})
 			continue
 		}
 		s.detSeen[d] = true
@@ -1259,6 +1365,14 @@ func (s *Causal) Checkpoint() {
 	// what teammates' messages brought came before the snapshot (the
 	// PE holds what arrives after it until this commit)
 	clear(s.relay)
+	clear(s.relayUp)
+	for g, up := range s.upKept {
+		k := 0
+		for k < len(up) && up[k].seq <= m.logSeq {
+			k++
+		}
+		s.upKept[g] = up[k:]
+	}
 	s.carryStale = true
 	s.mark = checkpointMark{logSeq: s.logSeq, rsn: s.rsn, detLog: len(s.detLog)}
 	s.sealed = false
@@ -1301,7 +1415,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 		// old incarnation's messages are dropped from now on
 		s.incMap[y] = max(s.incMap[y], inc)
 		if s.relay != nil {
-			s.relay[y], s.carryStale = nil, true
+			s.relay[y], s.relayUp[y], s.carryStale = nil, nil, true
 		}
 		return nil, nil
 	}
@@ -1339,9 +1453,25 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 			}
 		}
 	}
+	for _, g := range slices.Sorted(maps.Keys(s.upKept)) {
+		for _, u := range s.upKept[g] {
+			for _, d := range u.dets {
+				if d.Recver == y {
+					rec.Dets = append(rec.Dets, d)
+				}
+			}
+		}
+	}
 	if s.camel {
 		for _, g := range s.coll.sortedGroups() {
 			st := s.coll.state[g]
+			if root := s.coll.t.Root(g); s.teams.On() && s.keeper(g) == s.me && root != y && s.teams.Same(root, y) && s.coll.t.Has(g, y) && st.done > 0 {
+				// the root fails with y: the keeper says which of its
+				// reductions are complete (their partials were released;
+				// the root itself gets their results back instead)
+				rec.Done = append(rec.Done, Reduced{g, st.done})
+				continue
+			}
 			if !s.coll.isRoot(g) || !s.coll.t.Has(g, y) {
 				continue
 			}

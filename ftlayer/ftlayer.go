@@ -40,6 +40,16 @@
 //     determinant is held in one other team; a lost process that is not
 //     exactly one team, or a failure while a checkpoint is being taken,
 //     rolls every PE back, as under none.
+//   - camel with teams (camel+teams; the CAMEL paper's future work, §6):
+//     CAMEL's collectives between teams, team logging inside them — a
+//     multicast logged once at its root (whatever team its first child
+//     is in), a partial to a teammate not logged (its determinants kept,
+//     without the payload, until the reduction's acknowledgement), a
+//     reduction's result kept by the root's first child in another team
+//     (none when every child is a teammate: the partials then stay
+//     logged until the checkpoint), which also tells a recovering team
+//     which of its root's reductions are complete. The same failure
+//     sets as team.
 //
 // A second failure during a recovery that the launcher did not hold back
 // is reported (ErrConcurrentFailure), never silently mishandled.

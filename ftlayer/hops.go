@@ -110,12 +110,21 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		if m.Size = pe.PayloadSize(env.Payload); m.Size < 0 {
 			m.Size = encodedSize(env)
 		}
-		if s.teams.Same(to, s.me) {
+		if s.teams.Same(to, s.me) && !(s.camel && role == RoleMcastRoot) {
 			// inside the team: a failure rolls the receiver back with
-			// this PE, whose re-execution sends it again
+			// this PE, whose re-execution sends it again (a CAMEL
+			// multicast's one copy, made at its first child, serves
+			// every member: it is logged)
 			l := &s.notLogged[m.Kind]
 			l.TotalMsgs++
 			l.TotalBytes += m.bytes()
+			if s.camel && role == RolePartial && len(m.Dets) > 0 {
+				if s.upKept == nil {
+					s.upKept = map[uint64][]upSent{}
+				}
+				s.logSeq++
+				s.upKept[g] = append(s.upKept[g], upSent{num: num, seq: s.logSeq, dets: m.Dets})
+			}
 		} else {
 			s.log(m)
 		}
@@ -156,9 +165,9 @@ func (s *Causal) Reduced(g, num uint64, result *pe.Envelope) []Action {
 	if s.keepsResults() {
 		// Without a result nothing is acknowledged: the partials stay
 		// until the checkpoint, which is safe, only larger.
-		if len(kids) > 0 && result != nil {
+		if k := s.keeper(g); k >= 0 && result != nil {
 			r := s.keepResultCopy(g, num, result)
-			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedResult, From: s.me, To: kids[0], Relog: []*Message{r}}})
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedResult, From: s.me, To: k, Relog: []*Message{r}}})
 		}
 		s.out = out[:0]
 		return out
@@ -185,10 +194,15 @@ const resultMark = -2
 func isResult(m *Message) bool { return m.Kind == KindReduction && m.Recver == resultMark }
 
 // keeper is the PE that keeps group g's results: its root's first child
-// (-1 when the root has none).
+// (-1 when the root has none). With teams, the first not in the root's
+// team, which fails with the root (-1 when every child is: then nothing
+// is acknowledged, and the partials stay logged until the checkpoint).
 func (s *Causal) keeper(g uint64) int32 {
-	if kids := s.coll.t.Children(g, s.coll.t.Root(g)); len(kids) > 0 {
-		return kids[0]
+	root := s.coll.t.Root(g)
+	for _, c := range s.coll.t.Children(g, root) {
+		if !s.teams.Same(c, root) {
+			return c
+		}
 	}
 	return -1
 }
@@ -255,6 +269,18 @@ func (s *Causal) storeResult(m *Message) (bool, error) {
 	// there, and not both at once (ErrConcurrentFailure).
 	if own := m.Dets[:ownRun(m.Dets, m.Sender)]; len(own) > 0 {
 		s.storeDets(own, m.Sender)
+	}
+	if s.teams.On() {
+		// and those of the root's teammates it carried (its relays):
+		// the root does not hold them, and the root's own that this
+		// copy makes safe depend on them
+		for i := len(m.Dets[:ownRun(m.Dets, m.Sender)]); i < len(m.Dets); {
+			j := runEnd(m.Dets, i)
+			if o := m.Dets[i].Recver; o != m.Sender && s.teams.Same(o, m.Sender) {
+				s.storeDets(m.Dets[i:j], m.Sender)
+			}
+			i = j
+		}
 	}
 	return true, nil
 }

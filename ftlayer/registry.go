@@ -19,7 +19,8 @@ type ProtocolSpec struct {
 	RecoversAlone bool
 	// Teams: the protocol logs by teams (Teams), and a failed PE's whole
 	// team recovers, alone, while the others replay their messages to it.
-	Teams bool
+	// WithTeams: it may (camel, as camel+teams).
+	Teams, WithTeams bool
 	// NewHook makes PE me's hook for a job of n PEs, whose trees t
 	// describes, whose net carries the hook's packets and whose PEs teams
 	// groups (the zero Teams unless the protocol has Teams).
@@ -29,14 +30,18 @@ type ProtocolSpec struct {
 var protocols = []ProtocolSpec{
 	{Name: "none", NewHook: func(int, int, Trees, func(int, *Packet), Teams) Hook { return NopHook{} }},
 	{Name: "scmel", RecoversAlone: true, NewHook: causalHook("scmel", false)},
-	{Name: "camel", RecoversAlone: true, NewHook: causalHook("camel", true)},
+	{Name: "camel", RecoversAlone: true, WithTeams: true, NewHook: causalHook("camel", true)},
 	// team: SCMEL between teams; inside one, reception order only
 	{Name: "team", RecoversAlone: true, Teams: true, NewHook: causalHook("team", false)},
 }
 
 func causalHook(name string, camel bool) func(me, n int, t Trees, net func(int, *Packet), teams Teams) Hook {
 	return func(me, n int, t Trees, net func(int, *Packet), teams Teams) Hook {
-		return &CausalHook{name: name, s: NewHopCausal(int32(me), n, t, camel).withTeams(teams), t: t, net: net}
+		hk := &CausalHook{name: name, s: NewHopCausal(int32(me), n, t, camel).withTeams(teams), t: t, net: net}
+		if camel && teams.On() {
+			hk.name = name + "+teams"
+		}
+		return hk
 	}
 }
 

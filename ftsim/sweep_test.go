@@ -8,9 +8,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// protocols are what every sweep runs: each protocol, team-based logging
-// in teams of two PEs.
-var protocols = []chare.Config{{FT: "none"}, {FT: "scmel"}, {FT: "camel"}, {FT: "team", Teams: "2"}}
+// protocols are what every sweep runs: each protocol; team-based logging
+// and CAMEL with teams, in teams of two PEs.
+var protocols = []chare.Config{{FT: "none"}, {FT: "scmel"}, {FT: "camel"}, {FT: "team", Teams: "2"}, {FT: "camel", Teams: "2"}}
+
+// protoName names a configuration of protocols for a subtest.
+func protoName(c chare.Config) string {
+	if c.Teams != "" && c.FT != "team" {
+		return c.FT + "+teams"
+	}
+	return c.FT
+}
 
 func mixLogs(t *testing.T, r chare.Result) [3][]int64 {
 	t.Helper()
@@ -45,7 +53,8 @@ func TestFailuresAtEveryEvent(t *testing.T) {
 	}
 	for _, pc := range protocols {
 		ft := pc.FT
-		t.Run(ft, func(t *testing.T) {
+		name := protoName(pc)
+		t.Run(name, func(t *testing.T) {
 			runs := 0
 			events, err := Sweep(Mix, args, chare.Config{PEs: 5, FT: ft, Teams: pc.Teams, Branching: 2}, 7, []int{0, 1, 2, 3, 4}, stride, func(free chare.Result, f Failure) {
 				runs++
@@ -71,7 +80,8 @@ func TestRandomFailuresInOneRun(t *testing.T) {
 	}
 	for _, pc := range protocols {
 		ft := pc.FT
-		t.Run(ft, func(t *testing.T) {
+		name := protoName(pc)
+		t.Run(name, func(t *testing.T) {
 			ran, err := RandomFailures(Mix, args, pc, trials, rand.New(rand.NewPCG(uint64(len(ft)), 3)), func(free, res chare.Result, cfg chare.Config) {
 				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
 				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
@@ -100,7 +110,8 @@ func TestFailuresReplayTheOrderThatHappened(t *testing.T) {
 	}
 	for _, pc := range protocols {
 		ft := pc.FT
-		t.Run(ft, func(t *testing.T) {
+		name := protoName(pc)
+		t.Run(name, func(t *testing.T) {
 			runs := 0
 			events, err := Sweep(chainMain, args, chare.Config{PEs: 4, FT: ft, Teams: pc.Teams, Branching: 2}, 11, []int{0, 1, 2, 3}, stride, func(free chare.Result, f Failure) {
 				runs++
@@ -130,7 +141,8 @@ func TestFailuresInTheMiddleOfAHandler(t *testing.T) {
 	}
 	for _, pc := range protocols {
 		ft := pc.FT
-		t.Run(ft, func(t *testing.T) {
+		name := protoName(pc)
+		t.Run(name, func(t *testing.T) {
 			runs := 0
 			n, err := SweepHandOvers(Mix, MixArgs{Steps: 6, Ckpt: 3}, chare.Config{PEs: 5, FT: ft, Teams: pc.Teams, Branching: 2}, 7, []int{0, 1, 2, 3, 4}, stride, func(free chare.Result, f Failure) {
 				runs++
@@ -183,7 +195,8 @@ func TestAPEAndItsBuddyFailingTogether(t *testing.T) {
 	}
 	for _, pc := range protocols {
 		ft := pc.FT
-		t.Run(ft, func(t *testing.T) {
+		name := protoName(pc)
+		t.Run(name, func(t *testing.T) {
 			cfg := chare.Config{PEs: 4, FT: ft, Teams: pc.Teams, Branching: 2}
 			free := Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 5)
 			require.NoError(t, free.Err)
@@ -216,9 +229,15 @@ func TestTwoFailuresInTeams(t *testing.T) {
 		stride = 41
 	}
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	cfg := chare.Config{PEs: 6, FT: "team", Teams: "2", Branching: 2}
-	free := Run(Mix, args, cfg, 5)
-	require.NoError(t, free.Err)
+	for _, ft := range []string{"team", "camel"} {
+		cfg := chare.Config{PEs: 6, FT: ft, Teams: "2", Branching: 2}
+		free := Run(Mix, args, cfg, 5)
+		require.NoError(t, free.Err)
+		twoFailures(t, cfg, free, args, stride)
+	}
+}
+
+func twoFailures(t *testing.T, cfg chare.Config, free chare.Result, args MixArgs, stride int) {
 	for _, c := range []struct {
 		name     string
 		a, b     int // the PEs that fail
@@ -230,7 +249,7 @@ func TestTwoFailuresInTeams(t *testing.T) {
 		{"different teams at once", 1, 2, 0, 4},
 		{"different teams staggered", 5, 0, 57, 4},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(protoName(cfg)+" "+c.name, func(t *testing.T) {
 			runs, alone := 0, 0
 			for e := 1; e+c.later <= free.Stats.Events; e += stride {
 				rc := cfg

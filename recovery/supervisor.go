@@ -156,6 +156,9 @@ func (s *Supervisor) SetTeams(t ftlayer.Teams) {
 	defer s.mu.Unlock()
 	s.teams, s.ft.Teams = t, nil
 	if t.On() {
+		if s.ft.Protocol != "team" {
+			s.ft.Protocol += "+teams" // camel
+		}
 		s.ft.Teams = make([]TeamStats, t.K())
 		for k := range s.ft.Teams {
 			s.ft.Teams[k].PEs = t.Team(k)

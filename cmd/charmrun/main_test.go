@@ -259,11 +259,17 @@ func startJob(t *testing.T, charmrun, leanmd string, args, params []string, unti
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	sc := bufio.NewScanner(stdout)
+	seen := false
 	for sc.Scan() {
 		j.out.Write(append(sc.Bytes(), '\n'))
 		if strings.Contains(sc.Text(), until) {
+			seen = true
 			break
 		}
+	}
+	if !seen {
+		cmd.Wait()
+		require.FailNow(t, "the job ended before it printed "+until, "%v:\n%s%s", args, j.out.String(), j.err.String())
 	}
 	go func() {
 		io.Copy(j.out, stdout)
@@ -294,6 +300,15 @@ func startJob(t *testing.T, charmrun, leanmd string, args, params []string, unti
 		}
 	}
 	return j
+}
+
+// signal sends sig to the process of rank r (found by startJob: a pid of
+// 0 would signal this test's whole process group).
+func (j *job) signal(t *testing.T, r int, sig syscall.Signal) {
+	t.Helper()
+	pid := j.kids[r]
+	require.Positive(t, pid, "no process of rank %d among charmrun's children", r)
+	require.NoError(t, syscall.Kill(pid, sig))
 }
 
 // wait waits for charmrun to end and gives its exit code.
@@ -355,6 +370,7 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 		// a process is a team (--teams process, the default): its PEs
 		// roll back together, alone
 		{[]string{"++n", "2", "++ppn", "2", "--ft", "team"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (team)", "team, 1 failures, 2 PEs rolled back"},
+		{[]string{"++n", "2", "++ppn", "2", "--ft", "camel", "--teams", "process"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (camel+teams)", "camel+teams, 1 failures, 2 PEs rolled back"},
 	} {
 		if want == "" {
 			var out, errb bytes.Buffer
@@ -362,7 +378,7 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 			want = energies(t, out.String())
 		}
 		j := startJob(t, cr, leanmd, append(c.args, "--watchdog", "60s"), params, "Step 15 Benchmark")
-		require.NoError(t, syscall.Kill(j.kids[1], syscall.SIGKILL))
+		j.signal(t, 1, syscall.SIGKILL)
 		require.Equal(t, 0, j.wait(t), "%v: %s", c.args, j.err.String())
 		require.Contains(t, j.err.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
 		require.Contains(t, j.err.String(), c.notice)
@@ -377,7 +393,7 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	j := startJob(t, cr, leanmd, []string{"++n", "2", "++ppn", "1"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
-	require.NoError(t, syscall.Kill(j.kids[0], syscall.SIGKILL))
+	j.signal(t, 0, syscall.SIGKILL)
 	require.NotEqual(t, 0, j.wait(t))
 	require.Contains(t, j.err.String(), "charmrun: process 0 was killed by SIGKILL")
 	require.Contains(t, j.err.String(), "leanmd: process 0 (pid ")
@@ -386,9 +402,9 @@ func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 	// A process that hangs (stopped here) keeps its connections: the
 	// heartbeat timeout finds it.
 	j = startJob(t, cr, leanmd, []string{"++n", "2", "++ppn", "1", "--heartbeat-timeout", "2s"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
-	require.NoError(t, syscall.Kill(j.kids[1], syscall.SIGSTOP))
+	j.signal(t, 1, syscall.SIGSTOP)
 	waitGone(t, j.kids[0])
-	require.NoError(t, syscall.Kill(j.kids[1], syscall.SIGCONT)) // it finds process 0 gone
+	j.signal(t, 1, syscall.SIGCONT) // it finds process 0 gone
 	require.NotEqual(t, 0, j.wait(t))
 	require.Contains(t, j.err.String(), "leanmd: process 1 (pid ")
 	require.Contains(t, j.err.String(), "no heartbeat for 2s (--heartbeat-timeout)")

@@ -219,19 +219,16 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 	}, randomSchedules(3, 4)...)
 	for _, pes := range []int{2, 4} {
 		base := run(t, p, chare.Config{PEs: pes})
-		for _, proto := range []string{"none", "scmel", "camel", "team"} {
-			teams := ""
-			if proto == "team" {
-				if pes < 4 {
-					continue // teams of 2 need 4 PEs (a snapshot's copy lives in another team)
-				}
-				teams = "2"
+		for _, pc := range ftConfigs {
+			proto, teams := pc.FT, pc.Teams
+			if teams != "" && pes < 4 {
+				continue // teams of 2 need 4 PEs (a snapshot's copy lives in another team)
 			}
 			for i, sc := range schedules {
 				if pes == 4 && i%2 == 0 && i < 4 {
 					continue // half the schedules on 4 PEs, to keep CI short
 				}
-				if raceOn && !underRace[fmt.Sprint(pes, proto, i)] {
+				if raceOn && !underRace[fmt.Sprint(pes, ftName(pc), i)] {
 					continue // the README's test command runs them all without -race
 				}
 				var kills []chare.Kill
@@ -247,7 +244,7 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 				// each; not under -race, where it costs a minute a run (the
 				// README's command runs these cases again without -race)
 				wire := (i == 1 && (proto == "none") == (pes == 4) || proto == "camel" && pes == 4 && i == 1) && !raceOn
-				t.Run(fmt.Sprintf("%d PEs %s %s", pes, proto, sc.name), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%d PEs %s %s", pes, ftName(pc), sc.name), func(t *testing.T) {
 					failures(t, p, base, chare.Config{PEs: pes, FT: proto, Teams: teams, Kills: kills, WireCheck: wire}, sc.name)
 				})
 			}
@@ -272,16 +269,13 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 	for i := 3; i < len(eight); i += 2 {
 		eight[i].branching = 2 // every other random schedule on binary trees
 	}
-	for _, proto := range []string{"none", "scmel", "camel", "team"} {
-		teams := ""
-		if proto == "team" {
-			teams = "2"
-		}
+	for _, pc := range ftConfigs {
+		proto, teams := pc.FT, pc.Teams
 		for _, sc := range eight {
 			if raceOn && (proto != "camel" || sc.name != "two levels down") {
 				continue
 			}
-			t.Run(fmt.Sprintf("8 PEs %s %s", proto, sc.name), func(t *testing.T) {
+			t.Run(fmt.Sprintf("8 PEs %s %s", ftName(pc), sc.name), func(t *testing.T) {
 				failures(t, p, base, chare.Config{PEs: 8, Branching: sc.branching, FT: proto, Teams: teams, Kills: sc.kills}, sc.name)
 			})
 		}
@@ -319,7 +313,19 @@ func randomSchedules(seed uint64, pes int) []schedule {
 
 // underRace are the schedules run under -race (pes, protocol, schedule):
 // one of each protocol's local recoveries per kind of moment.
-var underRace = map[string]bool{"2none1": true, "2scmel1": true, "2camel0": true, "2camel2": true, "4camel1": true, "4team1": true}
+var underRace = map[string]bool{"2none1": true, "2scmel1": true, "2camel0": true, "2camel2": true, "4camel1": true, "4team1": true, "4camel+teams1": true}
+
+// ftConfigs are the protocols the failure tests run: each, and team-based
+// logging and CAMEL with teams in teams of 2 PEs.
+var ftConfigs = []chare.Config{{FT: "none"}, {FT: "scmel"}, {FT: "camel"}, {FT: "team", Teams: "2"}, {FT: "camel", Teams: "2"}}
+
+// ftName names a protocol configuration (camel with teams: camel+teams).
+func ftName(c chare.Config) string {
+	if c.Teams != "" && c.FT != "team" {
+		return c.FT + "+teams"
+	}
+	return c.FT
+}
 
 // failures runs one failure schedule and checks its run against base.
 func failures(t *testing.T, p Params, base Report, cfg chare.Config, name string) {

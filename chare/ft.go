@@ -4,6 +4,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/recovery"
 )
@@ -67,8 +68,8 @@ func (h *host) CheckpointStarting(m *manager.Manager, epoch uint64) bool {
 	return h.run.sup.CheckpointStarting(epoch)
 }
 
-func (h *host) CheckpointCommitted(m *manager.Manager, epoch uint64) {
-	h.run.sup.CheckpointCommitted(epoch)
+func (h *host) CheckpointCommitted(m *manager.Manager, epoch uint64, teams *ftlayer.Teams) {
+	h.run.sup.CheckpointCommitted(epoch, teams)
 }
 
 func (h *host) LocalRestored(m *manager.Manager, epoch uint64) {

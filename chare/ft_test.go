@@ -37,6 +37,19 @@ func TestKillFlagsAndFiles(t *testing.T) {
 	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "causal"})
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, `flag --ft: unknown protocol "causal"`)
+	for _, c := range []struct {
+		cfg chare.Config
+		err string
+	}{
+		{chare.Config{PEs: 4, FT: "scmel", Teams: "2"}, "flag --teams: --ft scmel logs no teams (teams are for --ft team and camel)"},
+		{chare.Config{PEs: 4, FT: "team"}, "flag --teams: --ft team needs teams: --teams N (blocks of N consecutive PEs), --teams auto or, with several processes, --teams process"},
+		{chare.Config{PEs: 5, FT: "team", Teams: "3"}, "flag --teams 3: teams {0-2} {3-4} on 5 PEs: PE 2's checkpoint copy would be held in its own team, which fails with it (no team may hold more than half the PEs)"},
+		{chare.Config{PEs: 4, FT: "camel", Teams: "4"}, "flag --teams 4: teams {0-3} on 4 PEs: PE 0's checkpoint copy would be held in its own team"},
+	} {
+		res = chare.Run(ckMain, c.cfg)
+		require.Equal(t, 2, res.Code, c.err)
+		require.ErrorContains(t, res.Err, c.err)
+	}
 }
 
 func TestFTFlag(t *testing.T) {
@@ -52,7 +65,10 @@ func TestFTFlag(t *testing.T) {
 		{[]string{"--ft", "team"}, "team", ""},
 		{[]string{"--ft", "mcml"}, "", `flag --ft: unknown protocol "mcml" (want none, scmel, camel, team)`},
 		{[]string{"--ft", "team", "--teams", "0"}, "", "flag --teams: 0 is out of range (want 1 to 1048576)"},
-		{[]string{"--ft", "team", "--teams", "two"}, "", `flag --teams: "two" is neither a number of PEs per team nor process`},
+		{[]string{"--ft", "team", "--teams", "two"}, "", `flag --teams: "two" is neither a number of PEs per team, process nor auto`},
+		{[]string{"--ft", "team", "--teams", "auto", "--teams-alpha", "0.5", "--teams-beta", "0.2"}, "team", ""},
+		{[]string{"--ft", "team", "--teams-alpha", "-1"}, "", `flag --teams-alpha: "-1" is not a weight from 0 to 100`},
+		{[]string{"--ft", "team", "--teams-beta", "NaN"}, "", `flag --teams-beta: "NaN" is not a weight from 0 to 100`},
 		{[]string{"--ft"}, "", "flag --ft needs a value"},
 	} {
 		cfg, err := chare.ParseFlags(c.args)
@@ -97,9 +113,9 @@ func TestRuntimeFlagTableMatchesTheParser(t *testing.T) {
 	values := map[string]string{"+p": "2", "--pes": "2", "-pes": "2", "--branching": "3", "+balancer": "rotate", "--lb": "none",
 		"--balancer": "RotateLB", "--spin": "5", "--ckpt-period": "4", "+ckptPeriod": "4", "--ckpt-dir": t.TempDir(),
 		"--ft": "camel", "+ft": "none", "--kill": "1@3", "--kill-file": writeTemp(t, "1 @3\n"), "+killFile": writeTemp(t, "0 2\n"),
-		"--watchdog": "3s", "--restart": "dir", "+restart": "dir", "--teams": "2"}
+		"--watchdog": "3s", "--restart": "dir", "+restart": "dir", "--teams": "2", "--teams-alpha": "0.3", "--teams-beta": "0.1"}
 	for _, name := range []string{"+p", "--pes", "-pes", "--wire-check", "--branching", "+balancer", "--lb", "--balancer", "--spin",
-		"--ckpt-period", "+ckptPeriod", "--ckpt-dir", "--ft", "+ft", "--teams", "--kill", "--kill-file", "+killFile", "--watchdog", "--restart", "+restart"} {
+		"--ckpt-period", "+ckptPeriod", "--ckpt-dir", "--ft", "+ft", "--teams", "--teams-alpha", "--teams-beta", "--kill", "--kill-file", "+killFile", "--watchdog", "--restart", "+restart"} {
 		known, takes := chare.RuntimeFlag(name)
 		require.True(t, known, name)
 		args := []string{name}

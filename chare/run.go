@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/ftlayer/teams"
 	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
@@ -73,10 +75,16 @@ type Config struct {
 	// checkpoint/restart alone), "scmel", "camel" or "team".
 	FT string
 	// Teams groups the PEs for team-based logging (--ft team, or camel
-	// as camel+teams): "N" (consecutive blocks of N PEs) or "process"
+	// as camel+teams): "N" (consecutive blocks of N PEs), "process"
 	// (each process's PEs; the default with several processes under
-	// team).
+	// team) or "auto" (chosen at each coordinated checkpoint from the
+	// traffic between PEs measured since the one before, by Algorithm 1
+	// of papers/001 with its cost function (2); every PE alone until the
+	// second checkpoint; one process).
 	Teams string
+	// TeamsAlpha and TeamsBeta weigh logging and rollback in --teams
+	// auto's cost (α·L + β·R; defaults 0.23 and 0.124).
+	TeamsAlpha, TeamsBeta float64
 	// Notices receives one line per failure and recovery (default: none).
 	Notices io.Writer
 	// Watchdog ends the run with exit code 3 and a dump of every PE once
@@ -164,9 +172,14 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          PE back), scmel (simple causal), camel (collective-
                          aware) or team (team-based: messages inside a team are
                          not logged, and a failure rolls back the failed PE's team)
-  --teams N|process      teams for --ft team (and camel: camel+teams): blocks of
-                         N consecutive PEs, or each process's PEs (the default
-                         with several processes under team)
+  --teams N|process|auto teams for --ft team (and camel: camel+teams): blocks of
+                         N consecutive PEs, each process's PEs (the default
+                         with several processes under team), or auto: chosen at
+                         each checkpoint from the traffic measured since the one
+                         before (papers/001's Algorithm 1; one process)
+  --teams-alpha A, --teams-beta B
+                         --teams auto's cost weights: A·logged share + B·rollback
+                         share (defaults 0.23, 0.124)
   --kill PE@STEP         inject a failure: PE fails when the program begins STEP
   --kill-file F          failures from F: lines "PE SECONDS" (Charm++'s +killFile)
                          or "PE @STEP". Under --ft none every PE rolls back to
@@ -202,7 +215,7 @@ var runtimeFlags = map[string]bool{
 	"+p": true, "--pes": true, "-pes": true, "--wire-check": false, "--branching": true,
 	"+balancer": true, "--lb": true, "--balancer": true, "--spin": true,
 	"+LBDebug": true, "+LBDump": true, "+LBUseCpuTime": false, "+LBOff": false, "+LBPeriod": true, "+LBTolerance": true,
-	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true, "--teams": true,
+	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true, "--teams": true, "--teams-alpha": true, "--teams-beta": true,
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
 	"--listen": true, "--connect-timeout": true, "--heartbeat-timeout": true, "--log-level": true,
@@ -391,12 +404,25 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 			}
 		case "--teams":
 			if v, err = value(); err == nil {
-				if _, aerr := strconv.Atoi(v); aerr != nil && v != "process" {
-					err = fmt.Errorf("flag --teams: %q is neither a number of PEs per team nor process", v)
-				} else if v != "process" {
+				if _, aerr := strconv.Atoi(v); aerr != nil && v != "process" && v != "auto" {
+					err = fmt.Errorf("flag --teams: %q is neither a number of PEs per team, process nor auto", v)
+				} else if aerr == nil {
 					_, err = num(name, v, 1, 1<<20)
 				}
 				cfg.Teams = v
+			}
+		case "--teams-alpha", "--teams-beta":
+			if v, err = value(); err == nil {
+				var w float64
+				w, err = strconv.ParseFloat(v, 64)
+				if err != nil || w < 0 || w > 100 || math.IsNaN(w) {
+					err = fmt.Errorf("flag %s: %q is not a weight from 0 to 100", name, v)
+				}
+				if name == "--teams-alpha" {
+					cfg.TeamsAlpha = w
+				} else {
+					cfg.TeamsBeta = w
+				}
 			}
 		case "--kill":
 			if v, err = value(); err == nil {
@@ -573,9 +599,15 @@ func chooseTeams(cfg Config, spec ftlayer.ProtocolSpec, stride int) (ftlayer.Tea
 	v := cfg.Teams
 	if v == "" {
 		if cfg.Procs <= 1 {
-			return ftlayer.Teams{}, 0, fmt.Errorf("flag --teams: --ft %s needs teams: --teams N (blocks of N consecutive PEs) or, with several processes, --teams process", spec.Name)
+			return ftlayer.Teams{}, 0, fmt.Errorf("flag --teams: --ft %s needs teams: --teams N (blocks of N consecutive PEs), --teams auto or, with several processes, --teams process", spec.Name)
 		}
 		v = "process"
+	}
+	if v == "auto" {
+		if cfg.Procs > 1 {
+			return ftlayer.Teams{}, 0, fmt.Errorf("flag --teams auto: chosen teams are for one process (with several, --teams process makes each process a team)")
+		}
+		return ftlayer.Teams{}, stride, nil // every PE alone until a checkpoint chooses
 	}
 	var teams ftlayer.Teams
 	var err error
@@ -607,6 +639,37 @@ func chooseTeams(cfg Config, spec ftlayer.ProtocolSpec, stride int) (ftlayer.Tea
 		}
 	}
 	return teams, stride, nil
+}
+
+// autoTeams is --teams auto's choice (manager.Options.Regroup): Algorithm
+// 1 of papers/001 over the volume the PEs sent each other since the last
+// checkpoint, with teams of at most half the PEs (each PE's checkpoint
+// copy lives in another team). Nothing measured keeps the teams.
+func autoTeams(cfg Config) func(rows [][]uint64) ([]int32, error) {
+	opt := teams.Options{Alpha: cfg.TeamsAlpha, Beta: cfg.TeamsBeta, MaxTeam: max(cfg.PEs/2, 1), Seed: cfg.Seed}
+	if opt.Alpha == 0 && opt.Beta == 0 {
+		opt.Alpha, opt.Beta = 0.23, 0.124
+	}
+	return func(rows [][]uint64) ([]int32, error) {
+		m := teams.NewMatrix(cfg.PEs)
+		for u, row := range rows {
+			for v, w := range row {
+				m.Add(u, v, float64(w))
+			}
+		}
+		if m.Between() == 0 {
+			return nil, nil
+		}
+		r, err := teams.Partition(m, opt)
+		if err != nil {
+			return nil, err
+		}
+		of := make([]int32, cfg.PEs)
+		for p, k := range r.TeamOf(cfg.PEs) {
+			of[p] = int32(k)
+		}
+		return of, nil
+	}
 }
 
 func protocolName(v string) (string, error) {
@@ -812,10 +875,14 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		return Result{Code: 2, Err: InputError{err}}
 	}
 	opt.BuddyStride = stride
-	opt.FT = func(me, n int, t ftlayer.Trees, net func(int, *ftlayer.Packet)) ftlayer.Hook {
-		return spec.NewHook(me, n, t, net, teams)
-	}
 	rs.sup.SetTeams(teams)
+	opt.FT = func(me, n int, t ftlayer.Trees, net func(int, *ftlayer.Packet)) ftlayer.Hook {
+		return spec.NewHook(me, n, t, net, rs.sup.Teams()) // (--teams auto: the teams of the last checkpoint)
+	}
+	if cfg.Teams == "auto" {
+		opt.Regroup = autoTeams(cfg)
+		opt.Teams = rs.sup.Teams
+	}
 	local := cmp.Or(pcfg.LocalPEs, pcfg.NumPEs)
 	onHost := local
 	if job != nil {

@@ -212,6 +212,9 @@ type Causal struct {
 	carry      []Det
 	carryStale bool
 	notLogged  [numKinds]LogStats // messages to teammates
+	// volume: the payload bytes this PE sent each PE since TakeVolume
+	// (the row of the communication matrix teams are chosen from)
+	volume []uint64
 }
 
 // upSent is the determinants an unlogged partial carried (see upKept).
@@ -234,10 +237,25 @@ func newCausal(me int32, n int, t Trees, camel bool) *Causal {
 
 // withTeams puts s's PE in teams (see Causal.teams).
 func (s *Causal) withTeams(t Teams) *Causal {
+	s.teams, s.relay, s.relayUp, s.carryStale = Teams{}, nil, nil, true
 	if t.On() {
 		s.teams, s.relay, s.relayUp = t, make([][]Det, s.n), make([][]Det, s.n)
 	}
 	return s
+}
+
+// Regroup puts this PE in teams t from now on: right after a
+// checkpoint's commit (Checkpoint), when the logs hold only what came
+// after the snapshot, none of it sent yet by this PE (it was sealed) and
+// what others sent it after their own commit, under t already.
+func (s *Causal) Regroup(t Teams) { s.withTeams(t) }
+
+// TakeVolume returns the payload bytes this PE sent each PE since the
+// last call (nil: none), and starts counting again.
+func (s *Causal) TakeVolume() []uint64 {
+	v := s.volume
+	s.volume = nil
+	return v
 }
 
 // outside is the number of PEs in other teams than this one's: those a

@@ -39,6 +39,7 @@ const ActCommitted ActionKind = 10
 type Checkpointer struct {
 	me, n     int32
 	buddies   Buddies
+	next      *Buddies            // the epoch in progress pairs PEs anew (Regroup)
 	committed map[int32]*Snapshot // own and the buddy-owned copies this PE holds
 	tentative map[int32]*Snapshot // this epoch's
 	epoch     uint64              // in progress (0: none)
@@ -72,8 +73,13 @@ func RestoredCheckpointer(me int32, b Buddies, own, held *Snapshot) *Checkpointe
 // Buddies pairs every PE with the one that holds the second copy of its
 // checkpoint, Stride PEs on (modulo N): with a process per Stride PEs,
 // the copy lives in another process, so that losing a process loses no
-// snapshot. In one process Stride is 1.
-type Buddies struct{ N, Stride int32 }
+// snapshot. In one process Stride is 1. Teams that are not runs of PEs
+// (TeamBuddies) pair PEs Stride apart in an order of their own.
+type Buddies struct {
+	N, Stride int32
+	order     []int32 // nil: 0..N-1
+	pos       []int32 // each PE's place in order
+}
 
 // NewBuddies pairs n PEs stride apart (1 if stride does not pair distinct
 // PEs).
@@ -84,11 +90,52 @@ func NewBuddies(n, stride int) Buddies {
 	return Buddies{N: int32(n), Stride: int32(stride % n)}
 }
 
+// TeamBuddies pairs the PEs so that each PE's copy lives in another team:
+// the PEs in team order, each paired with the one the largest team's size
+// on. It fails if a team holds more than half the PEs (then some copy
+// would stay in its owner's team).
+func TeamBuddies(t Teams) (Buddies, error) {
+	n := len(t.of)
+	order := make([]int32, 0, n)
+	for k := range t.K() {
+		order = append(order, t.Team(k)...)
+	}
+	pos := make([]int32, n)
+	for i, p := range order {
+		pos[p] = int32(i)
+	}
+	b := Buddies{N: int32(n), Stride: int32(t.Largest() % max(n, 1)), order: order, pos: pos}
+	for p := int32(0); int(p) < n; p++ {
+		if t.Same(p, b.Of(p)) {
+			return Buddies{}, fmt.Errorf("teams %v: PE %d's checkpoint copy would be held in its own team, which fails with it (no team may hold more than half the PEs)", t, p)
+		}
+	}
+	return b, nil
+}
+
 // Of is the PE that holds me's second copy.
-func (b Buddies) Of(me int32) int32 { return (me + b.Stride) % b.N }
+func (b Buddies) Of(me int32) int32 {
+	if b.order != nil {
+		return b.order[(b.pos[me]+b.Stride)%b.N]
+	}
+	return (me + b.Stride) % b.N
+}
 
 // Held is the PE whose second copy me holds.
-func (b Buddies) Held(me int32) int32 { return (me - b.Stride + b.N) % b.N }
+func (b Buddies) Held(me int32) int32 {
+	if b.order != nil {
+		return b.order[(b.pos[me]-b.Stride+b.N)%b.N]
+	}
+	return (me - b.Stride + b.N) % b.N
+}
+
+// Regroup pairs the PEs as b from the next epoch on (teams chosen
+// anew): call it before Begin; the epoch's commit makes it so, its abort
+// forgets it.
+func (c *Checkpointer) Regroup(b Buddies) { c.next = &b }
+
+// Buddies is how the last committed epoch paired the PEs.
+func (c *Checkpointer) Buddies() Buddies { return c.buddies }
 
 // Hold stores another PE's committed snapshot (the initial one, or a copy
 // re-sent after a restart).
@@ -117,6 +164,9 @@ func (c *Checkpointer) Begin(e uint64, s *Snapshot) []Action {
 	c.stored = map[int32]bool{}
 	c.Bytes += uint64(len(s.App))
 	b := c.buddies.Of(c.me)
+	if c.next != nil {
+		b = c.next.Of(c.me)
+	}
 	return []Action{{Kind: ActSend, Packet: Packet{Kind: PktCkptData, From: c.me, To: b, Ckpt: &CkptMsg{Epoch: e, Snap: s}}}}
 }
 
@@ -149,6 +199,11 @@ func (c *Checkpointer) Receive(p *Packet) ([]Action, error) {
 		}
 		return out, nil
 	case PktCkptCommit:
+		if c.next != nil {
+			// paired anew: the copies of the old pairs go
+			c.buddies, c.next = *c.next, nil
+			clear(c.committed)
+		}
 		for owner, s := range c.tentative {
 			c.committed[owner] = s
 		}
@@ -162,7 +217,7 @@ func (c *Checkpointer) Receive(p *Packet) ([]Action, error) {
 // Abort drops an epoch in progress (a PE failed before the commit was
 // decided): the last committed checkpoint stays.
 func (c *Checkpointer) Abort() {
-	c.epoch = 0
+	c.epoch, c.next = 0, nil
 	c.tentative = map[int32]*Snapshot{}
 	c.stored = nil
 }

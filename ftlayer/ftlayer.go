@@ -39,7 +39,9 @@
 //     meanwhile rolls every PE back), since each
 //     determinant is held in one other team; a lost process that is not
 //     exactly one team, or a failure while a checkpoint is being taken,
-//     rolls every PE back, as under none.
+//     rolls every PE back, as under none. Teams change only at a
+//     coordinated checkpoint (Hook.Regroup, Checkpointer.Regroup: the
+//     checkpoint's copies go to holders in other teams of the new ones).
 //   - camel with teams (camel+teams; the CAMEL paper's future work, §6):
 //     CAMEL's collectives between teams, team logging inside them — a
 //     multicast logged once at its root (whatever team its first child

@@ -85,6 +85,13 @@ type Hook interface {
 	// Describe writes, for a dump of a stalled run, what the hook holds
 	// and waits for (one or a few indented lines; nothing for none).
 	Describe(w io.Writer)
+	// Regroup puts the PE in teams t from now on (called right after a
+	// Checkpoint whose epoch chose them); a protocol without teams
+	// ignores it.
+	Regroup(t Teams)
+	// TakeVolume returns the payload bytes the PE sent each PE since the
+	// last call (nil: not measured), to choose teams from.
+	TakeVolume() []uint64
 }
 
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
@@ -109,6 +116,8 @@ func (NopHook) LogsSent() bool                                           { retur
 func (NopHook) OnRelease(func(*pe.Envelope))                             {}
 func (NopHook) Releases() bool                                           { return false }
 func (NopHook) Describe(io.Writer)                                       {}
+func (NopHook) Regroup(Teams)                                            {}
+func (NopHook) TakeVolume() []uint64                                     { return nil }
 
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
@@ -259,9 +268,19 @@ func (h *CausalHook) PeerRecovered(y int) { h.s.Recovered(int32(y)) }
 func (h *CausalHook) LogsSent() bool { return true }
 
 func (h *CausalHook) Prepare() Counters { return h.s.Prepare() }
-func (h *CausalHook) Checkpoint()       { h.s.Checkpoint() }
-func (h *CausalHook) Abort()            { h.s.Abort() }
-func (h *CausalHook) Stats() Stats      { return h.s.Stats() }
+
+// Regroup implements Hook: teams apply to team and camel (as
+// camel+teams); scmel keeps every PE alone.
+func (h *CausalHook) Regroup(t Teams) {
+	if h.name != "scmel" {
+		h.s.Regroup(t)
+	}
+}
+
+func (h *CausalHook) TakeVolume() []uint64 { return h.s.TakeVolume() }
+func (h *CausalHook) Checkpoint()          { h.s.Checkpoint() }
+func (h *CausalHook) Abort()               { h.s.Abort() }
+func (h *CausalHook) Stats() Stats         { return h.s.Stats() }
 
 // Describe implements Hook.
 func (h *CausalHook) Describe(w io.Writer) {

@@ -110,6 +110,10 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		if m.Size = pe.PayloadSize(env.Payload); m.Size < 0 {
 			m.Size = encodedSize(env)
 		}
+		if s.volume == nil {
+			s.volume = make([]uint64, s.n)
+		}
+		s.volume[to] += uint64(m.Size)
 		if s.teams.Same(to, s.me) && !(s.camel && role == RoleMcastRoot) {
 			// inside the team: a failure rolls the receiver back with
 			// this PE, whose re-execution sends it again (a CAMEL

@@ -189,3 +189,76 @@ func TestTeamRecoversFromTheOtherTeam(t *testing.T) {
 	require.Equal(t, int32(3), next.FT.Sender)
 	require.False(t, n.hooks[1].Recovering())
 }
+
+// Teams that are not runs of PEs pair every PE with a holder in another
+// team; a team of more than half the PEs cannot be.
+func TestTeamBuddiesKeepCopiesInAnotherTeam(t *testing.T) {
+	for _, of := range [][]int32{{0, 1, 0, 1}, {0, 1, 2, 0, 1, 2, 0}, {0, 0, 1, 1, 2}, {0, 1, 1, 0, 2, 2}} {
+		tm, err := TeamsOf(of)
+		require.NoError(t, err)
+		b, err := TeamBuddies(tm)
+		require.NoError(t, err, "%v", of)
+		seen := map[int32]bool{}
+		for p := int32(0); int(p) < len(of); p++ {
+			require.False(t, tm.Same(p, b.Of(p)), "teams %v: PE %d's copy in its own team", tm, p)
+			require.Equal(t, p, b.Held(b.Of(p)))
+			require.False(t, seen[b.Of(p)], "teams %v: PE %d holds two copies", tm, b.Of(p))
+			seen[b.Of(p)] = true
+		}
+	}
+	tm, err := TeamsOf([]int32{0, 0, 0, 1})
+	require.NoError(t, err)
+	_, err = TeamBuddies(tm)
+	require.ErrorContains(t, err, "no team may hold more than half the PEs")
+}
+
+// A checkpoint that regroups sends each snapshot to its new holder and,
+// once committed, holds the new pairs' copies alone; an aborted one
+// forgets the new pairs.
+func TestCheckpointerRegroups(t *testing.T) {
+	old := NewBuddies(4, 1)
+	tm, err := TeamsOf([]int32{0, 1, 0, 1})
+	require.NoError(t, err)
+	nb, err := TeamBuddies(tm)
+	require.NoError(t, err)
+	cks := make([]*Checkpointer, 4)
+	for i := range cks {
+		cks[i] = NewCheckpointer(int32(i), old, &Snapshot{Owner: int32(i)})
+		cks[i].Hold(&Snapshot{Owner: old.Held(int32(i))})
+	}
+	run := func(epoch uint64, regroup bool) {
+		var pkts []Packet
+		for i, c := range cks {
+			if regroup {
+				c.Regroup(nb)
+			}
+			for _, a := range c.Begin(epoch, &Snapshot{App: []byte{byte(i)}}) {
+				pkts = append(pkts, a.Packet)
+			}
+		}
+		for len(pkts) > 0 {
+			p := pkts[0]
+			pkts = pkts[1:]
+			acts, err := cks[p.To].Receive(&p)
+			require.NoError(t, err)
+			for _, a := range acts {
+				if a.Kind == ActSend {
+					pkts = append(pkts, a.Packet)
+				}
+			}
+		}
+	}
+	cks[0].Regroup(nb)
+	cks[0].Abort()
+	require.Equal(t, old, cks[0].Buddies(), "an aborted epoch keeps the pairs")
+	run(1, true)
+	for i, c := range cks {
+		me := int32(i)
+		require.Equal(t, nb, c.Buddies())
+		require.NotNil(t, c.Committed(me))
+		require.NotNil(t, c.Committed(nb.Held(me)), "PE %d holds PE %d's copy", i, nb.Held(me))
+		if old.Held(me) != nb.Held(me) {
+			require.Nil(t, c.Committed(old.Held(me)), "PE %d dropped the old pair's copy", i)
+		}
+	}
+}

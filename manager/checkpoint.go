@@ -94,8 +94,12 @@ type ElemSnapshot struct {
 // every PE committed it.
 type CkptStartMsg struct{ Callback Callback }
 
-// CkptTakeMsg tells a PE to take its snapshot for Epoch.
-type CkptTakeMsg struct{ Epoch uint64 }
+// CkptTakeMsg tells a PE to take its snapshot for Epoch. Teams, if
+// set, is each PE's team from this epoch on (Options.Regroup).
+type CkptTakeMsg struct {
+	Epoch uint64
+	Teams []int32 `msgpack:",omitempty"`
+}
 
 // CkptPacketMsg carries one packet of ftlayer's checkpoint protocol.
 type CkptPacketMsg struct {
@@ -112,6 +116,9 @@ type CkptDoneMsg struct {
 	Bytes uint64
 	File  FileRecord
 	Err   string // writing to the checkpoint directory failed
+	// Volume is the payload bytes the PE sent each PE since its last
+	// commit (with Options.Regroup)
+	Volume []uint64 `msgpack:",omitempty"`
 }
 
 var tCkptStart, tCkptTake, tCkptPacket, tCkptDone, tRestore, tRestored, tStranded uint32
@@ -148,6 +155,11 @@ type ckptState struct {
 	// PE 0: snapshots are being taken (from the epoch's quiet moment to
 	// its commit): no moment is quiet meanwhile (qdRoot.reply)
 	taking bool
+	// with Options.Regroup: the teams the epoch in progress puts the PEs
+	// in (every PE), the volume rows the PEs reported with their last
+	// commit (PE 0)
+	nextTeams *ftlayer.Teams
+	rows      [][]uint64
 }
 
 // StartCheckpoint asks for a coordinated checkpoint; cb receives
@@ -192,12 +204,38 @@ func (m *Manager) ckptQuiescent(epoch uint64) {
 		return
 	}
 	m.ckpt.taking = true
+	take := &CkptTakeMsg{Epoch: epoch}
+	if m.opt.Regroup != nil && m.ckpt.rows != nil {
+		of, err := m.opt.Regroup(m.ckpt.rows)
+		if err != nil {
+			m.Fail(fmt.Errorf("checkpoint %d: choosing teams: %w", epoch, err))
+			return
+		}
+		take.Teams = of
+		m.ckpt.rows = nil
+	}
 	for p := 0; p < m.NumPEs(); p++ {
-		m.sendSys(p, tCkptTake, &CkptTakeMsg{Epoch: epoch})
+		m.sendSys(p, tCkptTake, take)
 	}
 }
 
 func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
+	m.ckpt.nextTeams = nil
+	if msg.Teams != nil {
+		t, err := ftlayer.TeamsOf(msg.Teams)
+		var b ftlayer.Buddies
+		if err == nil {
+			b, err = ftlayer.TeamBuddies(t)
+		}
+		if err != nil {
+			m.Fail(fmt.Errorf("checkpoint %d: PE %d: the teams chosen: %w", msg.Epoch, m.Me(), err))
+			return
+		}
+		// the copy goes to the new pair's holder: after the commit, a
+		// failure recovers under the new teams
+		m.checkpointer().Regroup(b)
+		m.ckpt.nextTeams = &t
+	}
 	snap, err := m.Snapshot(msg.Epoch)
 	if err != nil {
 		m.Fail(fmt.Errorf("checkpoint %d: %w", msg.Epoch, err))
@@ -279,9 +317,18 @@ func (m *Manager) ckptActions(acts []ftlayer.Action) {
 // by the buddy); write it to the checkpoint directory and tell PE 0.
 func (m *Manager) committed() {
 	m.ft.Checkpoint()
+	if t := m.ckpt.nextTeams; t != nil {
+		m.ft.Regroup(*t)
+	}
 	ck := m.checkpointer()
 	own := ck.Committed(int32(m.Me()))
 	done := &CkptDoneMsg{Epoch: ck.LastCommitted(), Bytes: uint64(len(own.App))}
+	if m.opt.Regroup != nil {
+		done.Volume = m.ft.TakeVolume()
+		if done.Volume == nil {
+			done.Volume = make([]uint64, m.NumPEs()) // measured: nothing sent
+		}
+	}
 	if dir := m.opt.CheckpointDir; dir != "" {
 		var err error
 		if done.File, err = writeSnapshot(dir, m.Me(), own.Epoch, own.App); err != nil {
@@ -300,6 +347,16 @@ func (m *Manager) onCkptDone(env *pe.Envelope) {
 	c.done++
 	c.bytes += msg.Bytes
 	c.files[env.Src] = msg.File
+	if msg.Volume != nil && m.opt.Regroup != nil {
+		if len(msg.Volume) != m.NumPEs() {
+			m.Fail(fmt.Errorf("checkpoint %d: PE %d reported its volume to %d PEs, not %d", c.epoch, env.Src, len(msg.Volume), m.NumPEs()))
+			return
+		}
+		if c.rows == nil {
+			c.rows = make([][]uint64, m.NumPEs())
+		}
+		c.rows[env.Src] = msg.Volume
+	}
 	if msg.Err != "" {
 		c.errs = append(c.errs, msg.Err)
 	}
@@ -320,9 +377,9 @@ func (m *Manager) onCkptDone(env *pe.Envelope) {
 	m.Stats.Checkpoints++
 	m.Stats.CheckpointBytes += c.bytes
 	m.Stats.CheckpointNanos += uint64(time.Since(c.start))
-	cb, epoch := c.cb, c.epoch
-	c.epoch, c.taking = 0, false
-	m.host.CheckpointCommitted(m, epoch)
+	cb, epoch, teams := c.cb, c.epoch, c.nextTeams
+	c.epoch, c.taking, c.nextTeams = 0, false, nil
+	m.host.CheckpointCommitted(m, epoch, teams)
 	m.DeliverCallback(cb, struct{}{})
 	if len(c.queued) > 0 {
 		next := c.queued[0]

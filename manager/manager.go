@@ -61,8 +61,10 @@ type Host interface {
 	// epoch, before it asks every PE for its snapshot; false puts the
 	// checkpoint off to the next quiet moment (a PE is recovering).
 	CheckpointStarting(m *Manager, epoch uint64) bool
-	// CheckpointCommitted runs on PE 0 once every PE committed epoch.
-	CheckpointCommitted(m *Manager, epoch uint64)
+	// CheckpointCommitted runs on PE 0 once every PE committed epoch;
+	// teams, if not nil, are the teams the epoch put the PEs in
+	// (Options.Regroup), in effect from it on.
+	CheckpointCommitted(m *Manager, epoch uint64, teams *ftlayer.Teams)
 	// RollingBack runs on PE 0 when a global rollback chose the
 	// checkpoint every PE goes back to (0: the start of the run) and
 	// where its snapshots are.
@@ -105,10 +107,33 @@ type Options struct {
 	// process when there are several: the copy lives in another
 	// process; 0 or 1: the next PE).
 	BuddyStride int
+	// Regroup, if set, chooses teams (each PE's team number) at each
+	// coordinated checkpoint from the volume each PE sent each PE since
+	// the one before (rows[u][v]; nil rows: not measured), or returns nil
+	// to keep them. PE 0 calls it; the teams and the checkpoint copies'
+	// pairs that keep each copy in another team apply from that
+	// checkpoint on.
+	Regroup func(rows [][]uint64) ([]int32, error)
+	// Teams gives the teams in effect (for the pairs of a manager made
+	// after a failure); nil: every PE alone.
+	Teams func() ftlayer.Teams
 }
 
-// Buddies pairs each PE with the holder of its checkpoint's second copy.
-func (m *Manager) Buddies() ftlayer.Buddies { return ftlayer.NewBuddies(m.NumPEs(), m.opt.BuddyStride) }
+// Buddies pairs each PE with the holder of its checkpoint's second copy:
+// as the last checkpoint this PE committed did.
+func (m *Manager) Buddies() ftlayer.Buddies {
+	if m.ckpt.ck != nil {
+		return m.ckpt.ck.Buddies()
+	}
+	if m.opt.Regroup != nil && m.opt.Teams != nil {
+		if t := m.opt.Teams(); t.On() {
+			if b, err := ftlayer.TeamBuddies(t); err == nil {
+				return b
+			}
+		}
+	}
+	return ftlayer.NewBuddies(m.NumPEs(), m.opt.BuddyStride)
+}
 
 // Manager is one PE's manager object. All methods run on that PE.
 type Manager struct {

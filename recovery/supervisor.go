@@ -156,8 +156,8 @@ func (s *Supervisor) SetTeams(t ftlayer.Teams) {
 	defer s.mu.Unlock()
 	s.teams, s.ft.Teams = t, nil
 	if t.On() {
-		if s.ft.Protocol != "team" {
-			s.ft.Protocol += "+teams" // camel
+		if s.ft.Protocol == "camel" {
+			s.ft.Protocol += "+teams"
 		}
 		s.ft.Teams = make([]TeamStats, t.K())
 		for k := range s.ft.Teams {
@@ -428,12 +428,25 @@ func (s *Supervisor) CheckpointStarting(epoch uint64) bool {
 	return true
 }
 
-// CheckpointCommitted: PE 0 committed checkpoint epoch.
-func (s *Supervisor) CheckpointCommitted(epoch uint64) {
+// CheckpointCommitted: PE 0 committed checkpoint epoch, which put the
+// PEs in teams if not nil (--teams auto): from now on a failure rolls
+// back a team of those.
+func (s *Supervisor) CheckpointCommitted(epoch uint64, teams *ftlayer.Teams) {
+	if teams != nil {
+		s.SetTeams(*teams)
+		fmt.Fprintf(s.notices, "charmgo: checkpoint %d puts the PEs in teams %v (chosen from the traffic measured before it)\n", epoch, *teams)
+	}
 	s.mu.Lock()
 	s.window = false
 	s.lastCommitted = max(s.lastCommitted, epoch)
 	s.mu.Unlock()
+}
+
+// Teams are the teams in effect.
+func (s *Supervisor) Teams() ftlayer.Teams {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.teams
 }
 
 // LocalRestored: PE me, recovering alone, restored checkpoint epoch.

@@ -80,6 +80,11 @@ type Options struct {
 	// MinTeam is SHOULDPARTITION's threshold: a team of at most this many
 	// PEs is not bisected. Default 1.
 	MinTeam int
+	// MaxTeam, if set, bounds the teams: a larger one is bisected whatever
+	// the cost, and only partitions within the bound count as best (the
+	// runtime keeps each PE's checkpoint copy in another team, so no
+	// team may hold more than half the PEs).
+	MaxTeam int
 	// Seed makes the bisections repeatable.
 	Seed uint64
 	// Tolerance is how far from half a bisection's halves may be (see
@@ -246,7 +251,15 @@ func Partition(m *Matrix, opt Options) (Result, error) {
 		}
 		return result(ts, b, total, m.N, opt)
 	}
-	best := cost(parts, 0)
+	within := func(ps []*part) bool {
+		for _, p := range ps {
+			if opt.MaxTeam > 0 && len(p.pes) > opt.MaxTeam {
+				return false
+			}
+		}
+		return true
+	}
+	best, found := cost(parts, 0), within(parts)
 	cur := best.Cost
 	for step := 0; ; step++ {
 		k := largest(parts, opt.MinTeam)
@@ -254,9 +267,15 @@ func Partition(m *Matrix, opt Options) (Result, error) {
 			break
 		}
 		pk := parts[k]
+		forced := opt.MaxTeam > 0 && len(pk.pes) > opt.MaxTeam
 		a, b, err := bisect(m, pk.pes, opt, step)
 		if err != nil {
 			return Result{}, err
+		}
+		if (len(a) == 0 || len(b) == 0) && forced {
+			// nothing to cut (no traffic inside it): halves by number
+			h := len(pk.pes) / 2
+			a, b = slices.Clone(pk.pes[:h]), slices.Clone(pk.pes[h:])
 		}
 		if len(a) == 0 || len(b) == 0 {
 			pk.done = true
@@ -269,13 +288,13 @@ func Partition(m *Matrix, opt Options) (Result, error) {
 		next = append(next, parts[k+1:]...)
 		nb := between + across
 		c := cost(next, nb).Cost
-		if !(c <= cur || strength(nb, len(next)) <= strength(between, len(parts))) {
+		if !forced && !(c <= cur || strength(nb, len(next)) <= strength(between, len(parts))) {
 			pk.done = true // ACCEPTBISECTION said no: this team stays whole
 			continue
 		}
 		parts, between, cur = next, nb, c
-		if c < best.Cost {
-			best = cost(parts, between)
+		if ok := within(parts); ok && (!found || c < best.Cost) {
+			best, found = cost(parts, between), true
 		}
 	}
 	best.Teams = normalize(best.Teams)

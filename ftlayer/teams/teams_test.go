@@ -2,6 +2,7 @@ package teams
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -167,4 +168,38 @@ func TestBlocks(t *testing.T) {
 	r := Result{Teams: Blocks(7, 3)}
 	require.Equal(t, 3, r.Largest())
 	require.Equal(t, []int{0, 0, 0, 1, 1, 1, 2}, r.TeamOf(7))
+}
+
+// MaxTeam: all-to-all traffic is best as one team, but the runtime needs
+// teams of at most half the PEs; the bound forces the bisections, and
+// the best partition within it is the cheapest of those it passed
+// (two halves: fewer teams log less).
+func TestMaxTeamBoundsTheTeams(t *testing.T) {
+	for _, c := range []struct {
+		m     *Matrix
+		max   int
+		sizes []int
+	}{
+		{allToAll(8), 4, []int{4, 4}},
+		{allToAll(9), 4, []int{2, 3, 4}}, // 4+5, then the 5 must go: 2+3
+	} {
+		free, err := Partition(c.m, Options{})
+		require.NoError(t, err)
+		r, err := Partition(c.m, Options{MaxTeam: c.max})
+		require.NoError(t, err)
+		require.Len(t, free.Teams, 1, "unbounded: one team")
+		var sizes []int
+		for _, team := range r.Teams {
+			sizes = append(sizes, len(team))
+		}
+		slices.Sort(sizes)
+		require.Equal(t, c.sizes, sizes)
+	}
+	// a bound the best partition meets changes nothing
+	m := blockDiagonal(16, 4, 3)
+	free, err := Partition(m, Options{})
+	require.NoError(t, err)
+	bound, err := Partition(m, Options{MaxTeam: 8})
+	require.NoError(t, err)
+	require.Equal(t, free, bound)
 }

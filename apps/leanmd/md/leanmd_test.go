@@ -659,3 +659,34 @@ func TestFailuresAtRandomMomentsOfADeterministicRun(t *testing.T) {
 		t.Logf("%s: %d runs with failures", ft, ran)
 	}
 }
+
+// --teams auto: every PE alone until the second checkpoint, which puts
+// the PEs in the teams Algorithm 1 chose from the traffic measured before
+// it; a failure after it rolls back the failed PE's team alone (whichever
+// PEs that is), bitwise as the failure-free run; under team and camel.
+func TestAutoTeamsRecoverTheFailedTeam(t *testing.T) {
+	p := params(3, 3, 3, 13)
+	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	base := run(t, p, chare.Config{PEs: 4})
+	for _, ft := range []string{"team", "camel"} {
+		if raceOn && ft == "team" {
+			continue
+		}
+		t.Run(ft, func(t *testing.T) {
+			var notices strings.Builder
+			r := run(t, p, chare.Config{PEs: 4, FT: ft, Teams: "auto", Kills: []chare.Kill{{PE: 1, Step: 10}}, Notices: &notices})
+			require.Contains(t, notices.String(), "charmgo: checkpoint 2 puts the PEs in teams")
+			f := r.Ops.FT
+			require.Equal(t, 1, f.Failures)
+			require.NotEmpty(t, f.Teams, "teams chosen")
+			require.Len(t, f.Recoveries, 1)
+			require.Contains(t, notices.String(), "charmgo: PE 1 failed (injected: PE 1 at step 10); its team, PEs {")
+			require.Equal(t, 2, f.Recoveries[0].PEs, "PE 1's team of 2 (of at most half the PEs) rolled back alone")
+			require.Equal(t, []uint64{2}, f.Restored)
+			for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+				require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies")
+			}
+			require.Equal(t, base.StateHash, r.StateHash, "final atoms")
+		})
+	}
+}

@@ -209,6 +209,7 @@ type Causal struct {
 	teams      Teams
 	relay      [][]Det
 	relayUp    [][]Det
+	safeTop    []uint64 // per teammate: its receptions up to this rsn are safe (FTHeader.Safe)
 	carry      []Det
 	carryStale bool
 	notLogged  [numKinds]LogStats // messages to teammates
@@ -237,9 +238,9 @@ func newCausal(me int32, n int, t Trees, camel bool) *Causal {
 
 // withTeams puts s's PE in teams (see Causal.teams).
 func (s *Causal) withTeams(t Teams) *Causal {
-	s.teams, s.relay, s.relayUp, s.carryStale = Teams{}, nil, nil, true
+	s.teams, s.relay, s.relayUp, s.safeTop, s.carryStale = Teams{}, nil, nil, nil, true
 	if t.On() {
-		s.teams, s.relay, s.relayUp = t, make([][]Det, s.n), make([][]Det, s.n)
+		s.teams, s.relay, s.relayUp, s.safeTop = t, make([][]Det, s.n), make([][]Det, s.n), make([]uint64, s.n)
 	}
 	return s
 }
@@ -375,27 +376,42 @@ func (s *Causal) piggyback() []Det {
 func (s *Causal) carried() []Det {
 	if s.carryStale {
 		s.carryStale = false
-		n := len(s.detBuf)
-		for i, r := range s.relay {
-			n += len(r) + len(s.relayUp[i])
-		}
-		switch {
+		rel := s.relayedDets()
+		switch n := len(s.detBuf) + len(rel); {
 		case n == 0:
 			s.carry = nil
-		case n == len(s.detBuf):
+		case len(rel) == 0:
 			s.carry = s.detBuf[:n:n]
 		default:
-			c := make([]Det, 0, n)
-			c = append(c, s.detBuf...)
-			for i, r := range s.relay {
-				c = append(c, r...)
-				c = append(c, s.relayUp[i]...)
-			}
-			s.carry = c
+			s.carry = append(append(make([]Det, 0, n), s.detBuf...), rel...)
 		}
 	}
 	s.stats.DetsPiggybacked += uint64(len(s.carry))
 	return s.carry
+}
+
+// relayedDets is what this PE passes on of its teammates' determinants:
+// the lists their last messages carried and relayUp, each determinant
+// once, by owner and rsn (teammates pass each other's on, so the same
+// determinant comes by many paths: joined as they come, the lists grew
+// with every hop around a team). A new slice, read only once made.
+func (s *Causal) relayedDets() []Det {
+	n := 0
+	for i, r := range s.relay {
+		n += len(r) + len(s.relayUp[i])
+	}
+	if n == 0 {
+		return nil
+	}
+	c := make([]Det, 0, n)
+	for i, r := range s.relay {
+		c = append(append(c, r...), s.relayUp[i]...)
+	}
+	c = slices.DeleteFunc(c, func(d Det) bool { return d.RSN <= s.safeTop[d.Recver] })
+	slices.SortFunc(c, func(a, b Det) int {
+		return cmp.Or(cmp.Compare(a.Recver, b.Recver), cmp.Compare(a.RSN, b.RSN))
+	})
+	return slices.Clip(slices.CompactFunc(c, func(a, b Det) bool { return a.Recver == b.Recver && a.RSN == b.RSN }))
 }
 
 // relayFrom keeps what teammate t's message carried, less this PE's own
@@ -421,6 +437,23 @@ func (s *Causal) relayFrom(t int32, dets []Det) {
 		return
 	}
 	s.relay[t], s.carryStale = keep, true
+}
+
+// safeMark is what this PE's messages say of its receptions (FTHeader.Safe):
+// those up to it are held in another team (acknowledged), or covered by
+// a checkpoint; the oldest it still carries is the first not.
+func (s *Causal) safeMark() uint64 {
+	if len(s.detBuf) > 0 {
+		return s.detBuf[0].RSN - 1
+	}
+	return s.rsn
+}
+
+// noteSafe: teammate t said its receptions up to safe are safe.
+func (s *Causal) noteSafe(t int32, safe uint64) {
+	if safe > s.safeTop[t] {
+		s.safeTop[t], s.carryStale = safe, true
+	}
 }
 
 // mate reports whether p is this PE's teammate (teams on, p not itself).
@@ -476,6 +509,9 @@ func (s *Causal) number(m *Message, kind MsgKind, g uint64, to int32, num uint64
 	s.sendCSN[to]++
 	*m = Message{Kind: kind, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, SSN: s.ssn, CSN: s.sendCSN[to], Num: num, Inc: s.inc}}
 	if to != s.me {
+		if s.relay != nil {
+			m.Safe = s.safeMark()
+		}
 		m.Dets = s.piggyback()
 		// the acknowledgements held for to ride along: in a
 		// request-reply pattern, no acknowledgement packet at all
@@ -860,12 +896,16 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 	case s.mate(m.Sender) && s.fullList(m):
 		// a teammate's: not stored here (the team fails as one) but
 		// passed on, to whatever leaves the team
+		s.noteSafe(m.Sender, m.Safe)
 		s.relayFrom(m.Sender, m.Dets)
 		s.pruneUp(m.Sender, m.Dets[:ownRun(m.Dets, m.Sender)])
 	case s.mate(m.Sender):
 		// part of a teammate's list: a partial to this root (which
 		// carries all of its own, and what its subtree passed up), a
 		// multicast
+		if m.Recver >= 0 {
+			s.noteSafe(m.Sender, m.Safe) // (not a forwarded multicast: the root's header)
+		}
 		if s.camel && m.Kind == KindReduction {
 			s.pruneUp(m.Sender, m.Dets[:ownRun(m.Dets, m.Sender)])
 		}
@@ -962,9 +1002,7 @@ func (s *Causal) upDets(to int32, toRoot bool) []Det {
 	if s.relay != nil {
 		// whatever leaves this PE carries its teammates' too (see
 		// Causal.teams); up is this PE's own to append to
-		for i, r := range s.relay {
-			up = append(append(up, r...), s.relayUp[i]...)
-		}
+		up = append(up, s.relayedDets()...)
 	}
 	s.stats.DetsPiggybacked += uint64(len(own) + len(up))
 	switch {

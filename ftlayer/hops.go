@@ -98,6 +98,9 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		// recorded, so its sends must not shift the ssns of the messages
 		// its recorded receptions cause.
 		*m = Message{Kind: KindReduction, FTHeader: pe.FTHeader{Group: g, Sender: s.me, Recver: to, Num: num, Inc: s.inc}}
+		if s.relay != nil {
+			m.Safe = s.safeMark()
+		}
 		m.Dets = s.upDets(to, to == s.coll.t.Root(g))
 	default:
 		return nil, fmt.Errorf("PE %d: hop of unknown role %d", s.me, role)

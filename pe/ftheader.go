@@ -25,7 +25,11 @@ type FTHeader struct {
 	CSN            uint64 // sequence number on the (Sender, Recver) channel
 	Num            uint64 // multicasts: number in the group; reductions: reduction number
 	Inc            uint32 // the sender's incarnation
-	Dets           []Det  // determinants piggybacked on the message
+	// Safe (team-based logging): every reception of the sender's up to
+	// this rsn has its determinant held in another team; its teammates
+	// stop passing those on.
+	Safe uint64
+	Dets []Det // determinants piggybacked on the message
 	// Acks are determinants of the receiver's own receptions that the
 	// sender stored: the receiver need not piggyback them any more (an
 	// acknowledgement riding on a message that went to their owner
@@ -35,7 +39,7 @@ type FTHeader struct {
 
 const (
 	flagFT      = 0x40 // wire-only: an FT header follows the envelope header
-	ftFixedSize = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4
+	ftFixedSize = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 8 + 4
 	detSize     = 4 + 4 + 8 + 8 + 8
 	maxWireDets = 1 << 20
 )
@@ -49,7 +53,8 @@ func appendFT(dst []byte, h *FTHeader) []byte {
 	binary.LittleEndian.PutUint64(b[24:], h.CSN)
 	binary.LittleEndian.PutUint64(b[32:], h.Num)
 	binary.LittleEndian.PutUint32(b[40:], h.Inc)
-	binary.LittleEndian.PutUint32(b[44:], uint32(len(h.Dets)))
+	binary.LittleEndian.PutUint64(b[44:], h.Safe)
+	binary.LittleEndian.PutUint32(b[52:], uint32(len(h.Dets)))
 	dst = append(dst, b[:]...)
 	dst = appendDets(dst, h.Dets)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(h.Acks)))
@@ -83,10 +88,11 @@ func decodeFT(b []byte, off int) (*FTHeader, int, error) {
 		CSN:    binary.LittleEndian.Uint64(b[24:]),
 		Num:    binary.LittleEndian.Uint64(b[32:]),
 		Inc:    binary.LittleEndian.Uint32(b[40:]),
+		Safe:   binary.LittleEndian.Uint64(b[44:]),
 	}
 	used := ftFixedSize
 	var err error
-	if h.Dets, used, err = decodeDets(b, used, off, 44, "determinants"); err != nil {
+	if h.Dets, used, err = decodeDets(b, used, off, 52, "determinants"); err != nil {
 		return nil, 0, err
 	}
 	if len(b)-used < 4 {

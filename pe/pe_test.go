@@ -30,7 +30,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{Type: testType, Coll: 7, Kind: KindP2P, Src: 3, Index: Idx(1, 2, 3), Seq: 9, Aux: 1 << 50, Payload: testPayload{A: 5, B: "x"}},
 		{Type: testType, Kind: KindSystem, Index: Idx(-4, 0, 0, 0, 0, 1<<30)},
 		{Type: testType, Kind: KindReduction, Flags: 3}, // nil payload
-		{Type: testType, Kind: KindMulticast, Payload: testPayload{A: 1}, FT: &FTHeader{Group: 1 << 41, Sender: 2, Recver: -1, SSN: 10, Num: 4, Inc: 1,
+		{Type: testType, Kind: KindMulticast, Payload: testPayload{A: 1}, FT: &FTHeader{Group: 1 << 41, Sender: 2, Recver: -1, SSN: 10, Num: 4, Inc: 1, Safe: 9,
 			Dets: []Det{{Sender: 1, Recver: 2, SSN: 3, RSN: 4}, {Sender: 0, Recver: 2, Group: 5, SSN: 6, RSN: 7}}}},
 		{Type: testType, Kind: KindP2P, FT: &FTHeader{Sender: 1, Recver: 0, SSN: 1, CSN: 1}}, // nil payload, no determinants
 		{Type: testType, Kind: KindP2P, Payload: testPayload{A: 2}, FT: &FTHeader{Sender: 1, Recver: 0, SSN: 2, CSN: 2,
@@ -73,7 +73,7 @@ func TestDecodeEnvelopeErrorsNameTheByte(t *testing.T) {
 		{good[:len(good)-1], "payload length"},
 		{mut(func(b []byte) []byte { b[headerSize] = '!'; return b }), "pe.test payload"},
 		{mut(func(b []byte) []byte { b[2] |= flagFT; return b }), "FT header"},
-		{withFT(func(b []byte) []byte { b[headerSize+44] = 0xff; return b }), "claims 255 determinants"},
+		{withFT(func(b []byte) []byte { b[headerSize+52] = 0xff; return b }), "claims 255 determinants"},
 		{withFT(func(b []byte) []byte { b[headerSize+ftFixedSize+detSize] = 0xff; return b }), "claims 255 acknowledgements"},
 		{withFT(func(b []byte) []byte { return b[:headerSize+ftFixedSize+detSize+2] }), "count of acknowledgements needs 4 bytes, 2 left"},
 	}

@@ -202,13 +202,25 @@ func isResult(m *Message) bool { return m.Kind == KindReduction && m.Recver == r
 
 // keeper is the PE that keeps group g's results: its root's first child
 // (-1 when the root has none). With teams, the first not in the root's
-// team, which fails with the root (-1 when every child is: then nothing
-// is acknowledged, and the partials stay logged until the checkpoint).
+// team, which fails with the root; when every child is, the first PE
+// after the root not in its team (outside the tree: it only keeps the
+// results and acknowledges them to the root's children). Without one
+// (a single team) nothing is acknowledged, and the partials stay logged
+// until the checkpoint.
 func (s *Causal) keeper(g uint64) int32 {
 	root := s.coll.t.Root(g)
-	for _, c := range s.coll.t.Children(g, root) {
+	kids := s.coll.t.Children(g, root)
+	for _, c := range kids {
 		if !s.teams.Same(c, root) {
 			return c
+		}
+	}
+	if len(kids) == 0 {
+		return -1
+	}
+	for i := int32(1); i < int32(s.n); i++ {
+		if p := (root + i) % int32(s.n); !s.teams.Same(p, root) {
+			return p
 		}
 	}
 	return -1

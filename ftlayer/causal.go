@@ -414,13 +414,15 @@ func (s *Causal) relayedDets() []Det {
 	return slices.Clip(slices.CompactFunc(c, func(a, b Det) bool { return a.Recver == b.Recver && a.RSN == b.RSN }))
 }
 
-// relayFrom keeps what teammate t's message carried, less this PE's own
-// determinants, to pass on (see Causal.teams). The list is t's whole
-// unsafe set when it sent: it replaces the one before.
+// relayFrom keeps what teammate t's message carried of its team's
+// determinants but this PE's own, to pass on (see Causal.teams). The
+// list is t's whole unsafe set when it sent: it replaces the one before.
+// (A list that holds anything else — this PE's own, a PE outside the
+// team or outside the job — is copied without it.)
 func (s *Causal) relayFrom(t int32, dets []Det) {
 	var keep []Det
 	for i, d := range dets {
-		if d.Recver == s.me {
+		if !s.mate(d.Recver) {
 			if keep == nil {
 				keep = append(make([]Det, 0, len(dets)), dets[:i]...)
 			}

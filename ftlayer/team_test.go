@@ -262,3 +262,22 @@ func TestCheckpointerRegroups(t *testing.T) {
 		}
 	}
 }
+
+// A teammate's list naming PEs outside the job or outside the team is
+// passed on without them (bytes from the network: never an index out of
+// range).
+func TestTeamRelayIgnoresStrangers(t *testing.T) {
+	n := newTeamNet(t)
+	env := pe.Envelope{Type: 1, Kind: pe.KindP2P, Payload: []byte{0}}
+	require.NoError(t, n.hooks[1].Send(0, RoleP2P, 0, 0, false, &env))
+	env.FT.Dets = []Det{{Sender: 2, Recver: 1, SSN: 1, RSN: 1}, {Sender: 2, Recver: 99, RSN: 1}, {Sender: 1, Recver: -3, RSN: 2}, {Sender: 3, Recver: 2, RSN: 1}, {Sender: 1, Recver: 0, RSN: 5}}
+	got, err := n.hooks[0].Arrive(&env)
+	require.NoError(t, err)
+	require.Equal(t, Handle, got)
+	out := n.send(0, 2)
+	var owners []int32
+	for _, d := range out.FT.Dets {
+		owners = append(owners, d.Recver)
+	}
+	require.Equal(t, []int32{0, 1}, owners, "PE 0's own reception, then PE 1's")
+}

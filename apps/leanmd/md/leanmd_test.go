@@ -690,3 +690,30 @@ func TestAutoTeamsRecoverTheFailedTeam(t *testing.T) {
 		})
 	}
 }
+
+// --teams auto with failures around the checkpoints that choose teams:
+// as the second (choosing) checkpoint begins (the checkpoint waits, the
+// PE recovers under the teams before), as the third begins (under the
+// chosen teams), between them, and at its step; then PE 1 again. Each
+// recovery rolls back one team (at most 2 PEs) and the run ends bitwise
+// as the failure-free one.
+func TestAutoTeamsAroundTheirCheckpoints(t *testing.T) {
+	p := params(3, 3, 3, 13)
+	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	base := run(t, p, chare.Config{PEs: 4})
+	for _, ft := range []string{"team", "camel"} {
+		for i, k := range []chare.Kill{{PE: 1, Step: -1, Checkpoint: 2}, {PE: 0, Step: -1, Checkpoint: 3}, {PE: 2, Step: 9}, {PE: 3, Step: 12}} {
+			if raceOn && i > 0 {
+				continue
+			}
+			var notices strings.Builder
+			r := run(t, p, chare.Config{PEs: 4, FT: ft, Teams: "auto", Kills: []chare.Kill{k, {PE: 1, Step: 11}}, Notices: &notices})
+			require.Len(t, r.Ops.FT.Recoveries, 2, "%s %v\n%s", ft, k, notices.String())
+			for _, rc := range r.Ops.FT.Recoveries {
+				require.LessOrEqual(t, rc.PEs, 2, "%s %v: one team of at most half the PEs\n%s", ft, k, notices.String())
+			}
+			require.Equal(t, base.StateHash, r.StateHash, "%s %v: final atoms", ft, k)
+			require.Equal(t, math.Float64bits(base.PE1), math.Float64bits(r.PE1), "%s %v: energies", ft, k)
+		}
+	}
+}

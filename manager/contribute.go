@@ -16,13 +16,16 @@ import (
 // (sec == 0) or of section sec.
 func (m *Manager) Contribute(e *Element, sec uint64, reducer uint32, cb Callback, v any) {
 	if sec != 0 && e.AtSync && m.opt.LB.Balancer != nil {
-		e.held = append(e.held, HeldContrib{Sec: sec, Reducer: reducer, CB: cb, v: v})
+		e.held = append(e.held, HeldContrib{Sec: sec, Reducer: reducer, CB: cb, v: v, owned: true})
 		return
 	}
-	m.contribute(e, sec, reducer, cb, v)
+	m.contribute(e, sec, reducer, cb, v, true)
 }
 
-func (m *Manager) contribute(e *Element, sec uint64, reducer uint32, cb Callback, v any) {
+// contribute adds e's value v; owned says nothing else refers to v (a
+// value handed over on this PE), so the reduction may take it back into
+// its pool once added.
+func (m *Manager) contribute(e *Element, sec uint64, reducer uint32, cb Callback, v any, owned bool) {
 	c := e.Coll
 	m.Stats.Contributions++
 	size := PayloadSize(v)
@@ -61,19 +64,19 @@ func (m *Manager) contribute(e *Element, sec uint64, reducer uint32, cb Callback
 		}
 	}
 	if home == m.Me() {
-		m.contributeHere(c.ID, sec, r, e.Index, reducer, cb, v, nil)
+		m.contributeHere(c.ID, sec, r, e.Index, reducer, cb, v, owned, nil)
 		return
 	}
 	m.send(home, &pe.Envelope{Type: tContrib, Coll: c.ID, Kind: pe.KindReduction, Payload: &ContribMsg{
 		Coll: c.ID, Sec: sec, Red: r, Key: e.Index, Reducer: reducer, CB: cb, v: v}})
 }
 
-func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index, reducer uint32, cb Callback, v any, env *pe.Envelope) {
-	// env is nil for a value a chare on this PE handed over: the
-	// reduction may recycle it. One that came in a message may be in its
-	// sender's log.
+func (m *Manager) contributeHere(coll uint32, sec uint64, r uint32, key pe.Index, reducer uint32, cb Callback, v any, owned bool, env *pe.Envelope) {
+	// owned: a value a chare on this PE handed over, which the reduction
+	// may recycle. One that came in a message may be in its sender's log
+	// (env, or a migrated element's held contribution).
 	contribute := (*Reduction).Contribute
-	if env == nil {
+	if owned {
 		contribute = (*Reduction).ContributeOwned
 	}
 	if sec == 0 {
@@ -131,7 +134,7 @@ func (m *Manager) collName(id uint32) string {
 
 func (m *Manager) onContrib(env *pe.Envelope) {
 	cm := env.Payload.(*ContribMsg)
-	m.contributeHere(cm.Coll, cm.Sec, cm.Red, cm.Key, cm.Reducer, cm.CB, cm.v, env)
+	m.contributeHere(cm.Coll, cm.Sec, cm.Red, cm.Key, cm.Reducer, cm.CB, cm.v, false, env)
 }
 
 func (m *Manager) onPartial(env *pe.Envelope) {

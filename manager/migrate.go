@@ -88,7 +88,7 @@ func (m *Manager) onMigrate(env *pe.Envelope) {
 		return
 	}
 	e := &Element{Coll: c, Index: mm.Index, RedHome: mm.RedHome, RedNo: mm.RedNo, Bcast: mm.Bcast,
-		Moves: mm.Moves, AtSync: mm.AtSync, Epoch: mm.Epoch, held: mm.Held, migrateTo: -1}
+		Moves: mm.Moves, AtSync: mm.AtSync, Epoch: mm.Epoch, held: arrivedHeld(mm.Held), migrateTo: -1}
 	if len(mm.Secs) > 0 {
 		e.Secs = make(map[uint64]*SecMembership, len(mm.Secs))
 		for i := range mm.Secs {
@@ -214,5 +214,20 @@ func (e *Element) sortedSecs() []SecMembership {
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b SecMembership) int { return cmp.Compare(a.Sec, b.Sec) })
+	return out
+}
+
+// arrivedHeld is a migrated element's held contributions, none owned: the
+// message they came in may be in its sender's log (a copy of the list:
+// that message's is not written to).
+func arrivedHeld(held []HeldContrib) []HeldContrib {
+	if len(held) == 0 {
+		return nil
+	}
+	out := make([]HeldContrib, len(held))
+	for i, h := range held {
+		h.owned = false
+		out[i] = h
+	}
 	return out
 }

@@ -155,3 +155,19 @@ func TestWireSizeIsNearTheEncodedSize(t *testing.T) {
 		require.GreaterOrEqual(t, 2*est, len(b), "%T: estimate %d, encoded %d", c.p, est, len(b))
 	}
 }
+
+// A migrated element's held contributions came in a message its sender's
+// log may keep: they arrive not owned (the reduction must not take them
+// back into a pool), in a copy that leaves the message's list as it was.
+func TestMigratedHeldContributionsAreNotOwned(t *testing.T) {
+	sent := []HeldContrib{{Sec: 1 << 40, Reducer: testIntSum, v: int64(5), owned: true}, {Sec: 2 << 40, v: int64(6), owned: true}}
+	got := arrivedHeld(sent)
+	require.Len(t, got, 2)
+	for i := range got {
+		require.False(t, got[i].owned)
+		require.True(t, sent[i].owned, "the message's list is not written to")
+		require.Equal(t, sent[i].v, got[i].v)
+		require.Equal(t, sent[i].Sec, got[i].Sec)
+	}
+	require.Nil(t, arrivedHeld(nil))
+}

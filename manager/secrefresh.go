@@ -335,6 +335,14 @@ type HeldContrib struct {
 	Reducer uint32
 	CB      Callback
 	v       any
+	// owned: held on the PE that made it. One that migrated came in a
+	// message a log may keep and send again (within a process, the same
+	// memory): the reduction must not take it back into its pool (a
+	// recovering PE was sent the migration again and added a value the
+	// pool had given to another contribution since: LeanMD's forces
+	// after a failure at step 8, load balancing at 6, differed in about
+	// one run of five).
+	owned bool
 }
 
 type heldWire struct {
@@ -380,6 +388,6 @@ func (m *Manager) releaseHeld(e *Element) {
 	held := e.held
 	e.held = nil
 	for _, h := range held {
-		m.contribute(e, h.Sec, h.Reducer, h.CB, h.v)
+		m.contribute(e, h.Sec, h.Reducer, h.CB, h.v, h.owned)
 	}
 }

@@ -216,6 +216,15 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 		// root's recovery waited for ever in one run of five: the
 		// keeper's had kept a result that overtook an earlier one)
 		{name: "a keeper, then its root", kills: []chare.Kill{{PE: 0, Step: 3}, {PE: 1, Step: 4}}},
+		// Found by FT_LONG: elements that balancing moved at step 6 carry
+		// the section contributions they held at AtSync; the destination
+		// took those values back into the float64 pool, while the
+		// migration stayed in its sender's log (the same memory, within a
+		// process), so a PE recovering through step 6 added forces the
+		// pool had given to another contribution since (about one run in
+		// four on binary trees; now they are not the destination's to
+		// recycle).
+		{name: "as step 8 begins, past the balancing", kills: []chare.Kill{{PE: 3, Step: 8}}, branching: 2},
 	}, randomSchedules(3, 4)...)
 	for _, pes := range []int{2, 4} {
 		base := run(t, p, chare.Config{PEs: pes})
@@ -227,15 +236,6 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 			for i, sc := range schedules {
 				if pes == 4 && i%2 == 0 && i < 4 {
 					continue // half the schedules on 4 PEs, to keep CI short
-				}
-				if teams != "" && sc.name == "the coordinator during a checkpoint" {
-					// A known wrong answer, not fixed yet: under load about
-					// one run in eight ends with other energies (PE 0's team
-					// recovering across the load balancing at step 6 while
-					// checkpoint 2 waits). scmel and camel show the same
-					// family on binary trees with a PE killed as step 8
-					// begins. See issue 22's notes.
-					continue
 				}
 				if raceOn && !underRace[fmt.Sprint(pes, ftName(pc), i)] {
 					continue // the README's test command runs them all without -race
@@ -254,7 +254,7 @@ func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 				// README's command runs these cases again without -race)
 				wire := (i == 1 && (proto == "none") == (pes == 4) || proto == "camel" && pes == 4 && i == 1) && !raceOn
 				t.Run(fmt.Sprintf("%d PEs %s %s", pes, ftName(pc), sc.name), func(t *testing.T) {
-					failures(t, p, base, chare.Config{PEs: pes, FT: proto, Teams: teams, Kills: kills, WireCheck: wire}, sc.name)
+					failures(t, p, base, chare.Config{PEs: pes, Branching: sc.branching, FT: proto, Teams: teams, Kills: kills, WireCheck: wire}, sc.name)
 				})
 			}
 		}

@@ -632,11 +632,8 @@ func chooseTeams(cfg Config, spec ftlayer.ProtocolSpec, stride int) (ftlayer.Tea
 	// as no team holds more than half the PEs (and in another process
 	// when a process is a team or teams are blocks of processes)
 	stride = max(stride, teams.Largest())
-	b := ftlayer.NewBuddies(cfg.PEs, stride)
-	for p := int32(0); p < int32(cfg.PEs); p++ {
-		if teams.Same(p, b.Of(p)) {
-			return ftlayer.Teams{}, 0, fmt.Errorf("flag --teams %s: teams %v on %d PEs: PE %d's checkpoint copy would be held in its own team, which fails with it (no team may hold more than half the PEs)", v, teams, cfg.PEs, p)
-		}
+	if err := ftlayer.NewBuddies(cfg.PEs, stride).Apart(teams); err != nil {
+		return ftlayer.Teams{}, 0, fmt.Errorf("flag --teams %s: %w", v, err)
 	}
 	return teams, stride, nil
 }

@@ -105,12 +105,21 @@ func TeamBuddies(t Teams) (Buddies, error) {
 		pos[p] = int32(i)
 	}
 	b := Buddies{N: int32(n), Stride: int32(t.Largest() % max(n, 1)), order: order, pos: pos}
-	for p := int32(0); int(p) < n; p++ {
-		if t.Same(p, b.Of(p)) {
-			return Buddies{}, fmt.Errorf("teams %v: PE %d's checkpoint copy would be held in its own team, which fails with it (no team may hold more than half the PEs)", t, p)
-		}
+	if err := b.Apart(t); err != nil {
+		return Buddies{}, err
 	}
 	return b, nil
+}
+
+// Apart checks that every PE's copy is held in another team than its
+// own, which fails with it.
+func (b Buddies) Apart(t Teams) error {
+	for p := int32(0); p < b.N; p++ {
+		if t.Same(p, b.Of(p)) {
+			return fmt.Errorf("teams %v on %d PEs: PE %d's checkpoint copy would be held in its own team, which fails with it (no team may hold more than half the PEs)", t, b.N, p)
+		}
+	}
+	return nil
 }
 
 // Of is the PE that holds me's second copy.

@@ -100,16 +100,6 @@ func (t Teams) Largest() int {
 	return n
 }
 
-// Contiguous reports whether every team is a run of consecutive PEs.
-func (t Teams) Contiguous() bool {
-	for _, m := range t.members {
-		if int(m[len(m)-1]-m[0]) != len(m)-1 {
-			return false
-		}
-	}
-	return true
-}
-
 // String lists the teams: "{0-1} {2-3}".
 func (t Teams) String() string {
 	if !t.On() {

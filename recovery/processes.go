@@ -129,23 +129,18 @@ func (p *Processes) Rejoined(r int) {
 	dead := p.pesOf(r)
 	st := step{Process: r, Dead: dead}
 	s.mu.Lock()
-	s.ft.Failures++
 	if s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 {
-		st.Incs = make([]uint32, len(dead))
-		for i, y := range dead {
-			s.inc[y]++
-			st.Incs[i] = s.inc[y]
+		for _, r := range s.startRecovery(dead, 1) {
+			st.Incs = append(st.Incs, r.Inc)
 		}
 		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
-		s.recovering, s.restoredNoted = intsOf(dead), false
-		s.ft.PEsRolledBack += len(dead)
-		s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: 1, PEs: len(dead)})
 		who := "its replacement recovers alone"
 		if len(dead) > 1 {
 			who = "its PEs are one team: its replacement recovers them from the last checkpoint"
 		}
 		fmt.Fprintf(s.notices, "charmgo: %s; %s (%s): the others replay its messages\n", describe(r, dead), who, s.ft.Protocol)
 	} else {
+		s.ft.Failures++
 		st.Gen = p.job.Generation() + 1
 		st.Rollback = &manager.RollbackMsg{Failed: dead, Committed: s.lastCommitted, Restart: s.restartEpoch, RestartDir: s.restartDir}
 		s.rolling, s.resetDone = true, true

@@ -280,16 +280,8 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		}
 		s.fired[now[0]] = true
 		s.failed = time.Now()
-		s.recovering, s.restoredNoted = intsOf(team), false
-		revived := make([]manager.Incarnation, len(team))
-		for i, p := range team {
-			s.inc[p]++
-			revived[i] = manager.Incarnation{PE: p, Inc: s.inc[p]}
-		}
+		revived := s.startRecovery(team, 1+len(also))
 		recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
-		s.ft.Failures += 1 + len(also)
-		s.ft.PEsRolledBack += len(team)
-		s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: 1 + len(also), PEs: len(team)})
 		f := &PEFailure{PE: k.PE, Kill: k, Also: also}
 		if len(team) == 1 {
 			fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
@@ -377,6 +369,21 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 	}, func(p *pe.PE) []pe.Envelope {
 		return []pe.Envelope{{Type: manager.RollbackType(), Kind: pe.KindSystem, Payload: start}}
 	})
+}
+
+// startRecovery counts failures that fail pes (a PE, or a team) and
+// gives each its next incarnation (s.mu held).
+func (s *Supervisor) startRecovery(pes []int32, failures int) []manager.Incarnation {
+	s.recovering, s.restoredNoted = intsOf(pes), false
+	revived := make([]manager.Incarnation, len(pes))
+	for i, p := range pes {
+		s.inc[p]++
+		revived[i] = manager.Incarnation{PE: p, Inc: s.inc[p]}
+	}
+	s.ft.Failures += failures
+	s.ft.PEsRolledBack += len(pes)
+	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: len(pes)})
+	return revived
 }
 
 // replace starts the failed PEs' new incarnations (a PE, or a team) and

@@ -211,6 +211,7 @@ type Causal struct {
 	relayUp    [][]Det
 	safeTop    []uint64 // per teammate: its receptions up to this rsn are safe (FTHeader.Safe)
 	carry      []Det
+	rel        []Det // of carry, the teammates' part (relayedDets)
 	carryStale bool
 	notLogged  [numKinds]LogStats // messages to teammates
 	// volume: the payload bytes this PE sent each PE since TakeVolume
@@ -374,20 +375,26 @@ func (s *Causal) piggyback() []Det {
 // by another team, then those its teammates' last messages carried
 // (each list is read only once made: a change makes a new one).
 func (s *Causal) carried() []Det {
-	if s.carryStale {
-		s.carryStale = false
-		rel := s.relayedDets()
-		switch n := len(s.detBuf) + len(rel); {
-		case n == 0:
-			s.carry = nil
-		case len(rel) == 0:
-			s.carry = s.detBuf[:n:n]
-		default:
-			s.carry = append(append(make([]Det, 0, n), s.detBuf...), rel...)
-		}
-	}
+	s.refreshCarry()
 	s.stats.DetsPiggybacked += uint64(len(s.carry))
 	return s.carry
+}
+
+// refreshCarry rebuilds carry and rel if what they join changed.
+func (s *Causal) refreshCarry() {
+	if !s.carryStale {
+		return
+	}
+	s.carryStale = false
+	s.rel = s.relayedDets()
+	switch n := len(s.detBuf) + len(s.rel); {
+	case n == 0:
+		s.carry = nil
+	case len(s.rel) == 0:
+		s.carry = s.detBuf[:n:n]
+	default:
+		s.carry = append(append(make([]Det, 0, n), s.detBuf...), s.rel...)
+	}
 }
 
 // relayedDets is what this PE passes on of its teammates' determinants:
@@ -1004,7 +1011,8 @@ func (s *Causal) upDets(to int32, toRoot bool) []Det {
 	if s.relay != nil {
 		// whatever leaves this PE carries its teammates' too (see
 		// Causal.teams); up is this PE's own to append to
-		up = append(up, s.relayedDets()...)
+		s.refreshCarry()
+		up = append(up, s.rel...)
 	}
 	s.stats.DetsPiggybacked += uint64(len(own) + len(up))
 	switch {

@@ -16,15 +16,17 @@ import (
 	"github.com/charmgo/charmgo/pe"
 )
 
-// The watchdog ends a run that stops making progress — no PE handled a
-// message or reported work inside one for the watchdog's limit, while the
-// run is not over — with exit code 3 and a dump of every PE: its queues,
-// what its reductions, sections and broadcasts wait for (naming missing
+// The watchdog ends a run that stops making progress — no PE of the job
+// ran an entry method of the program (a constructor, an entry, a future's
+// continuation, ResumeFromSync) for the watchdog's limit, while the run is
+// not over — with exit code 3 and a dump of every PE: its queues, what
+// its reductions, sections and broadcasts wait for (naming missing
 // contributors), quiescence detection, checkpoints, recovery and the
 // fault-tolerance hook. SIGQUIT prints the same dump and the run goes on.
-// Such a run is stuck for good: in a process, nothing outside the PEs
-// sends them anything, and the runtime's own bookkeeping (quiescence
-// waves, dump requests) does not count as progress.
+// The runtime's own messages (forwarding, recovery, quiescence waves,
+// retries) do not count: PEs that only pass them round are as stuck as
+// PEs that all park. Other processes' entry methods reach a process's
+// watchdog with their heartbeats (every tenth of --heartbeat-timeout).
 
 // Watchdog limits: a user's run may have entry methods that compute for
 // minutes, so by default it fires only after DefaultWatchdog; a test
@@ -50,7 +52,7 @@ func (e *StallError) Error() string {
 }
 
 // stalledDeterministic is the StallError of a deterministic run that
-// ended with nothing to do or with bookkeeping alone (err): nothing runs
+// ended with nothing to do or with the runtime's own messages alone (err): nothing runs
 // any more, so every PE is described from here.
 func stalledDeterministic(node *pe.Node, err error) *StallError {
 	var b strings.Builder
@@ -176,7 +178,7 @@ func dumpNode(node *pe.Node, wait time.Duration) nodeDump {
 	case first == "" && allParked:
 		first = "every PE is parked with nothing to do, and nothing is pending (a program that waits for nothing and does not end?)"
 	case first == "":
-		first = "the PEs run only the runtime's bookkeeping"
+		first = "the PEs pass only the runtime's own messages round, and no entry method runs (a livelock)"
 	}
 	return nodeDump{text: b.String(), first: first}
 }

@@ -343,6 +343,7 @@ func (m *Manager) onResume(rm *ResumeMsg) {
 		}
 		e.AtSync = false
 		e.Epoch++
+		m.PE.Ran()
 		m.host.ResumeFromSync(m, e)
 		m.afterInvoke(e)
 	}

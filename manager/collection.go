@@ -419,6 +419,7 @@ func (m *Manager) newElement(c *Collection, ix pe.Index, arg Lazy) *Element {
 	c.setLoc(ix, loc{pe: int32(m.Me())})
 	m.acts = c.red.AddLocal(0, 1, m.acts[:0])
 	m.runActs(c, nil)
+	m.PE.Ran()
 	m.host.Construct(m, e, arg)
 	m.afterInvoke(e)
 	return e

@@ -298,15 +298,12 @@ func (m *Manager) sendSys(dst int, typ uint32, payload any) {
 func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 	switch env.Type {
 	case tQDProbe:
-		p.Bookkeeping()
 		m.onQDProbe(env.Payload.(*QDProbeMsg))
 		return
 	case tQDReply:
-		p.Bookkeeping()
 		m.onQDReply(env.Payload.(*QDReplyMsg))
 		return
 	case tDump:
-		p.Bookkeeping()
 		m.onDump(env.Payload.(*DumpMsg))
 		return
 	}
@@ -425,6 +422,7 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 		}
 	case tFuture:
 		f := env.Payload.(*FutureMsg)
+		m.PE.Ran()
 		m.host.FutureFilled(m, f.ID, f.Value)
 	case tSync:
 		m.onSync(env.Payload.(*SyncMsg))

@@ -172,6 +172,7 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 			return // answered already (asked again after PE 0 failed)
 		}
 		m.qdAsked = slices.Delete(m.qdAsked, i, i+1)
+		m.PE.Ran()
 		m.host.Quiescent(m, p.Tag)
 	case p.Req: // root: a new request; waves start once the process is idle
 		if m.qd.root.request(qdWaiter{pe: int(p.From), tag: p.Tag}) {

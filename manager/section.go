@@ -289,7 +289,7 @@ func (m *Manager) deliverSecHere(s *Section, c *Collection, env *pe.Envelope) {
 		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(mult)<<32
 		if e := c.get(ix); e != nil {
 			m.deliverSecElem(e, &one)
-			m.PE.Progress()
+			m.PE.Unit()
 			continue
 		}
 		m.Stats.ForwardedDeliveries++

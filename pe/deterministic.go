@@ -139,16 +139,17 @@ func (n *Node) Deterministic() bool { return n.det != nil }
 // ErrNothingToDo ends a deterministic run in which no event can happen
 // and the run has not ended: every PE waits for a message nobody sends
 // (the run would hang). ErrNoProgress ends one in which, for
-// StallEvents events, the PEs handled only the runtime's bookkeeping
-// (PE.Bookkeeping: quiescence waves that never find the run quiet): the
-// deterministic run's watchdog.
+// StallEvents events, no PE ran an entry method (PE.Ran) — the PEs passed
+// only the runtime's own messages round (quiescence waves that never find
+// the run quiet, a message forwarded back and forth): the deterministic
+// run's watchdog.
 var (
 	ErrNothingToDo = errors.New("no PE has anything to do, and the run has not ended")
-	ErrNoProgress  = errors.New("the PEs handle only the runtime's bookkeeping")
+	ErrNoProgress  = errors.New("the PEs pass only the runtime's own messages round, and no entry method runs")
 )
 
-// StallEvents is how many events of bookkeeping alone end a deterministic
-// run (ErrNoProgress).
+// StallEvents is how many events without an entry method end a
+// deterministic run (ErrNoProgress).
 const StallEvents = 100_000
 
 // drive runs a deterministic run to its end.

@@ -152,14 +152,17 @@ type Node struct {
 	done      chan struct{}
 	doneOnce  sync.Once
 	injected  atomic.Uint64
-	_         [64]byte
-	parked    atomic.Int32 // PEs blocked in park (written on every park and wake)
-	_         [64]byte
-	idleArmed atomic.Bool
-	idleMu    sync.Mutex // guards the notice below (armed and fired rarely)
-	idleDst   int
-	idleEnv   Envelope
-	idleAfter time.Duration
+	// remoteProgress: entry methods run by the job's other processes
+	// (Progress)
+	remoteProgress atomic.Uint64
+	_              [64]byte
+	parked         atomic.Int32 // PEs blocked in park (written on every park and wake)
+	_              [64]byte
+	idleArmed      atomic.Bool
+	idleMu         sync.Mutex // guards the notice below (armed and fired rarely)
+	idleDst        int
+	idleEnv        Envelope
+	idleAfter      time.Duration
 	// allParkedAt counts the moments every PE of the process parked: a
 	// delayed idle notice fires only if none came and went meanwhile.
 	allParkedAt atomic.Uint64
@@ -535,20 +538,29 @@ func (n *Node) AddInjected(k uint64) { n.injected.Add(k) }
 // Injected is the number of envelopes handed in with Inject.
 func (n *Node) Injected() uint64 { return n.injected.Load() }
 
-// Progress is a count that grows whenever any PE of the node handles
-// messages or reports work inside one (PE.Progress). Safe from any
-// goroutine. Each PE publishes its part when it hands its buffered
-// messages over — at least every FlushEvery messages, and before it
-// parks — so a count that stays the same for a while means no PE got
-// past a message boundary meanwhile: every PE parked with nothing to do,
-// or stuck inside one handler.
-func (n *Node) Progress() uint64 {
-	t := n.injected.Load()
+// Progress is a count that grows whenever a PE of the job runs one of the
+// program's entry methods (PE.Ran): this process's PEs, and the others'
+// as their heartbeats last told it (SetRemoteProgress). Messages of the
+// runtime's own — forwarded, retried, recovery's and quiescence's — do
+// not count, so a run whose PEs only pass such messages round is seen to
+// be stuck as surely as one whose PEs all park. Safe from any goroutine.
+// Each PE publishes its part when it hands its buffered messages over (at
+// least every FlushEvery messages, and before it parks).
+func (n *Node) Progress() uint64 { return n.LocalProgress() + n.remoteProgress.Load() }
+
+// LocalProgress is the entry methods this process's PEs ran (see
+// Progress), for the heartbeats that tell the other processes.
+func (n *Node) LocalProgress() uint64 {
+	var t uint64
 	for _, p := range n.pes {
 		t += p.progress.Load()
 	}
 	return t
 }
+
+// SetRemoteProgress records the entry methods the job's other processes
+// ran, as their heartbeats last said (see Progress).
+func (n *Node) SetRemoteProgress(v uint64) { n.remoteProgress.Store(v) }
 
 // Parked reports whether PE i is blocked waiting for messages. Safe from
 // any goroutine (a snapshot: it may wake at once).
@@ -564,11 +576,10 @@ func (p *PE) QueueLens() (sys, app int) {
 	return sys + p.sysq.len(), app + p.appq.len()
 }
 
-// Bookkeeping says that the envelope this PE is handling is the
-// runtime's own bookkeeping (a quiescence wave, a dump request): it does
-// not count as progress (Node.Progress), so a run whose only activity is
-// bookkeeping is seen to be stuck. Call it on the PE's goroutine.
-func (p *PE) Bookkeeping() { p.units-- }
+// Ran counts one of the program's entry methods run on this PE: the
+// progress watchdogs look for (Node.Progress). Call it on the PE's
+// goroutine.
+func (p *PE) Ran() { p.ran++ }
 
 // Transport carries batches between PEs. The in-process one hands batches
 // straight to the destination's inbox; a later one carries them to PEs of
@@ -754,11 +765,11 @@ type PE struct {
 	lockThread bool
 	timeIdle   bool
 	Stats      Stats
-	// units counts Progress calls; progress publishes Processed + units
-	// at every flush (so at least every FlushEvery messages, and before
-	// the PE parks) for watchdogs on other goroutines, without an atomic
-	// operation per message.
-	units    uint64
+	// ran counts Ran calls; progress publishes it at every flush (so at
+	// least every FlushEvery messages, and before the PE parks) for
+	// watchdogs on other goroutines, without an atomic operation per
+	// message.
+	ran      uint64
 	progress atomic.Uint64
 	// life: peDying once Replace failed this incarnation; its goroutine
 	// stops at the next message boundary, sending nothing more, and
@@ -848,13 +859,12 @@ func appendEnv(buf *[]Envelope, e *Envelope) *Envelope {
 	return &b[n]
 }
 
-// Progress counts one unit of work done inside the handler that is
-// running, as FlushEvery counts messages: a handler that runs many entry
-// methods (a multicast's members on this PE) hands over what they sent to
-// other PEs as often as if each had been a message of its own, and the
-// PEs waiting for it are not left idle until it returns.
-func (p *PE) Progress() {
-	p.units++
+// Unit counts one unit of work done inside the handler that is running,
+// as FlushEvery counts messages: a handler that runs many entry methods
+// (a multicast's members on this PE) hands over what they sent to other
+// PEs as often as if each had been a message of its own, and the PEs
+// waiting for it are not left idle until it returns.
+func (p *PE) Unit() {
 	if p.sinceFlush++; p.sinceFlush >= p.flushEvery && !p.dead() {
 		p.Flush()
 	}
@@ -862,7 +872,7 @@ func (p *PE) Progress() {
 
 // Flush hands every buffered cross-PE message over now.
 func (p *PE) Flush() {
-	p.progress.Store(p.Stats.Processed + p.units)
+	p.progress.Store(p.ran)
 	for _, dst := range p.dirtyList {
 		if p.dirty[dst] {
 			p.flushTo(dst)

@@ -231,7 +231,7 @@ func (h *longHandler) Handle(p *PE, env *Envelope) {
 	}
 	p.Send(1, &Envelope{Type: testType, Kind: KindP2P})
 	for i := 0; i < h.units; i++ {
-		p.Progress()
+		p.Unit()
 	}
 	select {
 	case <-h.got:

@@ -86,7 +86,7 @@ func newBalancer(cfg Config, out io.Writer) (*balancer, error) {
 		return nil, nil
 	}
 	opt := loadbalance.Options{Tolerance: cfg.LBTolerance, Seed: cfg.Seed}
-	chain, err := loadbalance.NewChain(names, opt)
+	chain, err := loadbalance.NewChain(names, opt, cfg.Strategies...)
 	if err != nil {
 		return nil, fmt.Errorf("flag +balancer: %w", err)
 	}

@@ -35,6 +35,11 @@ type Config struct {
 	// +balancer flags do: the first at the first step, the next after.
 	// "" or "none": no balancing.
 	Balancer string
+	// Strategies are the program's own load-balancing strategies, which
+	// Balancer names by their Name() as it names the built-ins (a
+	// program's takes the name's place if a built-in has it too). Like
+	// the built-ins they run on PE 0 and must plan from the stats alone.
+	Strategies []loadbalance.Strategy
 	// LBDebug prints a report per balancing step (1; 2 adds the bytes
 	// between PEs). LBDump writes every step's stats to a file that
 	// cmd/lbreplay reads. LBCPUTime balances by the CPU time entry

@@ -260,6 +260,18 @@ func (s *Causal) TakeVolume() []uint64 {
 	return v
 }
 
+// Witness is the first PE after this one (cyclically) outside its team:
+// it never rolls back with this PE (see Hook.Witness); -1 if there is
+// none.
+func (s *Causal) Witness() int {
+	for d := int32(1); d < int32(s.n); d++ {
+		if p := (s.me + d) % int32(s.n); !s.teams.Same(p, s.me) {
+			return int(p)
+		}
+	}
+	return -1
+}
+
 // outside is the number of PEs in other teams than this one's: those a
 // recovery hears from.
 func (s *Causal) outside() int { return s.n - s.teams.Size(s.me) }

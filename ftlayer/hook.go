@@ -92,6 +92,14 @@ type Hook interface {
 	// TakeVolume returns the payload bytes the PE sent each PE since the
 	// last call (nil: not measured), to choose teams from.
 	TakeVolume() []uint64
+	// Witness returns a PE that never rolls back with this one (of
+	// another team; under per-PE recovery any other PE), or -1 where every
+	// PE rolls back together. What this PE sends it and it sends back is
+	// kept by a log that outlives this PE's rollback, so a decision made
+	// from measurements (a balancing plan) that goes round through the
+	// witness before it is acted on is the same decision in a
+	// re-execution as it was the first time.
+	Witness() int
 }
 
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
@@ -118,6 +126,7 @@ func (NopHook) Releases() bool                                           { retur
 func (NopHook) Describe(io.Writer)                                       {}
 func (NopHook) Regroup(Teams)                                            {}
 func (NopHook) TakeVolume() []uint64                                     { return nil }
+func (NopHook) Witness() int                                             { return -1 }
 
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
@@ -278,6 +287,7 @@ func (h *CausalHook) Regroup(t Teams) {
 }
 
 func (h *CausalHook) TakeVolume() []uint64 { return h.s.TakeVolume() }
+func (h *CausalHook) Witness() int         { return h.s.Witness() }
 func (h *CausalHook) Checkpoint()          { h.s.Checkpoint() }
 func (h *CausalHook) Abort()               { h.s.Abort() }
 func (h *CausalHook) Stats() Stats         { return h.s.Stats() }

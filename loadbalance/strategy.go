@@ -95,11 +95,23 @@ func (c Chain) At(step int) Strategy {
 	return c[min(max(step, 1), len(c))-1]
 }
 
-// NewChain builds a chain from names.
-func NewChain(names []string, opt Options) (Chain, error) {
+// NewChain builds a chain from names: each a strategy of own's (by its
+// Name, case aside) or else a built-in.
+func NewChain(names []string, opt Options, own ...Strategy) (Chain, error) {
 	var c Chain
 	for _, n := range names {
+		if i := slices.IndexFunc(own, func(s Strategy) bool { return strings.EqualFold(s.Name(), n) }); i >= 0 {
+			c = append(c, own[i])
+			continue
+		}
 		s, err := New(n, opt)
+		if err != nil && len(own) > 0 {
+			var mine []string
+			for _, o := range own {
+				mine = append(mine, o.Name())
+			}
+			err = fmt.Errorf("%w, or the program's: %s", err, strings.Join(mine, ", "))
+		}
 		if err != nil {
 			return nil, err
 		}

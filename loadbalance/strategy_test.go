@@ -158,6 +158,16 @@ func TestNamesAndChains(t *testing.T) {
 	assert.Equal(t, "refine", c.At(2).Name())
 	assert.Equal(t, "refine", c.At(9).Name())
 	assert.Nil(t, Chain(nil).At(1))
+
+	// a program's own strategy, by its name, beside the built-ins
+	own := fixed(nil)
+	c, err = NewChain([]string{"refine", own.Name()}, Options{}, own)
+	require.NoError(t, err)
+	assert.Equal(t, "refine", c.At(1).Name())
+	assert.Equal(t, own.Name(), c.At(2).Name())
+	_, err = NewChain([]string{"mine"}, Options{}, own)
+	assert.ErrorContains(t, err, `"mine"`)
+	assert.ErrorContains(t, err, "or the program's: "+own.Name())
 }
 
 func TestStrategyThatBreaksItsContractIsRefused(t *testing.T) {

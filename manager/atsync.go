@@ -144,26 +144,10 @@ func (m *Manager) onLBCollect(cm *LBCollectMsg) {
 	for _, k := range c.tree.Children(m.Me(), kids[:0]) {
 		m.sendSys(k, tLBCollect, cm)
 	}
-	own := m.lbOwnPart(c)
-	if m.Me() == 0 && m.NumPEs() > 1 {
-		// PE 0's own measurements reach its strategy as a message from
-		// another PE, like everyone else's: under message logging that
-		// PE keeps it, so a re-execution of PE 0 plans from the same
-		// figures and sends the same plan.
-		own.Relay = true
-		m.sendSys(1, tLBPart, own)
-		return
-	}
-	m.lbMerge(c, own, true)
+	m.lbMerge(c, m.lbOwnPart(c), true)
 }
 
 func (m *Manager) onLBPart(pm *LBPartMsg) {
-	if pm.Relay {
-		back := *pm
-		back.Relay, back.Own = false, true
-		m.sendSys(0, tLBPart, &back)
-		return
-	}
 	c := m.coll(pm.Coll)
 	if c == nil {
 		m.failf("PE %d: statistics for unknown collection %d", m.Me(), pm.Coll)
@@ -173,7 +157,7 @@ func (m *Manager) onLBPart(pm *LBPartMsg) {
 		m.failf("statistics of %s on PE %d: %d elements, %d places, %d loads", c.Name, m.Me(), len(pm.Indices), len(pm.PEs), len(pm.Loads))
 		return
 	}
-	m.lbMerge(c, pm, pm.Own)
+	m.lbMerge(c, pm, false)
 }
 
 // lbMerge adds a part (this PE's own, or a tree child's subtree's) to the
@@ -186,7 +170,6 @@ func (m *Manager) lbMerge(c *Collection, pm *LBPartMsg, own bool) {
 	}
 	if c.sync.part == nil {
 		cp := *pm
-		cp.Own = false
 		c.sync.part = &cp
 	} else {
 		c.sync.part.merge(pm)
@@ -224,21 +207,6 @@ func (m *Manager) syncPlan(c *Collection) {
 			return
 		}
 		c.sync.report = LBStepReport{Coll: c.Name, Strategy: name, PlanNanos: int64(time.Since(t0)), Summary: st.Summarize(name, lm)}
-		after := make(map[objKey]int32, len(lm))
-		for _, mv := range lm {
-			o := st.Objs[mv.Obj]
-			after[objKey{o.Coll, o.Index}] = mv.To
-		}
-		placeAfter := make([]int32, len(c.sync.gather.st.Objs))
-		for i, o := range c.sync.gather.st.Objs {
-			placeAfter[i] = o.PE
-			if to, ok := after[objKey{o.Coll, o.Index}]; ok {
-				placeAfter[i] = to
-			}
-		}
-		if !c.sync.periodic { // members are not waiting: their rounds go on
-			c.sync.refresh = c.sync.gather.sectionsToRefresh(c, placeAfter)
-		}
 		moves = make([]Move, len(lm))
 		for i, mv := range lm {
 			if o := st.Objs[mv.Obj]; o.Coll != c.ID {
@@ -249,6 +217,38 @@ func (m *Manager) syncPlan(c *Collection) {
 		}
 	}
 	plan := &PlanMsg{Coll: c.ID, Moves: moves, Periodic: c.sync.periodic}
+	if w := m.ft.Witness(); w >= 0 {
+		// The plan comes from measurements, which a re-execution of PE 0
+		// (and of its teammates, who measured too) would not repeat: it
+		// goes round through a PE that does not roll back with PE 0, and
+		// only the plan that comes back is carried out. In a re-execution
+		// that is the one the witness sent the first time, replayed from
+		// its log (the witness drops the new one as a duplicate), so the
+		// PEs that did not roll back and those that did agree on it.
+		plan.Round = RoundOut
+		m.sendSys(w, tPlan, plan)
+		return
+	}
+	m.planDecided(c, plan)
+}
+
+// planDecided sends the plan of c's step to every PE (PE 0), and works
+// out which sections it leaves with members away from their homes.
+func (m *Manager) planDecided(c *Collection, plan *PlanMsg) {
+	if c.sync.balanced && !plan.Periodic { // periodic: members are not waiting, their rounds go on
+		after := make(map[pe.Index]int32, len(plan.Moves))
+		for _, mv := range plan.Moves {
+			after[mv.Index] = mv.To
+		}
+		placeAfter := make([]int32, len(c.sync.gather.st.Objs))
+		for i, o := range c.sync.gather.st.Objs {
+			placeAfter[i] = o.PE
+			if to, ok := after[o.Index]; ok && o.Coll == c.ID {
+				placeAfter[i] = to
+			}
+		}
+		c.sync.refresh = c.sync.gather.sectionsToRefresh(c, placeAfter)
+	}
 	for p := 0; p < m.NumPEs(); p++ {
 		m.sendSys(p, tPlan, plan)
 	}
@@ -256,6 +256,22 @@ func (m *Manager) syncPlan(c *Collection) {
 
 func (m *Manager) onPlan(pm *PlanMsg) {
 	c := m.coll(pm.Coll)
+	if c == nil {
+		m.failf("PE %d: a balancing plan for unknown collection %d", m.Me(), pm.Coll)
+		return
+	}
+	switch pm.Round {
+	case RoundOut: // the witness: back to PE 0, as sent
+		back := *pm
+		back.Round = RoundBack
+		m.sendSys(0, tPlan, &back)
+		return
+	case RoundBack: // PE 0: the plan to carry out
+		plan := *pm
+		plan.Round = RoundNone
+		m.planDecided(c, &plan)
+		return
+	}
 	c.sync.plan = pm
 	if pm.Periodic {
 		m.onPlanPeriodic(c, pm)

@@ -287,8 +287,6 @@ type LBPartMsg struct {
 	Others  []OtherObj
 	Comm    []ObjComm // From indexes Indices, then Others
 	Figs    []PEFigure
-	// Relay: PE 0's own part, sent through PE 1; Own: on its way back.
-	Relay, Own bool
 }
 
 // PEFigure is one PE's own figures in a step's statistics.
@@ -302,8 +300,19 @@ type PlanMsg struct {
 	Coll     uint32
 	Epoch    uint32
 	Moves    []Move
-	Periodic bool // of a periodic step: nobody waits at AtSync
+	Periodic bool      // of a periodic step: nobody waits at AtSync
+	Round    PlanRound // on its way round through PE 0's witness (see syncPlan)
 }
+
+// PlanRound is where a plan is on its way from PE 0's strategy, through
+// PE 0's witness (ftlayer.Hook.Witness) and back, to every PE.
+type PlanRound uint8
+
+const (
+	RoundNone PlanRound = iota // to every PE: carry it out
+	RoundOut                   // PE 0 to its witness
+	RoundBack                  // the witness back to PE 0
+)
 
 // Move migrates one element.
 type Move struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/recovery"
 	"github.com/stretchr/testify/require"
@@ -726,3 +727,75 @@ func TestAutoTeamsAroundTheirCheckpoints(t *testing.T) {
 		}
 	}
 }
+
+// drift is a strategy that plans differently each time it is asked, as a
+// re-execution's measurements differ from the first execution's: every
+// object moves on by one PE more than at the call before.
+type drift struct{ calls int32 }
+
+func (*drift) Name() string { return "drift" }
+
+func (d *drift) Plan(st *loadbalance.Stats) []loadbalance.Move {
+	d.calls++
+	where := st.Placement()
+	for i, o := range st.Objs {
+		if o.Migratable {
+			where[i] = (o.PE + d.calls) % int32(len(st.PEs))
+		}
+	}
+	return st.MovesTo(where)
+}
+
+// Teams of 3 on 6 PEs recover through balancing steps, with every
+// strategy: a kill in PE 0's team (PE 2) rolls back the PEs that measured
+// and planned, whose re-execution would plan from other measurements; a
+// kill in the other team (PE 4) rolls back PEs that only carried a plan
+// out. A plan goes round through a PE of another team before it is
+// carried out, so the re-execution carries out the plan the other team
+// did (under camel with teams on a busy machine, greedyrefine's second
+// plan moved chares the other team never sent, and the run hung or went
+// quiet). drift plans anew at every call, so that case fails every time
+// the plan does not go round. Balancing at steps 6 and 12, checkpoints at
+// 4, 8 and 12; kills as steps 6 and 7 begin (FT_LONG: 8, 12 and 13 too).
+// Bitwise against the failure-free run.
+func TestTeamsOfThreeRecoverThroughBalancing(t *testing.T) {
+	p := params(2, 2, 2, 13)
+	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	base := run(t, p, chare.Config{PEs: 6})
+	steps := []int{6, 7}
+	if os.Getenv("FT_LONG") != "" {
+		steps = append(steps, 8, 12, 13)
+	}
+	strategies := append(slices.Clone(builtinStrategies), "drift")
+	for _, strategy := range strategies {
+		for _, pc := range []chare.Config{{FT: "team", Teams: "3"}, {FT: "camel", Teams: "3"}} {
+			for _, kill := range []int{2, 4} {
+				for _, step := range steps {
+					if raceOn && (strategy != "drift" || step != 7) {
+						continue // the README's command runs them all without -race
+					}
+					name := fmt.Sprintf("%s %s PE %d at %d", strategy, ftName(pc), kill, step)
+					t.Run(name, func(t *testing.T) {
+						cfg := chare.Config{PEs: 6, FT: pc.FT, Teams: pc.Teams, Balancer: strategy, Strategies: []loadbalance.Strategy{&drift{}},
+							Kills: []chare.Kill{{PE: kill, Step: step}}}
+						r := run(t, p, cfg)
+						ft := r.Ops.FT
+						require.Equal(t, 1, ft.Failures)
+						require.Equal(t, 3, ft.PEsRolledBack, "the failed PE's team of 3")
+						if step <= 7 {
+							require.Equal(t, []uint64{1}, ft.Restored, "from checkpoint 1, before the balancing at step 6")
+						}
+						for _, v := range [][2]float64{{base.KE0, r.KE0}, {base.KE1, r.KE1}, {base.PE0, r.PE0}, {base.PE1, r.PE1}} {
+							require.Equal(t, math.Float64bits(v[0]), math.Float64bits(v[1]), "energies")
+						}
+						require.Equal(t, base.StateHash, r.StateHash, "final atoms")
+						require.Equal(t, 2, r.Ops.LB.Steps, "two balancing steps, each counted once")
+					})
+				}
+			}
+		}
+	}
+}
+
+// builtinStrategies are the built-in strategies' names.
+var builtinStrategies = []string{"greedy", "refine", "greedyrefine", "graph", "random", "rotate", "dummy"}

@@ -45,6 +45,9 @@ type RollbackMsg struct {
 	// RestartDir.
 	Restart    uint64 `msgpack:",omitempty"`
 	RestartDir string `msgpack:",omitempty"`
+	// What says what was lost, for the error when no copy of a snapshot
+	// survives it ("" names the PEs of Failed).
+	What string `msgpack:",omitempty"`
 }
 
 // HeldSnapshot names a snapshot a PE holds in memory.
@@ -260,7 +263,11 @@ func PlanRollback(n int, start *RollbackMsg, offers []*RollbackOfferMsg, dir str
 	case start.Restart > 0:
 		return beforeAnyCheckpoint(start), nil
 	}
-	return nil, fmt.Errorf("%s failed and no copy of PE %d's snapshot of checkpoint %d survives (each PE's snapshot is held by it and its buddy); give --ckpt-dir to keep one on disk", peNames(start.Failed), missing, epoch)
+	what := peNames(start.Failed) + " failed"
+	if start.What != "" {
+		what = start.What
+	}
+	return nil, fmt.Errorf("%s, and no copy of PE %d's snapshot of checkpoint %d survives (each PE's snapshot is held by it and its buddy); give --ckpt-dir to keep one on disk", what, missing, epoch)
 }
 
 // beforeAnyCheckpoint is where a run goes back to when no checkpoint of

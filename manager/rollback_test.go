@@ -45,7 +45,7 @@ func TestPlanRollback(t *testing.T) {
 		{name: "a PE and its buddy, nothing else: the error names the snapshot",
 			start:  RollbackMsg{Failed: []int32{1, 2}, Committed: 2},
 			offers: []*RollbackOfferMsg{held(0, 2, h(0, 2), h(2, 2)), held(1, 0), held(2, 0)},
-			err:    "PEs 1 and 2 failed and no copy of PE 1's snapshot of checkpoint 2 survives"},
+			err:    "PEs 1 and 2 failed, and no copy of PE 1's snapshot of checkpoint 2 survives"},
 		{name: "one PE, restarted: the restart's checkpoint is the last",
 			start:  RollbackMsg{Failed: []int32{0}, Restart: 4, RestartDir: "old"},
 			offers: []*RollbackOfferMsg{held(0, 0)},

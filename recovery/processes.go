@@ -3,6 +3,7 @@ package recovery
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -25,11 +26,22 @@ type Processes struct {
 	// replaceable: the launcher starts a replacement for a lost process
 	// (charmrun does; srun and mpirun do not).
 	replaceable bool
+	// Process 0's view of losses that overlap: lost are the processes
+	// lost whose replacements have not joined yet, joined those whose
+	// replacements joined while another was still lost (the decision
+	// waits for the last), and overlapped says a loss came while another
+	// was not yet recovered. The protocols recover one failure (one PE,
+	// or one team) at a time, from survivors that hold what it needs, so
+	// overlapping losses are one failure of all their PEs: every PE rolls
+	// back, or the job ends saying which snapshots went with them.
+	lost       map[int]bool
+	joined     []int
+	overlapped bool
 }
 
 // ForJob makes s recover node's job from lost processes.
 func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *Processes {
-	p := &Processes{sup: s, job: job, node: node, replaceable: replaceable}
+	p := &Processes{sup: s, job: job, node: node, replaceable: replaceable, lost: map[int]bool{}}
 	if job.Rank() != 0 {
 		s.mu.Lock()
 		s.onRecovered, s.onRestored = p.recovered, p.restored
@@ -117,19 +129,38 @@ func (p *Processes) ProcessLost(r int) bool {
 		s.failed = time.Now()
 	}
 	if p.job.Rank() == 0 {
+		if len(p.lost) > 0 || len(p.joined) > 0 || len(s.recovering) > 0 || s.rolling {
+			p.overlapped = true
+		}
+		p.lost[r] = true
 		fmt.Fprintf(s.notices, "charmgo: %s; waiting for its replacement\n", describe(r, p.pesOf(r)))
 	}
 	return true
 }
 
 // Rejoined implements cluster.Recovery: process 0 decides how the job
-// recovers and tells every process.
+// recovers and tells every process, once every lost process's
+// replacement joined.
 func (p *Processes) Rejoined(r int) {
 	s := p.sup
-	dead := p.pesOf(r)
-	st := step{Process: r, Dead: dead}
 	s.mu.Lock()
-	if s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 {
+	delete(p.lost, r)
+	if !slices.Contains(p.joined, r) {
+		p.joined = append(p.joined, r)
+	}
+	if len(p.lost) > 0 {
+		s.mu.Unlock()
+		return // another lost process's replacement has not joined yet
+	}
+	procs, overlapped := p.joined, p.overlapped
+	p.joined, p.overlapped = nil, false
+	slices.Sort(procs)
+	var dead []int32
+	for _, q := range procs {
+		dead = append(dead, p.pesOf(q)...)
+	}
+	st := step{Process: procs[0], Dead: dead}
+	if len(procs) == 1 && !overlapped && s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 {
 		for _, r := range s.startRecovery(dead, 1) {
 			st.Incs = append(st.Incs, r.Inc)
 		}
@@ -145,13 +176,25 @@ func (p *Processes) Rejoined(r int) {
 		st.Rollback = &manager.RollbackMsg{Failed: dead, Committed: s.lastCommitted, Restart: s.restartEpoch, RestartDir: s.restartDir}
 		s.rolling, s.resetDone = true, true
 		s.dead, s.deadKills = slices.Clone(intsOf(dead)), nil
-		s.lostWhat = describe(r, dead)
+		s.lostWhat = describe(procs[0], p.pesOf(procs[0]))
 		switch {
+		case len(procs) > 1:
+			var what []string
+			for _, q := range procs {
+				what = append(what, describe(q, p.pesOf(q)))
+			}
+			s.lostWhat = strings.Join(what, ", and ")
+			if s.local {
+				s.lostWhat += fmt.Sprintf(" (%d processes at once: %s recovers one failure at a time, so every PE rolls back)", len(procs), s.ft.Protocol)
+			}
+		case overlapped && s.local:
+			s.lostWhat += fmt.Sprintf(" (while another failure was being recovered from: %s recovers one failure at a time, so every PE rolls back)", s.ft.Protocol)
 		case s.local && s.teams.On() && len(dead) > 1:
 			s.lostWhat += fmt.Sprintf(" (%d PEs at once, not one team (teams %v): %s recovers one team at a time, so every PE rolls back)", len(dead), s.teams, s.ft.Protocol)
 		case s.local && len(dead) > 1:
 			s.lostWhat += fmt.Sprintf(" (%d PEs at once: %s recovers one PE at a time, so every PE rolls back)", len(dead), s.ft.Protocol)
 		}
+		st.Rollback.What = s.lostWhat
 	}
 	s.mu.Unlock()
 	b, err := msgpack.Marshal(&st)

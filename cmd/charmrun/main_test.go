@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -231,14 +232,49 @@ type job struct {
 }
 
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu   sync.Mutex
+	b    bytes.Buffer
+	grew chan struct{} // signalled after writes (made on first use)
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+	n, err := l.b.Write(p)
+	grew := l.grown()
+	l.mu.Unlock()
+	select {
+	case grew <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+// grown is the channel writes signal; l.mu is held.
+func (l *lockedBuffer) grown() chan struct{} {
+	if l.grew == nil {
+		l.grew = make(chan struct{}, 1)
+	}
+	return l.grew
+}
+
+// waitFor waits until what was written holds s, failing the test after
+// limit.
+func (l *lockedBuffer) waitFor(t *testing.T, s string, limit time.Duration) {
+	t.Helper()
+	timeout := time.After(limit)
+	for {
+		l.mu.Lock()
+		has, grew := strings.Contains(l.b.String(), s), l.grown()
+		l.mu.Unlock()
+		if has {
+			return
+		}
+		select {
+		case <-grew:
+		case <-timeout:
+			require.FailNow(t, "not written within "+limit.String(), "%q:\n%s", s, l.String())
+		}
+	}
 }
 
 func (l *lockedBuffer) String() string {
@@ -324,6 +360,19 @@ func (j *job) wait(t *testing.T) int {
 	return 0
 }
 
+// waitWithin is wait, failing the test (and ending the job) if charmrun
+// has not ended within limit.
+func (j *job) waitWithin(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-j.done:
+	case <-time.After(limit):
+		j.cmd.Process.Kill()
+		require.FailNow(t, "the job did not end within "+limit.String(), "%s%s", j.out.String(), j.err.String())
+	}
+	return j.wait(t)
+}
+
 // waitGone waits, without polling, until process pid has exited.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
@@ -384,6 +433,55 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 		require.Contains(t, j.err.String(), c.notice)
 		require.Contains(t, j.out.String(), "fault tolerance: "+c.ft)
 		require.Equal(t, want, energies(t, j.out.String()), "%v", c.args)
+	}
+}
+
+// Two processes lost close together never leave the job hanging: it
+// recovers, or it ends with a line that says which losses it could not
+// survive, within 30 s. One after the other (the second once the first
+// caught up) each recovers alone (a replacement's link to the next
+// replacement used to hold what came through it for ever). Both at once
+// are one failure of both processes' PEs, which the protocols do not
+// recover alone: every PE rolls back, from --ckpt-dir here (their
+// replacements are admitted together: the second used to wait for the
+// first's links, which waited for it); without a directory PE 1's
+// snapshot, held by PEs 1 and 2, is gone with them, and the job says so.
+func TestTwoProcessesLostCloseTogether(t *testing.T) {
+	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
+	params := []string{"3", "3", "3", "61", "20", "20", "10", "--progress", "1"}
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(append([]string{"+p3", leanmd}, params...), &out, &errb), errb.String())
+	want := energies(t, out.String())
+	for _, c := range []struct {
+		name      string
+		args      []string
+		staggered bool
+		code      int
+		notices   []string
+	}{
+		{"one after the other", []string{"--ft", "camel"}, true, 0, []string{
+			"charmgo: process 1 (PE 1) was lost; its replacement recovers alone (camel)",
+			"charmgo: process 2 (PE 2) was lost; its replacement recovers alone (camel)"}},
+		{"at once, from the checkpoint directory", []string{"--ft", "team", "--ckpt-dir", t.TempDir()}, false, 0, []string{
+			"charmgo: process 1 (PE 1) was lost, and process 2 (PE 2) was lost (2 processes at once: team recovers one failure at a time, so every PE rolls back); every PE rolls back to checkpoint"}},
+		{"at once, no copy of a snapshot left", []string{"--ft", "camel"}, false, 1, []string{
+			"leanmd: process 1 (PE 1) was lost, and process 2 (PE 2) was lost (2 processes at once: camel recovers one failure at a time, so every PE rolls back), and no copy of PE 1's snapshot of checkpoint 2 survives"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := startJob(t, cr, leanmd, append([]string{"++n", "3", "++ppn", "1", "--watchdog", "20s"}, c.args...), params, "Step 25 Benchmark")
+			j.signal(t, 1, syscall.SIGKILL)
+			if c.staggered {
+				j.err.waitFor(t, "PE 1 caught up", 20*time.Second)
+			}
+			j.signal(t, 2, syscall.SIGKILL)
+			require.Equal(t, c.code, j.waitWithin(t, 30*time.Second), j.err.String())
+			for _, n := range c.notices {
+				require.Contains(t, j.err.String(), n)
+			}
+			if c.code == 0 {
+				require.Equal(t, want, energies(t, j.out.String()))
+			}
+		})
 	}
 }
 

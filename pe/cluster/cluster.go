@@ -137,8 +137,15 @@ type Job struct {
 	// link to it up, and whether it said it is ready (its own are)
 	linked    map[int]map[int]bool
 	replReady map[int]bool
+	// process 0: replacements that asked to join while another lost
+	// process's had not (see rejoin), and those admitted whose links are
+	// not all up yet
+	joining   []Member
+	admitted  map[int]bool
 	nextGen   uint64      // the generation a rollback in progress takes
+	stepped   bool        // a recovery step was taken here (Rolled): links attached now do not hold
 	lastBeat  []time.Time // when each peer's last heartbeat came
+	progress  []uint64    // the entry methods each peer ran, as its last heartbeat said
 	resultsCh chan struct{}
 	released  chan struct{}
 	relOnce   sync.Once
@@ -194,6 +201,9 @@ type control struct {
 	Err     string   `msgpack:"e,omitempty"`
 	Data    []byte   `msgpack:"d,omitempty"`
 	Gen     uint64   `msgpack:"g,omitempty"`
+	// Progress (heartbeats): the entry methods the sender's PEs ran, for
+	// the others' watchdogs (pe.Node.Progress)
+	Progress uint64 `msgpack:"pg,omitempty"`
 }
 
 // actorName is every process's control actor.
@@ -230,7 +240,7 @@ func Join(cfg Config) (*Job, error) {
 	}
 	j := &Job{cfg: cfg, log: cfg.Log.With(zap.Int("rank", cfg.Rank)), ctl: make(chan control, 1024), linkUp: make(chan int, 4*cfg.Procs),
 		results: map[int][]byte{}, resultsCh: make(chan struct{}, 1), released: make(chan struct{}), lost: map[int]bool{},
-		links: make([]atomic.Pointer[link], cfg.Procs), lastBeat: make([]time.Time, cfg.Procs)}
+		links: make([]atomic.Pointer[link], cfg.Procs), lastBeat: make([]time.Time, cfg.Procs), progress: make([]uint64, cfg.Procs)}
 	j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
 	j.owner = make([]int, cfg.PEs)
 	for r := 0; r < cfg.Procs; r++ {
@@ -449,12 +459,13 @@ func (j *Job) dial(r int, deadline time.Time) error {
 
 // attach makes c the data connection to process r: a new link, running
 // at once if the job runs. A replacement's links hold what comes until
-// its first recovery step is taken (Rolled).
+// its first recovery step is taken (Rolled); a link it attaches after
+// that (to the replacement of another lost process) does not.
 func (j *Job) attach(r int, c net.Conn) {
 	setNoDelay(c)
 	l := newLink(r, c, &j.gen, j.first, j.count)
-	l.holding = j.cfg.Incarnation > 0
 	j.mu.Lock()
+	l.holding = j.cfg.Incarnation > 0 && !j.stepped
 	old := j.links[r].Swap(l)
 	running := j.node != nil
 	j.mu.Unlock()
@@ -494,19 +505,32 @@ func (j *Job) replacementLinked(r, from int) {
 		}
 		j.linked[r][from] = true
 	}
-	all := j.replReady[r] && j.lost[r]
-	for p := 0; p < j.cfg.Procs && all; p++ {
-		all = p == r || j.linked[r][p]
+	// Replacements admitted together connect to each other while they
+	// join, before they run (no ctlLinked): one that is ready has its
+	// link to every other.
+	var done []int
+	for q := range j.lost {
+		all := j.replReady[q]
+		for p := 0; p < j.cfg.Procs && all; p++ {
+			all = p == q || j.linked[q][p] || j.lost[p] && j.replReady[p]
+		}
+		if all {
+			done = append(done, q)
+		}
 	}
-	if all {
-		delete(j.lost, r)
-		delete(j.linked, r)
-		delete(j.replReady, r)
+	for _, q := range done {
+		delete(j.lost, q)
+		delete(j.linked, q)
+		delete(j.replReady, q)
+		delete(j.admitted, q)
 	}
 	j.mu.Unlock()
-	if all && j.recovery != nil {
-		j.log.Info("a replacement joined", zap.Int("process", r))
-		j.recovery.Rejoined(r)
+	slices.Sort(done)
+	for _, q := range done {
+		j.log.Info("a replacement joined", zap.Int("process", q))
+		if j.recovery != nil {
+			j.recovery.Rejoined(q)
+		}
 	}
 }
 
@@ -672,9 +696,10 @@ func (j *Job) beat(done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
+		beat := control{Kind: ctlBeat, Progress: j.node.LocalProgress()}
 		for r := range j.cfg.Procs {
 			if r != j.cfg.Rank {
-				j.send(r, control{Kind: ctlBeat})
+				j.send(r, beat)
 			}
 		}
 		j.ctl <- control{Kind: ctlCheckBeats, From: j.cfg.Rank}
@@ -707,6 +732,8 @@ func (j *Job) processLost(r int, why string) {
 	j.lost[r] = true
 	delete(j.linked, r) // what an earlier replacement had linked
 	delete(j.replReady, r)
+	j.joining = slices.DeleteFunc(j.joining, func(o Member) bool { return o.Rank == r })
+	delete(j.admitted, r)
 	j.mu.Unlock()
 	if again || j.ending.Load() {
 		j.signalResults()
@@ -735,6 +762,11 @@ func (j *Job) processLost(r int, why string) {
 // rejoin is process 0 admitting the replacement of a lost process into the
 // running job: the replacement gets the list and the job's generation,
 // the others connect to it.
+//
+// Replacements of processes lost close together are admitted together,
+// once the last of them asked: each gets a list that names the others'
+// replacements (so they connect to each other, not to what was lost), and
+// the processes that ran on are told of them all.
 func (j *Job) rejoin(m control) {
 	if m.Member == nil || j.cfg.Rank != 0 {
 		return
@@ -742,23 +774,43 @@ func (j *Job) rejoin(m control) {
 	who := *m.Member
 	pid := actor.NewPID(who.Control, actorName)
 	j.mu.Lock()
-	ok := who.Rank > 0 && who.Rank < j.cfg.Procs && j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types
-	if ok {
-		j.members[who.Rank], j.pids[who.Rank] = who, pid
-		j.lastBeat[who.Rank] = time.Now()
-	}
-	members := slices.Clone(j.members)
-	j.mu.Unlock()
+	ok := who.Rank > 0 && who.Rank < j.cfg.Procs && j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types &&
+		!slices.ContainsFunc(j.joining, func(o Member) bool { return o.Rank == who.Rank })
 	if !ok {
+		j.mu.Unlock()
 		j.log.Warn("refused a process that asked to join the running job", zap.Int("its rank", who.Rank), zap.Int("incarnation", who.Inc))
 		j.sys.Root.Send(pid, wrap(control{Kind: ctlRefused, Err: fmt.Sprintf("rank %d is not a lost process of this job", who.Rank)}))
 		return
 	}
+	j.joining = append(j.joining, who)
+	for r := range j.lost {
+		if !j.admitted[r] && !slices.ContainsFunc(j.joining, func(o Member) bool { return o.Rank == r }) {
+			j.mu.Unlock()
+			return // the replacement of another lost process has not asked yet
+		}
+	}
+	joining := j.joining
+	j.joining = nil
+	if j.admitted == nil {
+		j.admitted = map[int]bool{}
+	}
+	for _, w := range joining {
+		j.members[w.Rank], j.pids[w.Rank] = w, actor.NewPID(w.Control, actorName)
+		j.lastBeat[w.Rank] = time.Now()
+		j.admitted[w.Rank] = true
+	}
+	members := slices.Clone(j.members)
+	j.mu.Unlock()
 	j.sys.Root.Send(j.pids[0], watchPeers{j})
-	j.send(who.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load()})
+	for _, w := range joining {
+		j.send(w.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load()})
+	}
 	for r := 1; r < j.cfg.Procs; r++ {
-		if r != who.Rank {
-			j.send(r, control{Kind: ctlRejoin, Member: &who})
+		if slices.ContainsFunc(joining, func(o Member) bool { return o.Rank == r }) {
+			continue // it has the list
+		}
+		for _, w := range joining {
+			j.send(r, control{Kind: ctlRejoin, Member: &w})
 		}
 	}
 }
@@ -828,6 +880,9 @@ func (j *Job) RolledBack() {
 // Rolled releases what the links held during a recovery step: frames of
 // the job's generation go to the PEs, older ones are dropped.
 func (j *Job) Rolled() {
+	j.mu.Lock()
+	j.stepped = true
+	j.mu.Unlock()
 	for r := range j.links {
 		if l := j.links[r].Load(); l != nil {
 			l.release(j.node)
@@ -894,7 +949,16 @@ func (j *Job) handle(m control) {
 	case ctlBeat:
 		j.mu.Lock()
 		j.lastBeat[m.From] = time.Now()
+		j.progress[m.From] = m.Progress
+		var sum uint64
+		for _, v := range j.progress {
+			sum += v
+		}
+		node := j.node
 		j.mu.Unlock()
+		if node != nil {
+			node.SetRemoteProgress(sum)
+		}
 	case ctlCheckBeats:
 		j.checkBeats()
 	case ctlReport:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -178,6 +179,61 @@ func TestDamagedCheckpointsAreRefusedByName(t *testing.T) {
 		require.Equal(t, 2, res.Code)
 		require.EqualError(t, errors.Unwrap(res.Err), "flag --restart: "+c.want)
 	}
+}
+
+// What is not a regular file where a checkpoint's file should be is
+// refused by name at once: a symbolic link to /dev/zero used to be read
+// without end (1 GB after 8 s), and LATEST as a link to /dev/urandom, or a
+// snapshot that is a FIFO, hung the restart. A link to a regular file is
+// followed.
+func TestRestartRefusesWhatIsNotARegularFile(t *testing.T) {
+	dir, want := qtCheckpoint(t, 2)
+	files := checkpointFiles(t, dir)
+	latest, pe1 := files[0], files[2]
+	keep := map[string][]byte{}
+	for _, f := range files[:3] {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		keep[f] = b
+	}
+	put := func(file string, make func(string) error) {
+		require.NoError(t, os.Remove(file))
+		require.NoError(t, make(file))
+	}
+	restore := func(file string) {
+		require.NoError(t, os.Remove(file))
+		require.NoError(t, os.WriteFile(file, keep[file], 0o644))
+	}
+	for _, c := range []struct {
+		file, why, want string
+		make          func(string) error
+	}{
+		{pe1, "a link to /dev/zero", "is not a regular file", func(f string) error { return os.Symlink("/dev/zero", f) }},
+		{latest, "a link to /dev/urandom", "is not a regular file", func(f string) error { return os.Symlink("/dev/urandom", f) }},
+		{pe1, "a FIFO", "is not a regular file", func(f string) error { return syscall.Mkfifo(f, 0o644) }},
+		{latest, "a directory", "is not a regular file", func(f string) error { return os.Mkdir(f, 0o755) }},
+	} {
+		put(c.file, c.make)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			refused(t, dir, c.file, c.why)
+			res := chare.Run(qtMain, chare.Config{PEs: 2, Restart: dir})
+			require.ErrorContains(t, res.Err, c.want, c.why)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the restart did not end within 10s", c.why)
+		}
+		restore(c.file)
+	}
+	// a link to the real file is read through
+	moved := filepath.Join(t.TempDir(), "pe-1.ckpt")
+	require.NoError(t, os.Rename(pe1, moved))
+	require.NoError(t, os.Symlink(moved, pe1))
+	_, got := qtRun(t, chare.Config{PEs: 2, Restart: dir})
+	require.Equal(t, want, got)
 }
 
 // FuzzRestartFromCheckpoint: a checkpoint whose checksums are right but

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -116,16 +117,46 @@ func checkFile(b []byte, kind byte, want *FileRecord) ([]byte, error) {
 }
 
 // readBounded reads file, refusing one larger than limit bytes before
-// reading it.
+// reading it, and anything that is not a regular file (a symbolic link
+// is followed): a device would read for ever (/dev/zero) and a FIFO would
+// block the open. It never reads more than the size the file had when
+// opened.
 func readBounded(file string, limit int64) ([]byte, error) {
 	st, err := os.Stat(file)
 	if err != nil {
 		return nil, err
 	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%s: %d bytes, more than a checkpoint file of its kind can hold (%d)", file, st.Size(), limit)
+	if err := regular(file, st, limit); err != nil {
+		return nil, err
 	}
-	return os.ReadFile(file)
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil { // what was opened, if the name moved meanwhile
+		return nil, err
+	}
+	if err := regular(file, st, limit); err != nil {
+		return nil, err
+	}
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("%s: %d bytes when opened, shorter when read: %w", file, st.Size(), err)
+	}
+	return b, nil
+}
+
+// regular checks that st, file's, is of a regular file of limit bytes or
+// fewer.
+func regular(file string, st fs.FileInfo, limit int64) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%v): a checkpoint file is read from a file only", file, st.Mode().Type())
+	}
+	if st.Size() > limit {
+		return fmt.Errorf("%s: %d bytes, more than a checkpoint file of its kind can hold (%d)", file, st.Size(), limit)
+	}
+	return nil
 }
 
 func epochDir(dir string, epoch uint64) string {

@@ -65,7 +65,9 @@ func runProgramWith[C any](b *testing.B, main *chare.Type[C, []string], cfg char
 
 // ---- 1. cross-PE ping-pong round trip ----
 
-type PingMain struct{ start time.Time }
+type PingMain struct {
+	start time.Time `msgpack:"-"` // the benchmark's clock
+}
 
 type Pinger struct{ N int64 }
 
@@ -179,7 +181,9 @@ const (
 	streamBurst = 64 // messages a sender's entry method sends per invocation
 )
 
-type StreamMain struct{ start time.Time }
+type StreamMain struct {
+	start time.Time `msgpack:"-"` // the benchmark's clock
+}
 
 type Streamer struct{ Got int }
 
@@ -311,7 +315,9 @@ func BenchmarkStream_Protoactor(b *testing.B) {
 
 // ---- same-PE send: allocations of the local path ----
 
-type LocalMain struct{ start time.Time }
+type LocalMain struct {
+	start time.Time `msgpack:"-"` // the benchmark's clock
+}
 
 type LocalPair struct{ Left int }
 
@@ -356,7 +362,9 @@ func BenchmarkPingPong_CharmgoNoSpin(b *testing.B) {
 	runProgramWith(b, pingMain, chare.Config{PEs: 2, SpinPolls: -1})
 }
 
-type PingPMain struct{ start time.Time }
+type PingPMain struct {
+	start time.Time `msgpack:"-"` // the benchmark's clock
+}
 
 type PingerP struct{ N int64 }
 

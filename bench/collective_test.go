@@ -13,7 +13,7 @@ import (
 const redN = 1024
 
 type RedMain struct {
-	start time.Time
+	start time.Time `msgpack:"-"` // the benchmark's clock
 	Arr   chare.ArrayProxy[RedElem]
 	Round int
 }
@@ -111,7 +111,7 @@ func BenchmarkReduce1024_P2PToOne(b *testing.B) {
 const mcN = 75
 
 type McMain struct {
-	start time.Time
+	start time.Time `msgpack:"-"` // the benchmark's clock
 	Arr   chare.ArrayProxy[McElem]
 	Sec   chare.SectionProxy[McElem]
 	Round int

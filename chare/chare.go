@@ -9,8 +9,10 @@
 // payload after sending it (in process it is passed by reference; between
 // processes, and under --wire-check, it is encoded with msgpack).
 //
-// A chare's state migrates as msgpack of its exported fields, or through
-// Pack/Unpack when it implements Migratable.
+// A chare's state migrates and is checkpointed as msgpack of its exported
+// fields, or through Pack/Unpack when it implements Migratable; a type
+// whose state msgpack would not bring back whole is refused when it is
+// registered (see NewType).
 package chare
 
 import (
@@ -109,7 +111,12 @@ type TypeOption func(*typeInfo)
 func NotMigratable() TypeOption { return func(t *typeInfo) { t.migratable = false } }
 
 // NewType registers chare type C, whose elements are built by their
-// Init(ctx, arg A) method (the constructor entry method). The name must be
+// Init(ctx, arg A) method (the constructor entry method). Unless C
+// implements Migratable, its state is msgpack of its exported fields, and
+// a C holding something msgpack would not bring back whole after a
+// migration, a checkpoint or a restart — an unexported field, a channel, a
+// function, a complex number, an interface — panics here, naming the
+// field (tag one msgpack:"-" that need not survive). The name must be
 // the same in every process of a job: register at package level,
 //
 //	var Cells = chare.NewType[Cell, CellArgs]("leanmd.Cell")
@@ -132,10 +139,13 @@ func NewType[C any, A any, PC interface {
 		if mg, ok := any(c).(Migratable); ok {
 			return c, mg.Unpack(b)
 		}
-		return c, msgpack.Unmarshal(b, c)
+		return c, pe.UnmarshalMsgpack(b, c)
 	}
 	for _, o := range opts {
 		o(t)
+	}
+	if err := checkState(reflect.TypeFor[C]()); err != nil {
+		panic(fmt.Sprintf("chare.NewType(%q): %v: its state would not survive a migration or a checkpoint (export the field, tag it msgpack:\"-\" if it need not survive, or give %s Pack and Unpack)", name, err, reflect.TypeFor[C]().Name()))
 	}
 	id, err := chareTypes.Add(name, t)
 	if err != nil {
@@ -415,9 +425,13 @@ func (h *host) ResumeFromSync(m *manager.Manager, e *manager.Element) {
 }
 
 func (h *host) Quiescent(m *manager.Manager, tag uint64) {
-	if tag == manager.EndQDTag { // the program went quiet: it ends, unless it left work unfinished
+	switch tag {
+	case manager.QuietEndsTag: // quiet, as the program said it ends: unless it left work unfinished
 		node := m.PE.Node()
 		m.CheckQuiet(func() { node.Stop(0) })
+		return
+	case manager.EndQDTag: // quiet before the program ended it
+		m.CheckQuiet(nil)
 		return
 	}
 	cb, ok := h.qd[tag]

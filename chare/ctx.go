@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/pe"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -104,6 +105,18 @@ func StartQD(ctx *Ctx, cb Callback[struct{}]) {
 	h.qd[h.nextQD] = cb.CB
 	ctx.m.StartQD(h.nextQD)
 }
+
+// EndWhenQuiet says the run ends once it is quiescent — no message in
+// flight, no entry method running, on any PE — with exit code 0, as
+// Charm++'s CkStartQD(CkCallback(CkCallback::ckExit)) does: for programs
+// whose end is that nothing is left to do. Without it, or ctx.Exit, a run
+// that goes quiet fails: a program that stops sending before it is done
+// (a lost message, a chare whose state did not survive) must not look
+// like one that finished. Either way a run that goes quiet with work
+// unfinished (a reduction some element never contributed to, a future
+// waited on) fails, naming it. Call it from any entry method (main's Init
+// is the usual place); it holds across restarts and recoveries.
+func EndWhenQuiet(ctx *Ctx) { ctx.m.EndWhenQuiet() }
 
 func hostOf(m *manager.Manager) *host { return m.Host().(*host) }
 
@@ -276,7 +289,7 @@ func (h *host) RestoreRecords(m *manager.Manager, b []byte) error {
 		return nil
 	}
 	var r hostRecords
-	if err := msgpack.Unmarshal(b, &r); err != nil {
+	if err := pe.UnmarshalMsgpack(b, &r); err != nil {
 		return fmt.Errorf("the chare layer's records: %w", err)
 	}
 	h.nextQD, h.nextFut = r.NextQD, r.NextFut

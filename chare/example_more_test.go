@@ -202,3 +202,49 @@ func Example_migratingElement() {
 	// received 200 messages, sum 20100
 	// exit 0 <nil>
 }
+
+// A program whose end is that nothing is left to do says so with
+// EndWhenQuiet (Charm++'s CkStartQD(CkCallback::ckExit)): here a token
+// goes round a ring of workers until its count runs out, and nobody calls
+// Exit. Without EndWhenQuiet the same run would fail: a run that goes
+// quiet before the program ended it is taken for one that stopped before
+// it was done.
+type QuietMain struct{}
+
+type QuietWorker struct{ Seen int }
+
+var (
+	quietMain   = chare.NewMainType[QuietMain]("example.QuietMain")
+	quietWorker = chare.NewType[QuietWorker, struct{}]("example.QuietWorker")
+	quietToken  = chare.NewEntry[int](quietWorker, "Token")
+)
+
+func (m *QuietMain) Init(ctx *chare.Ctx, args []string) {
+	chare.EndWhenQuiet(ctx) // the run ends once nothing is left to do
+	ring := quietWorker.NewArray(ctx, []int{4}, struct{}{})
+	quietToken.Send(ctx, ring.At(0), 6)
+}
+
+func (w *QuietWorker) Init(*chare.Ctx, struct{}) {}
+
+func (w *QuietWorker) Token(ctx *chare.Ctx, left int) {
+	w.Seen++
+	sayln(fmt.Sprintf("worker %v has the token, %d hops left", ctx.Index(), left))
+	if left > 0 {
+		quietToken.Send(ctx, chare.ThisArray[QuietWorker](ctx).At(int(ctx.Index().C[0]+1)%4), left-1)
+	}
+}
+
+func Example_endWhenQuiet() {
+	res := chare.Run(quietMain, chare.Config{PEs: 2})
+	fmt.Println("exit", res.Code, res.Err)
+	// Output:
+	// worker [0] has the token, 6 hops left
+	// worker [1] has the token, 5 hops left
+	// worker [2] has the token, 4 hops left
+	// worker [3] has the token, 3 hops left
+	// worker [0] has the token, 2 hops left
+	// worker [1] has the token, 1 hops left
+	// worker [2] has the token, 0 hops left
+	// exit 0 <nil>
+}

@@ -239,7 +239,8 @@ func (m *FeatMain) Init(ctx *chare.Ctx, args []string) {
 		packShow.Send(ctx, arr.At(0), struct{}{})
 		featSteps = []func(*chare.Ctx){func(ctx *chare.Ctx) { ctx.Exit(0) }}
 	case "quiescence":
-		// Main returns without Exit: the run ends by itself once quiet.
+		// Main returns without Exit, having said the run ends once quiet.
+		chare.EndWhenQuiet(ctx)
 		g := groupT.NewGroup(ctx, 0)
 		grpHello.Broadcast(ctx, g, 1)
 	case "future-set":

@@ -44,11 +44,16 @@ func AtStep(ctx *Ctx, step int) { hostOf(ctx.m).run.sup.AtStep(step) }
 // run checks the failures injected at steps: one at a step outside the
 // range could never happen, and the run ends at once with an input
 // error (exit 2) that names it. A program that never calls it learns of
-// such failures when the run ends (also an input error).
-func StepRange(ctx *Ctx, first, last int) {
+// such failures when the run ends (also an input error). It reports
+// whether the run goes on: on false the entry method should return
+// without printing or sending anything more (the refusal is the run's
+// one line).
+func StepRange(ctx *Ctx, first, last int) bool {
 	if err := hostOf(ctx.m).run.sup.StepRange(first, last); err != nil {
 		ctx.m.Fail(InputError{err})
+		return false
 	}
+	return true
 }
 
 // runState is what the chare layer keeps of a run: where chares print,

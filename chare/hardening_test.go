@@ -2,6 +2,7 @@ package chare_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"syscall"
@@ -176,3 +177,117 @@ func TestRegistrationIsByNameAndBeforeTheRun(t *testing.T) {
 }
 
 type hkLate struct{ X int }
+
+// A token goes round a ring of 4 elements; the element at hop 5 drops it
+// (a lost message, or a chare whose state did not survive a migration:
+// the program stops before it is done). Main never calls Exit.
+type LostMain struct{}
+
+type LostElem struct{}
+
+var (
+	lostMain  = chare.NewMainType[LostMain]("hk.LostMain")
+	lostElemT = chare.NewType[LostElem, struct{}]("hk.LostElem")
+	lostPass  = chare.NewEntry[int](lostElemT, "Pass")
+)
+
+func (m *LostMain) Init(ctx *chare.Ctx, args []string) {
+	if len(args) > 0 && args[0] == "quiet-ends" {
+		chare.EndWhenQuiet(ctx)
+	}
+	ring := lostElemT.NewArray(ctx, []int{4}, struct{}{})
+	lostPass.Send(ctx, ring.At(0), 0)
+}
+
+func (e *LostElem) Init(*chare.Ctx, struct{}) {}
+
+func (e *LostElem) Pass(ctx *chare.Ctx, hop int) {
+	if hop == 5 {
+		return // dropped
+	}
+	lostPass.Send(ctx, chare.ThisArray[LostElem](ctx).At(int(ctx.Index().C[0]+1)%4), hop+1)
+}
+
+// A run that goes quiet before the program ended it fails with exit 1,
+// one line that says so and names chare.EndWhenQuiet, and the dump of
+// every PE — it used to exit 0, as if it had finished (a chare whose
+// unexported field a migration dropped went quiet after the program's
+// header). A program that said that quiescence ends it ends with 0.
+func TestQuietBeforeTheProgramEndedFails(t *testing.T) {
+	for _, pes := range []int{1, 3} {
+		res := chare.Run(lostMain, chare.Config{PEs: pes})
+		require.Equal(t, 1, res.Code, "%v", res.Err)
+		var q *manager.QuietError
+		require.ErrorAs(t, res.Err, &q)
+		require.True(t, q.Unended)
+		require.EqualError(t, res.Err, "the run went quiet before the program ended it (no Exit came, and the program did not say that quiescence ends it: chare.EndWhenQuiet)")
+		for p := 0; p < pes; p++ {
+			require.Contains(t, chare.DumpOf(res.Err), fmt.Sprintf("PE %d:", p), "every PE described")
+		}
+		res = chare.Run(lostMain, chare.Config{PEs: pes, Args: []string{"quiet-ends"}})
+		require.NoError(t, res.Err)
+		require.Equal(t, 0, res.Code)
+	}
+}
+
+// Chare types whose state msgpack would not bring back whole (registered
+// in the test, not at package level: their registration panics).
+type (
+	HkHidden     struct{ secret int }
+	HkVec        struct{ X, y float64 }
+	HkNested     struct{ Pos []map[string]HkVec }
+	HkChan       struct{ C chan int }
+	HkAny        struct{ V any }
+	HkMainHidden struct{ done bool }
+	HkSkipped    struct {
+		N     int
+		cache []int `msgpack:"-"`
+	}
+	HkPacked struct{ secret int }
+)
+
+func (*HkHidden) Init(*chare.Ctx, struct{})     {}
+func (*HkNested) Init(*chare.Ctx, struct{})     {}
+func (*HkChan) Init(*chare.Ctx, struct{})       {}
+func (*HkAny) Init(*chare.Ctx, struct{})        {}
+func (*HkMainHidden) Init(*chare.Ctx, []string) {}
+func (*HkSkipped) Init(*chare.Ctx, struct{})    {}
+func (*HkPacked) Init(*chare.Ctx, struct{})     {}
+func (p *HkPacked) Pack() ([]byte, error)       { return []byte{byte(p.secret)}, nil }
+func (p *HkPacked) Unpack(b []byte) error       { p.secret = int(b[0]); return nil }
+
+// panicOf runs f and returns what it panicked with ("" if nothing).
+func panicOf(f func()) (v string) {
+	defer func() {
+		if r := recover(); r != nil {
+			v = fmt.Sprint(r)
+		}
+	}()
+	f()
+	return ""
+}
+
+// A chare type whose state msgpack would not bring back whole is refused
+// when it is registered, with a line naming the type and the field (a
+// migrated element used to lose such a field silently); a field tagged
+// msgpack:"-" is left out on purpose, and Pack/Unpack take over.
+func TestStateThatWouldNotSurviveIsRefusedAtRegistration(t *testing.T) {
+	for _, c := range []struct {
+		register func()
+		want     string
+	}{
+		{func() { chare.NewType[HkHidden, struct{}]("hk.hidden") }, `chare.NewType("hk.hidden"): HkHidden.secret is unexported: msgpack drops it: its state would not survive a migration or a checkpoint (export the field, tag it msgpack:"-" if it need not survive, or give HkHidden Pack and Unpack)`},
+		{func() { chare.NewType[HkNested, struct{}]("hk.nested") }, `HkNested.Pos[…][…].y is unexported`},
+		{func() { chare.NewType[HkChan, struct{}]("hk.chan") }, `HkChan.C is a chan: msgpack cannot encode it`},
+		{func() { chare.NewType[HkAny, struct{}]("hk.any") }, `HkAny.V is an interface (interface {}): msgpack would bring it back as a map or a number, not the type it held`},
+		{func() { chare.NewMainType[HkMainHidden]("hk.mainHidden") }, `HkMainHidden.done is unexported`},
+	} {
+		got := panicOf(c.register)
+		require.Contains(t, got, c.want)
+		require.NotContains(t, got, "\n", "one line")
+	}
+	// (registering them may be refused as late, once a run started: not
+	// for their state)
+	require.NotContains(t, panicOf(func() { chare.NewType[HkSkipped, struct{}]("hk.skipped") }), "would not survive")
+	require.NotContains(t, panicOf(func() { chare.NewType[HkPacked, struct{}]("hk.packed") }), "would not survive")
+}

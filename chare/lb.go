@@ -59,7 +59,12 @@ type balancer struct {
 	dumpFile *os.File
 	dumpErr  error
 	stats    LBStats
-	planned  map[string]int // collection -> its last step
+	planned  map[string]int // collection -> its last step planned
+	// collection -> its last step reported: a PE 0 that rolled back plans
+	// and finishes its steps since the checkpoint again (their plans, as
+	// carried out, are the first ones under message logging), and they
+	// count, print and go to the dump once
+	stepped map[string]int
 }
 
 // balancerNames splits a +balancer value (several flags are joined with
@@ -90,7 +95,7 @@ func newBalancer(cfg Config, out io.Writer) (*balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flag +balancer: %w", err)
 	}
-	b := &balancer{names: strings.Join(names, ","), chain: chain, opt: opt, debug: cfg.LBDebug, out: out, planned: map[string]int{}}
+	b := &balancer{names: strings.Join(names, ","), chain: chain, opt: opt, debug: cfg.LBDebug, out: out, planned: map[string]int{}, stepped: map[string]int{}}
 	b.stats.Strategies = b.names
 	return b, nil
 }
@@ -121,7 +126,8 @@ func (b *balancer) close() error {
 
 func (b *balancer) Plan(coll string, st *loadbalance.Stats) ([]loadbalance.Move, string, error) {
 	before := st.MaxAvg(st.Loads(nil))
-	if prev, ok := b.planned[coll]; ok {
+	again := st.Step <= b.planned[coll] // a re-execution's (see stepped)
+	if prev, ok := b.planned[coll]; ok && !again {
 		// what the previous step's plan gave, measured over the period
 		// since
 		b.stats.Measured = before
@@ -129,14 +135,14 @@ func (b *balancer) Plan(coll string, st *loadbalance.Stats) ([]loadbalance.Move,
 			fmt.Fprintf(b.out, "[LB] step %d (%s): PE load max/avg measured over the next period %.3f\n", prev, coll, before)
 		}
 	}
-	b.planned[coll] = st.Step
+	b.planned[coll] = max(b.planned[coll], st.Step)
 	s := b.chain.At(st.Step)
 	opt := b.opt
 	moves, err := loadbalance.Run(s, st)
 	if err != nil {
 		return nil, s.Name(), err
 	}
-	if b.dump != nil && b.dumpErr == nil {
+	if b.dump != nil && b.dumpErr == nil && !again {
 		if err := b.dump.Write(&loadbalance.Record{Coll: coll, Stats: *st, Strategy: s.Name(), Options: opt, Moves: moves}); err != nil {
 			b.dumpErr = fmt.Errorf("+LBDump %s: %w", b.dumpFile.Name(), err)
 		}
@@ -146,6 +152,10 @@ func (b *balancer) Plan(coll string, st *loadbalance.Stats) ([]loadbalance.Move,
 
 func (b *balancer) Stepped(r manager.LBStepReport) {
 	sm := r.Summary
+	if sm.Step <= b.stepped[r.Coll] {
+		return // reported before PE 0 rolled back
+	}
+	b.stepped[r.Coll] = sm.Step
 	s := &b.stats
 	s.Steps++
 	s.Moved += sm.Moved

@@ -241,6 +241,6 @@ func encodeResult(r processResult) []byte {
 
 func decodeResult(b []byte) (processResult, error) {
 	var r processResult
-	err := msgpack.Unmarshal(b, &r)
+	err := pe.UnmarshalMsgpack(b, &r)
 	return r, err
 }

@@ -46,6 +46,7 @@ func (m *QtMain) Init(ctx *chare.Ctx, args []string) {
 		}
 		m.Ckpts = append(m.Ckpts, s)
 	}
+	chare.EndWhenQuiet(ctx) // the run ends once nothing is left to do
 	m.A = qtAT.NewArray(ctx, []int{6}, 1)
 	chare.StepRange(ctx, 1, qtSteps)
 	// a quiescence callback of the program's own, asked for before the

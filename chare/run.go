@@ -722,7 +722,18 @@ type Result struct {
 	Process int
 	// Processes lists the job's processes and the PEs each held.
 	Processes []Process
+	// Checked: the run was only checked (CheckEnv), and nothing ran.
+	Checked bool
 }
+
+// CheckEnv, set in a program's environment, makes its run check what it
+// was given — the runtime flags, the program's own arguments as far as it
+// checks them before it runs, a checkpoint to restart from, the teams for
+// the job's layout — and end there: with its one line of refusal (exit 2),
+// or without running (Result.Checked, exit 0). charmrun sets it in one
+// process of a charmgo program before it starts a job of several, so that
+// what every process would refuse is refused once, before any starts.
+const CheckEnv = "CHARMGO_CHECK"
 
 // finishTimeout bounds how long the processes of a job that ended wait
 // for each other's statistics.
@@ -859,6 +870,18 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		case len(cfg.Kills) > 0:
 			return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: --kill injects failures into one process's PEs; with several processes kill a process (SIGKILL) instead", cfg.Procs)}}
 		}
+	}
+	if os.Getenv(CheckEnv) != "" {
+		stride := 0 // as process 0 sets it
+		if cfg.Procs > 1 {
+			_, stride = cluster.Block(cfg.PEs, cfg.Procs, 0)
+		}
+		if _, _, err := chooseTeams(cfg, spec, stride); err != nil {
+			return Result{Code: 2, Err: InputError{err}}
+		}
+		return Result{Checked: true}
+	}
+	if cfg.Procs > 1 {
 		if job, err = joinJob(&cfg, log); err != nil {
 			code := 1
 			if errors.As(err, new(InputError)) {

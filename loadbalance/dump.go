@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 
+	"github.com/charmgo/charmgo/pe"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -119,7 +120,7 @@ func ReadDump(r io.Reader, name string) ([]Record, error) {
 			return out, fmt.Errorf("%s: offset %d: record fails its checksum", name, off)
 		}
 		var rec Record
-		if err := msgpack.Unmarshal(b[:size], &rec); err != nil {
+		if err := pe.UnmarshalMsgpack(b[:size], &rec); err != nil {
 			return out, fmt.Errorf("%s: offset %d: record does not decode: %v", name, off, err)
 		}
 		if err := rec.Stats.Validate(); err != nil {

@@ -618,7 +618,7 @@ func restoreSource(msg *RestoreMsg) string {
 func DecodeSnapshot(b []byte) (*PESnapshot, error) {
 	// the version first: another version's fields are not this one's
 	var v struct{ Version uint8 }
-	if err := msgpack.Unmarshal(b, &v); err == nil && v.Version != SnapshotVersion && v.Version != 0 {
+	if err := pe.UnmarshalMsgpack(b, &v); err == nil && v.Version != SnapshotVersion && v.Version != 0 {
 		return nil, fmt.Errorf("checkpoint version %d, this build reads %d", v.Version, SnapshotVersion)
 	}
 	var s PESnapshot

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/charmgo/charmgo/pe"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -325,6 +326,9 @@ func ReadSnapshotFile(dir string, latest Latest, p int) ([]byte, *PESnapshot, er
 // strictUnmarshal decodes b into v and refuses fields v does not have
 // and bytes left over.
 func strictUnmarshal(b []byte, v any) error {
+	if err := pe.CheckMsgpack(b); err != nil {
+		return err
+	}
 	r := bytes.NewReader(b)
 	dec := msgpack.NewDecoder(r)
 	dec.DisallowUnknownFields(true)

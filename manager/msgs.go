@@ -51,7 +51,7 @@ func LazyAs[T any](l Lazy) (T, error) {
 		}
 		return v, nil
 	}
-	err := msgpack.Unmarshal(l.Raw, &t)
+	err := pe.UnmarshalMsgpack(l.Raw, &t)
 	return t, err
 }
 
@@ -61,7 +61,7 @@ func MsgpackCodec[T any]() Codec {
 		Encode: func(v any) ([]byte, error) { return msgpack.Marshal(v.(T)) },
 		Decode: func(b []byte) (any, error) {
 			var t T
-			if err := msgpack.Unmarshal(b, &t); err != nil {
+			if err := pe.UnmarshalMsgpack(b, &t); err != nil {
 				return nil, err
 			}
 			return t, nil
@@ -432,7 +432,7 @@ func encodeContrib(v any) ([]byte, error) {
 
 func decodeContrib(b []byte) (any, error) {
 	m := new(ContribMsg)
-	if err := msgpack.Unmarshal(b, m); err != nil {
+	if err := pe.UnmarshalMsgpack(b, m); err != nil {
 		return nil, err
 	}
 	r, err := reducerCodec(m.Reducer)
@@ -486,7 +486,7 @@ func encodePartial(v any) ([]byte, error) {
 
 func decodePartial(b []byte) (any, error) {
 	m := new(PartialMsg)
-	if err := msgpack.Unmarshal(b, m); err != nil {
+	if err := pe.UnmarshalMsgpack(b, m); err != nil {
 		return nil, err
 	}
 	p := &Partial{Red: m.Red, Reducer: m.Reducer, CB: m.CB, Count: m.Count, Witness: m.Witness, owned: true}

@@ -30,10 +30,19 @@ type qdWaiter struct {
 	tag uint64
 }
 
-// EndQDTag is the quiescence detection that ends a run which went quiet
-// (asked for once main's constructor returned). It is released only at a
-// quiet moment that releases no other detection.
-const EndQDTag uint64 = 0
+// EndQDTag is the quiescence detection asked for once main's constructor
+// returned: a run that goes quiet before the program ended it fails (it
+// went quiet before it was done), unless the program said that
+// quiescence ends it (QuietEndsTag, which then goes in its place).
+// QuietEndsTag is that saying (EndWhenQuiet): quiet, the run ends. Both
+// are released only at a quiet moment that releases no other detection.
+const (
+	EndQDTag     uint64 = 0
+	QuietEndsTag uint64 = 1 << 62
+)
+
+// ends reports whether x ends the run when released.
+func ends(x qdWaiter) bool { return x.tag == EndQDTag || x.tag == QuietEndsTag }
 
 // qdRoot is PE 0's counting: detections asked for, the wave in flight and
 // the sums of the last two.
@@ -122,13 +131,17 @@ func (q *qdRoot) reply(wave, sent, proc uint64, n int, busy bool) (release []qdW
 		return nil, qdArm
 	}
 	w := q.waiters
-	end := func(x qdWaiter) bool { return x.tag == EndQDTag }
 	if i := slices.IndexFunc(w, func(x qdWaiter) bool { return x.tag&ckptQDTag != 0 }); i >= 0 {
 		w, q.waiters = w[i:i+1], slices.Delete(slices.Clone(w), i, i+1)
-	} else if i := slices.IndexFunc(w, end); i >= 0 && len(w) > 1 {
-		w, q.waiters = slices.DeleteFunc(slices.Clone(w), end), w[i:i+1]
+	} else if others := slices.DeleteFunc(slices.Clone(w), ends); len(others) > 0 && len(others) < len(w) {
+		w, q.waiters = others, slices.DeleteFunc(slices.Clone(w), func(x qdWaiter) bool { return !ends(x) })
 	} else {
 		q.waiters = nil
+		if slices.ContainsFunc(w, func(x qdWaiter) bool { return x.tag == QuietEndsTag }) {
+			// the program said quiescence ends it: not a run that went
+			// quiet before it was done
+			w = slices.DeleteFunc(w, func(x qdWaiter) bool { return x.tag == EndQDTag })
+		}
 	}
 	if len(q.waiters) > 0 {
 		q.prevOK = false
@@ -149,6 +162,13 @@ func (q *qdRoot) peerFailed() bool {
 	q.inWave, q.prevOK = false, false
 	q.wave++
 	return true
+}
+
+// EndWhenQuiet says the run ends (exit 0) once it is quiescent: PE 0
+// asks for QuietEndsTag as its own detection (kept in its snapshot, so a
+// restart or a recovery of PE 0 asks again).
+func (m *Manager) EndWhenQuiet() {
+	m.PE.Send(0, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Req: true, Tag: QuietEndsTag, From: int32(m.Me())}})
 }
 
 // StartQD asks PE 0 to detect quiescence and then call Host.Quiescent(tag)
@@ -175,7 +195,13 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 		m.PE.Ran()
 		m.host.Quiescent(m, p.Tag)
 	case p.Req: // root: a new request; waves start once the process is idle
-		if m.qd.root.request(qdWaiter{pe: int(p.From), tag: p.Tag}) {
+		from := int(p.From)
+		if p.Tag == QuietEndsTag { // PE 0's own, whoever said it (EndWhenQuiet)
+			if from = 0; !slices.Contains(m.qdAsked, p.Tag) {
+				m.qdAsked = append(m.qdAsked, p.Tag)
+			}
+		}
+		if m.qd.root.request(qdWaiter{pe: from, tag: p.Tag}) {
 			m.armQD()
 		}
 	case p.Idle:
@@ -242,35 +268,40 @@ func (m *Manager) onQDReply(r *QDReplyMsg) {
 // would end: with nothing in flight, no unfinished work will ever be
 // finished, so every PE reports its own (Pending). If there is none, then
 // runs; otherwise the run fails with a QuietError naming the first piece
-// and holding every PE's description.
+// and holding every PE's description. A nil then fails the run either
+// way: it went quiet before the program ended it.
 func (m *Manager) CheckQuiet(then func()) {
-	m.quiet = quietCheck{then: then, pending: make([][]string, m.NumPEs()), dumps: make([]string, m.NumPEs())}
+	m.quiet = quietCheck{asked: true, then: then, pending: make([][]string, m.NumPEs()), dumps: make([]string, m.NumPEs())}
 	for p := 0; p < m.NumPEs(); p++ {
-		m.PE.Send(p, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{}})
+		m.PE.Send(p, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{All: then == nil}})
 	}
 }
 
 // StrandedMsg asks a PE for its unfinished work (Reply: here it is, and
 // its description if there is any).
 type StrandedMsg struct {
+	All     bool // describe the PE even with nothing unfinished
 	Reply   bool
 	Pending []string `msgpack:",omitempty"`
 	Dump    string   `msgpack:",omitempty"`
 }
 
 type quietCheck struct {
-	then    func()
+	asked   bool
+	then    func() // nil: the run fails whatever is pending
 	replies int
 	pending [][]string
 	dumps   []string
 }
 
-// QuietError ends a run that went quiet with work unfinished. Its message
-// is one line; Dump describes every PE that had some.
+// QuietError ends a run that went quiet with work unfinished, or before
+// the program ended it (Unended). Its message is one line; Dump describes
+// every PE that had unfinished work, or every PE.
 type QuietError struct {
-	First string // the first unfinished piece of work found
-	More  int    // how many more there are
-	State string // every PE's description that had some
+	First   string // the first unfinished piece of work found
+	More    int    // how many more there are
+	State   string // every PE's description that had some
+	Unended bool   // the program neither ended the run nor said quiescence ends it
 }
 
 // Dump is the state of the PEs that had unfinished work.
@@ -278,6 +309,13 @@ func (e *QuietError) Dump() string { return e.State }
 
 func (e *QuietError) Error() string {
 	msg := "the run went quiet with work unfinished: " + e.First
+	if e.Unended {
+		msg = "the run went quiet before the program ended it (no Exit came, and the program did not say that quiescence ends it: chare.EndWhenQuiet)"
+		if e.First == "" {
+			return msg
+		}
+		msg += "; unfinished: " + e.First
+	}
 	if e.More > 0 {
 		msg += fmt.Sprintf(" (and %d more: see the dump)", e.More)
 	}
@@ -288,7 +326,7 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 	s := env.Payload.(*StrandedMsg)
 	if !s.Reply {
 		r := &StrandedMsg{Reply: true, Pending: m.Pending()}
-		if len(r.Pending) > 0 {
+		if len(r.Pending) > 0 || s.All {
 			var b strings.Builder
 			m.Describe(&b)
 			r.Dump = b.String()
@@ -297,7 +335,7 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 		return
 	}
 	q := &m.quiet
-	if q.then == nil {
+	if !q.asked {
 		return
 	}
 	q.pending[env.Src], q.dumps[env.Src] = s.Pending, s.Dump
@@ -305,14 +343,21 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 		return
 	}
 	then := q.then
-	q.then = nil
+	q.asked, q.then = false, nil
 	var all []string
 	for _, p := range q.pending {
 		all = append(all, p...)
 	}
-	if len(all) == 0 {
+	switch {
+	case then == nil:
+		e := &QuietError{Unended: true, State: strings.Join(q.dumps, "")}
+		if len(all) > 0 {
+			e.First, e.More = MostTelling(all), len(all)-1
+		}
+		m.Fail(e)
+	case len(all) == 0:
 		then()
-		return
+	default:
+		m.Fail(&QuietError{First: MostTelling(all), More: len(all) - 1, State: strings.Join(q.dumps, "")})
 	}
-	m.Fail(&QuietError{First: MostTelling(all), More: len(all) - 1, State: strings.Join(q.dumps, "")})
 }

@@ -73,7 +73,7 @@ type report struct {
 // Report implements cluster.Recovery (on process 0).
 func (p *Processes) Report(from int, data []byte) {
 	var r report
-	if err := msgpack.Unmarshal(data, &r); err != nil {
+	if err := pe.UnmarshalMsgpack(data, &r); err != nil {
 		p.node.Fail(fmt.Errorf("a recovery report from process %d does not decode: %w", from, err))
 		return
 	}
@@ -216,7 +216,7 @@ func intsOf(v []int32) []int {
 // Action implements cluster.Recovery: every process takes process 0's step.
 func (p *Processes) Action(data []byte) {
 	var st step
-	if err := msgpack.Unmarshal(data, &st); err != nil {
+	if err := pe.UnmarshalMsgpack(data, &st); err != nil {
 		p.node.Fail(fmt.Errorf("a recovery step from process 0 does not decode: %w", err))
 		return
 	}

@@ -53,8 +53,8 @@ func run(args []string) int {
 		}
 		return 1
 	}
-	if r.Secondary {
-		return 0 // process 0 reports
+	if r.Secondary || r.Checked {
+		return 0 // process 0 reports; a check runs nothing
 	}
 	r.Summary(os.Stdout)
 	if !r.EnergyOK {

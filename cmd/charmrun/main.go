@@ -15,6 +15,7 @@
 package main
 
 import (
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -75,6 +76,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer cleanup()
 	if l.procs > 1 || l.nodelist != "" {
+		if code := check(path, l.progArgs, stderr); code != 0 {
+			return code // the program said why, once
+		}
 		job := cluster.Launch{Path: path, Args: l.progArgs, Name: l.prog, Procs: l.procs, Shell: l.shell,
 			Listen: l.listen, ConnectTimeout: l.timeout, Verbose: l.verbose, Stdout: stdout, Stderr: stderr, Replace: true}
 		if l.nodelist != "" {
@@ -291,3 +295,45 @@ func build(dir string, stderr io.Writer) (string, func(), error) {
 	}
 	return bin, cleanup, nil
 }
+
+// check runs a charmgo program once with chare.CheckEnv set, before a job
+// of several processes starts, so that what every process would refuse
+// (a flag, an argument, teams that do not fit the layout) is refused once,
+// with the program's one line and exit code, and no process starts. It
+// returns that code, or 0 (go on) — also for a program built without
+// charmgo, which would not know the variable and would run.
+func check(path string, args []string, stderr io.Writer) int {
+	if !isCharmgo(path) {
+		return 0
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), chare.CheckEnv+"=1")
+	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() > 0 {
+		return ee.ExitCode()
+	}
+	return 0 // it checked, or could not: the job's processes will say
+}
+
+// isCharmgo reports whether the program at path was built with charmgo's
+// runtime (its main module or a dependency).
+func isCharmgo(path string) bool {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	if bi.Main.Path == charmgoModule {
+		return true
+	}
+	for _, d := range bi.Deps {
+		if d.Path == charmgoModule {
+			return true
+		}
+	}
+	return false
+}
+
+// charmgoModule is the runtime's module path.
+const charmgoModule = "github.com/charmgo/charmgo"

@@ -74,6 +74,14 @@ func TestBadInput(t *testing.T) {
 		{[]string{"++bogus", bin}, "charmrun: unknown charmrun option ++bogus"},
 		{[]string{"./no-such-program"}, "charmrun: program ./no-such-program:"},
 		{nil, "charmrun: no program to run"},
+		// refused once, before any process of a job starts (each process
+		// used to print it, then charmrun or a peer a line of its own)
+		{[]string{"++n", "2", "--ft", "team", "--teams", "3", "++ppn", "2", bin, "3", "3", "3", "10"}, "leanmd: flag --teams 3: teams {0-2} {3} on 4 PEs: PE 1's checkpoint copy would be held in its own team"},
+		{[]string{"++n", "2", "++ppn", "1", "--teams", "auto", "--ft", "team", bin, "3", "3", "3", "10"}, "leanmd: flag --teams auto: chosen teams are for one process"},
+		{[]string{"++n", "2", "++ppn", "1", "--kill", "5@3", bin, "3", "3", "3", "10"}, "leanmd: flag --kill: PE 5, but the run has 2 PEs (0..1)"},
+		{[]string{"++n", "2", "++ppn", "1", bin, "3", "x", "3"}, `leanmd: argument Y: "x" is not a whole number (want 1 to 64)`},
+		// refused before the program's banner
+		{[]string{"+p4", bin, "--kill", "1@50", "3", "3", "3", "10"}, "leanmd: flag --kill: PE 1 at step 50 can never happen: the program runs steps 1 to 10"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer
@@ -83,6 +91,7 @@ func TestBadInput(t *testing.T) {
 		require.True(t, strings.HasPrefix(msg, c.want), "%v: got %q", c.args, msg)
 		require.NotContains(t, msg, "\n", "one line")
 		require.NotContains(t, msg, "goroutine")
+		require.Empty(t, out.String(), "%v: nothing printed before the refusal", c.args)
 	}
 }
 

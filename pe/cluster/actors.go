@@ -10,10 +10,11 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/charmgo/charmgo/pe"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 	"google.golang.org/grpc"
@@ -43,8 +44,10 @@ func (j *Job) startActors(addr string) error {
 	// the caller gave for it.
 	slogger := slog.New(zapslog.NewHandler(j.cfg.ActorLog.Named("protoactor").Core()))
 	j.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }))
-	creds := loggedCreds{TransportCredentials: credentials.NewTLS(tlsCfg), log: j.log}
-	opts := []remote.ConfigOption{remote.WithServerOptions(grpc.Creds(creds))}
+	creds := loggedCreds{TransportCredentials: credentials.NewTLS(tlsCfg), log: j.log, gate: j.ctlGate, timeout: j.cfg.HandshakeTimeout}
+	// grpc's own bound on a connection's set-up is 120 s by default: a
+	// silent client held a connection for as long
+	opts := []remote.ConfigOption{remote.WithServerOptions(grpc.Creds(creds), grpc.ConnectionTimeout(j.cfg.HandshakeTimeout))}
 	cfg := remote.Configure(host, p, append(opts,
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))))...)
 	j.rem = remote.NewRemote(j.sys, cfg)
@@ -82,7 +85,7 @@ func (j *Job) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *wrapperspb.BytesValue:
 		var c control
-		if err := msgpack.Unmarshal(m.Value, &c); err != nil || c.From < 0 || c.From >= j.cfg.Procs {
+		if err := pe.UnmarshalMsgpack(m.Value, &c); err != nil || c.From < 0 || c.From >= j.cfg.Procs {
 			j.log.Warn("dropped a control message that does not decode", zap.Error(err), zap.Int("from", c.From))
 			return
 		}
@@ -111,14 +114,29 @@ func (j *Job) receive(ctx actor.Context) {
 
 // loggedCreds logs every refused control-plane connection: a client that
 // cannot show the job's certificate (no secret, another job's) fails the
-// TLS handshake and never reaches protoactor-go.
+// TLS handshake and never reaches protoactor-go. As on the data plane, a
+// handshake has timeout to finish, and at most MaxHandshakes go on at
+// once (one more is closed as it comes).
 type loggedCreds struct {
 	credentials.TransportCredentials
-	log *zap.Logger
+	log     *zap.Logger
+	gate    gate
+	timeout time.Duration
 }
 
+// errBusy refuses a control connection while MaxHandshakes others try.
+var errBusy = errors.New("too many connections proving the job's secret at once")
+
 func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if !c.gate.enter() {
+		c.log.Debug("refused a control connection", zap.String("from", conn.RemoteAddr().String()), zap.Error(errBusy))
+		conn.Close()
+		return nil, nil, errBusy
+	}
+	conn.SetDeadline(time.Now().Add(c.timeout))
 	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	conn.SetDeadline(time.Time{})
+	c.gate.leave()
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed):
@@ -132,5 +150,5 @@ func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthI
 }
 
 func (c loggedCreds) Clone() credentials.TransportCredentials {
-	return loggedCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
+	return loggedCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log, gate: c.gate, timeout: c.timeout}
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// ConnectTimeout bounds the start: every process must have joined
 	// and connected within it (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration
+	// HandshakeTimeout bounds how long a connection to one of this
+	// process's listeners (data plane, control plane) may take to prove
+	// the job's secret (default DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
 	// HeartbeatTimeout: a process that sent no heartbeat for so long is
 	// taken for hung (alive, so no connection breaks) and the job ends
 	// (default DefaultHeartbeatTimeout; processes beat every tenth of it).
@@ -119,9 +123,12 @@ type Job struct {
 	first  int
 	count  int
 	dataLn net.Listener
-	ctl    chan control
-	early  []control // taken during the start, for the run loop
-	gen    atomic.Uint64
+	// dataGate and ctlGate: connections proving the job's secret to the
+	// data and control listeners (MaxHandshakes each)
+	dataGate, ctlGate gate
+	ctl               chan control
+	early             []control // taken during the start, for the run loop
+	gen               atomic.Uint64
 	// linkUp tells connect and rejoin that a peer's data connection came.
 	linkUp chan int
 
@@ -232,6 +239,9 @@ func Join(cfg Config) (*Job, error) {
 	if cfg.HeartbeatTimeout <= 0 {
 		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
@@ -240,7 +250,8 @@ func Join(cfg Config) (*Job, error) {
 	}
 	j := &Job{cfg: cfg, log: cfg.Log.With(zap.Int("rank", cfg.Rank)), ctl: make(chan control, 1024), linkUp: make(chan int, 4*cfg.Procs),
 		results: map[int][]byte{}, resultsCh: make(chan struct{}, 1), released: make(chan struct{}), lost: map[int]bool{},
-		links: make([]atomic.Pointer[link], cfg.Procs), lastBeat: make([]time.Time, cfg.Procs), progress: make([]uint64, cfg.Procs)}
+		links: make([]atomic.Pointer[link], cfg.Procs), lastBeat: make([]time.Time, cfg.Procs), progress: make([]uint64, cfg.Procs),
+		dataGate: newGate(MaxHandshakes), ctlGate: newGate(MaxHandshakes)}
 	j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
 	j.owner = make([]int, cfg.PEs)
 	for r := 0; r < cfg.Procs; r++ {
@@ -543,8 +554,13 @@ func (j *Job) acceptLoop() {
 		if err != nil {
 			return
 		}
+		if !j.dataGate.enter() {
+			j.log.Debug("refused a data connection: too many proving the secret at once", zap.String("from", c.RemoteAddr().String()))
+			c.Close()
+			continue
+		}
 		go func() {
-			id, err := acceptHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), func(id uint32) error {
+			id, err := acceptHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), j.cfg.HandshakeTimeout, func(id uint32) error {
 				r := int(id)
 				if id == CharmrunID || r <= j.cfg.Rank || r >= j.cfg.Procs {
 					return fmt.Errorf("rank %d does not dial process %d", int32(id), j.cfg.Rank)
@@ -554,6 +570,7 @@ func (j *Job) acceptLoop() {
 				}
 				return nil
 			})
+			j.dataGate.leave()
 			if err != nil {
 				j.log.Warn("refused a data connection", zap.String("from", c.RemoteAddr().String()), zap.Error(err))
 				c.Close()

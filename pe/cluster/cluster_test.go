@@ -73,8 +73,8 @@ func testProcess(spec string) int {
 	var pes int
 	var hops uint64
 	var attack bool
-	var burst int
-	fmt.Sscan(spec, &pes, &hops, &attack, &burst)
+	var burst, strangers int
+	fmt.Sscan(spec, &pes, &hops, &attack, &burst, &strangers)
 	rank, _ := strconv.Atoi(os.Getenv(RankEnv))
 	procs, _ := strconv.Atoi(os.Getenv(ProcsEnv))
 	secret, err := ParseSecret(os.Getenv(SecretEnv))
@@ -84,8 +84,12 @@ func testProcess(spec string) int {
 	}
 	core := zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.WarnLevel)
 	rv := &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank}
+	var handshake time.Duration
+	if strangers > 0 {
+		handshake = floodHandshake
+	}
 	j, err := Join(Config{Rank: rank, Procs: procs, PEs: pes, Secret: secret, ConnectTimeout: 20 * time.Second,
-		Rendezvous: rv, Types: pe.TypesDigest(), Log: zap.New(core)})
+		Rendezvous: rv, Types: pe.TypesDigest(), Log: zap.New(core), HandshakeTimeout: handshake})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -96,6 +100,17 @@ func testProcess(spec string) int {
 			fmt.Println("attack:", err)
 		} else {
 			fmt.Println("attack: every stranger refused")
+		}
+	}
+	if strangers > 0 && rank == 0 {
+		for _, m := range j.Members()[1:] {
+			for what, addr := range map[string]string{"data": m.Data, "control": m.Control} {
+				if err := floodListener(addr, strangers, floodHandshake); err != nil {
+					fmt.Printf("flood of %s listener of %v: %v\n", what, m, err)
+				} else {
+					fmt.Printf("flood of %s listener: bounded\n", what)
+				}
+			}
 		}
 	}
 	var seen atomic.Uint64
@@ -199,6 +214,62 @@ func attackJob(members []Member) error {
 	return nil
 }
 
+// floodHandshake is the handshake timeout of the processes a flood test
+// starts (DefaultHandshakeTimeout would make it wait 10 s).
+const floodHandshake = 500 * time.Millisecond
+
+// floodListener opens n connections to addr that say nothing, as a flood of
+// strangers would. The listener must close the ones past MaxHandshakes at
+// once (within a fifth of timeout), and every one within timeout and a
+// margin for a busy machine.
+func floodListener(addr string, n int, timeout time.Duration) error {
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	closedAt := make(chan time.Duration, n)
+	for _, c := range conns {
+		go func() {
+			c.SetReadDeadline(start.Add(timeout + 5*time.Second))
+			var b [64]byte
+			for {
+				if _, err := c.Read(b[:]); err != nil {
+					if ne, ok := err.(net.Error); ok && ne.Timeout() {
+						closedAt <- -1
+						return
+					}
+					closedAt <- time.Since(start)
+					return
+				}
+			}
+		}()
+	}
+	fast := 0
+	for range n {
+		d := <-closedAt
+		if d < 0 {
+			return fmt.Errorf("a silent connection was kept open for %v (handshake timeout %v)", timeout+5*time.Second, timeout)
+		}
+		if d < timeout/5 {
+			fast++
+		}
+	}
+	if fast < n-MaxHandshakes {
+		return fmt.Errorf("%d of %d silent connections closed at once; %d admitted at a time at most", fast, n, MaxHandshakes)
+	}
+	return nil
+}
+
 // flood sends each messages to every other PE, in batches of every size
 // from 1 up (each handled message of the system lane starts one), and
 // counts what it receives; PE 0 stops the job once every PE got all.
@@ -241,11 +312,12 @@ func (f *flood) Handle(p *pe.PE, env *pe.Envelope) {
 // runJob launches a test job of procs processes and pes PEs passing a
 // token hops times, and gives the hops its PEs saw in all, what the
 // processes printed and their standard error.
-func runJob(t *testing.T, procs, pes int, hops uint64, attack bool, burst ...int) (uint64, string, string) {
+func runJob(t *testing.T, procs, pes int, hops uint64, attack bool, burstStrangers ...int) (uint64, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
+	more := append(burstStrangers, 0, 0)
 	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: procs, ConnectTimeout: 30 * time.Second,
-		Env:    []string{fmt.Sprintf("%s=%d %d %v %d", childEnv, pes, hops, attack, append(burst, 0)[0]), "GORACE=atexit_sleep_ms=0"},
+		Env:    []string{fmt.Sprintf("%s=%d %d %v %d %d", childEnv, pes, hops, attack, more[0], more[1]), "GORACE=atexit_sleep_ms=0"},
 		Stdout: &out, Stderr: &errb}
 	require.Equal(t, 0, l.Run(), errb.String())
 	var seen uint64
@@ -294,6 +366,19 @@ func TestForeignClientsAreRefused(t *testing.T) {
 	require.GreaterOrEqual(t, strings.Count(errs, "refused a control connection"), 4, errs)
 }
 
+// A flood of silent strangers on a process's data and control listeners
+// is bounded: MaxHandshakes at a time may try to prove the secret, the
+// rest are closed as they come, and each is dropped once the handshake
+// timeout passes (the control plane's TLS listener used to keep a silent
+// connection past 13 s, grpc's own bound being 120 s); the job goes on to
+// the same result.
+func TestListenersBoundAFloodOfStrangers(t *testing.T) {
+	seen, out, errs := runJob(t, 2, 2, 200, false, 0, MaxHandshakes+40)
+	require.Contains(t, out, "flood of data listener: bounded", errs)
+	require.Contains(t, out, "flood of control listener: bounded", errs)
+	require.Equal(t, uint64(201), seen, "the job's result is unaffected")
+}
+
 // The rendezvous refuses strangers the same way, and still serves the
 // job's processes.
 func TestRendezvousRefusesStrangers(t *testing.T) {
@@ -309,7 +394,7 @@ func TestRendezvousRefusesStrangers(t *testing.T) {
 	require.NoError(t, err)
 	wrong, err := NewSecret()
 	require.NoError(t, err)
-	srv, err := ServeRendezvous("127.0.0.1", secret, 2, log)
+	srv, err := ServeRendezvous("127.0.0.1", secret, 2, log, 0)
 	require.NoError(t, err)
 	defer srv.Close()
 	c, err := net.Dial("tcp", srv.Addr())
@@ -325,6 +410,12 @@ func TestRendezvousRefusesStrangers(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, dialHandshake(c, wrong, 1, CharmrunID), "could not prove the job's secret")
 	c.Close()
+	// a flood of silent strangers is bounded as on a process's listeners
+	// (this server's handshake timeout: DefaultHandshakeTimeout)
+	fl, err := ServeRendezvous("127.0.0.1", secret, 2, zap.NewNop(), floodHandshake)
+	require.NoError(t, err)
+	require.NoError(t, floodListener(fl.Addr(), MaxHandshakes+40, floodHandshake))
+	fl.Close()
 
 	p0 := &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: 0}
 	p1 := &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: 1}
@@ -379,7 +470,7 @@ func FuzzAcceptHandshake(f *testing.F) {
 				}
 			}
 		}()
-		_, err := acceptHandshake(a, s, 0, func(uint32) error { return nil })
+		_, err := acceptHandshake(a, s, 0, DefaultHandshakeTimeout, func(uint32) error { return nil })
 		require.Error(t, err)
 		a.Close()
 	})

@@ -27,10 +27,35 @@ const (
 	macSize        = 32
 	// CharmrunID is the id charmrun's rendezvous proves itself with.
 	CharmrunID = 0xFFFFFFFF
-	// handshakeTimeout bounds a handshake: a client that connects and says
-	// nothing is dropped.
-	handshakeTimeout = 10 * time.Second
+	// DefaultHandshakeTimeout bounds a handshake on every listener of a
+	// job (data plane, control plane's TLS, charmrun's rendezvous): a
+	// client that connects and does not prove the job's secret within it
+	// is dropped.
+	DefaultHandshakeTimeout = 10 * time.Second
+	// MaxHandshakes is how many connections one listener lets try to
+	// prove the secret at once; one more is closed as it comes, so a
+	// flood of strangers costs a bounded number of goroutines and files.
+	MaxHandshakes = 64
 )
+
+// gate admits at most a fixed number of connections into their handshake
+// at once.
+type gate chan struct{}
+
+func newGate(n int) gate { return make(gate, n) }
+
+// enter reports whether a connection may begin its handshake (then it
+// must leave).
+func (g gate) enter() bool {
+	select {
+	case g <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (g gate) leave() { <-g }
 
 func ids(a, b uint32) []byte {
 	var x [8]byte
@@ -42,7 +67,7 @@ func ids(a, b uint32) []byte {
 // dialHandshake proves the dialing side (id me) to a listener that must
 // be id want.
 func dialHandshake(c net.Conn, s Secret, me, want uint32) error {
-	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	c.SetDeadline(time.Now().Add(DefaultHandshakeTimeout))
 	defer c.SetDeadline(time.Time{})
 	var hello [4 + 4 + nonceSize]byte
 	copy(hello[:], handshakeMagic)
@@ -69,10 +94,10 @@ func dialHandshake(c net.Conn, s Secret, me, want uint32) error {
 }
 
 // acceptHandshake proves the listening side (id me) and checks the
-// dialer's proof; then accept says whether the dialer's id is one the
-// listener expects. It returns the dialer's id.
-func acceptHandshake(c net.Conn, s Secret, me uint32, accept func(id uint32) error) (uint32, error) {
-	c.SetDeadline(time.Now().Add(handshakeTimeout))
+// dialer's proof, within timeout; then accept says whether the dialer's id
+// is one the listener expects. It returns the dialer's id.
+func acceptHandshake(c net.Conn, s Secret, me uint32, timeout time.Duration, accept func(id uint32) error) (uint32, error) {
+	c.SetDeadline(time.Now().Add(timeout))
 	defer c.SetDeadline(time.Time{})
 	var hello [4 + 4 + nonceSize]byte
 	if _, err := io.ReadFull(c, hello[:]); err != nil {

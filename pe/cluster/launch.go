@@ -109,7 +109,7 @@ func (l Launch) Run() int {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	srv, err := ServeRendezvous(host, secret, l.Procs, nil)
+	srv, err := ServeRendezvous(host, secret, l.Procs, nil, 0)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -113,7 +113,7 @@ func (c *Charmrun) dial(deadline time.Time) error {
 
 // Publish tells charmrun process 0's address.
 func (c *Charmrun) Publish(addr string) error {
-	if err := c.dial(time.Now().Add(handshakeTimeout)); err != nil {
+	if err := c.dial(time.Now().Add(DefaultHandshakeTimeout)); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintf(c.conn, "P %s\n", addr); err != nil {
@@ -163,10 +163,12 @@ func (c *Charmrun) Close() {
 
 // RendezvousServer is charmrun's side of the Charmrun rendezvous.
 type RendezvousServer struct {
-	ln     net.Listener
-	secret Secret
-	procs  int
-	log    *zap.Logger
+	ln        net.Listener
+	secret    Secret
+	procs     int
+	log       *zap.Logger
+	handshake time.Duration // DefaultHandshakeTimeout unless a test says
+	gate      gate          // connections proving the secret (MaxHandshakes)
 
 	mu      sync.Mutex
 	addr    string     // process 0's, once published
@@ -176,8 +178,9 @@ type RendezvousServer struct {
 }
 
 // ServeRendezvous listens on host (port 0: any free port) for the job's
-// procs processes.
-func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger) (*RendezvousServer, error) {
+// procs processes; handshake bounds each connection's proof of the secret
+// (0: DefaultHandshakeTimeout).
+func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, handshake time.Duration) (*RendezvousServer, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(ConcreteHost(host), "0"))
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: listen on %s: %w", host, err)
@@ -185,7 +188,11 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger) (*R
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, conns: map[int]net.Conn{}, joined: make(chan int, 2*procs)}
+	if handshake <= 0 {
+		handshake = DefaultHandshakeTimeout
+	}
+	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes),
+		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs)}
 	go s.serve()
 	return s, nil
 }
@@ -216,17 +223,23 @@ func (s *RendezvousServer) serve() {
 		if err != nil {
 			return
 		}
+		if !s.gate.enter() {
+			s.log.Debug("refused a rendezvous connection: too many proving the secret at once", zap.String("from", c.RemoteAddr().String()))
+			c.Close()
+			continue
+		}
 		go s.handle(c)
 	}
 }
 
 func (s *RendezvousServer) handle(c net.Conn) {
-	id, err := acceptHandshake(c, s.secret, CharmrunID, func(id uint32) error {
+	id, err := acceptHandshake(c, s.secret, CharmrunID, s.handshake, func(id uint32) error {
 		if int(id) >= s.procs {
 			return fmt.Errorf("rank %d: the job has %d processes", int32(id), s.procs)
 		}
 		return nil
 	})
+	s.gate.leave()
 	if err != nil {
 		s.log.Warn("refused a rendezvous connection", zap.String("from", c.RemoteAddr().String()), zap.Error(err))
 		c.Close()
@@ -257,7 +270,7 @@ func (s *RendezvousServer) handle(c net.Conn) {
 		}
 		s.mu.Unlock()
 	}()
-	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	c.SetReadDeadline(time.Now().Add(s.handshake))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	c.SetReadDeadline(time.Time{})
 	if err != nil {

@@ -155,6 +155,8 @@ type Report struct {
 	// Restarted: the run resumed from a checkpoint, so its step times and
 	// kernel time include the steps before it, on the checkpoint's PEs.
 	Restarted bool
+	// Checked: the run was only checked (chare.CheckEnv): nothing ran.
+	Checked bool
 	// Secondary: this process is not the job's first, which reports the
 	// results; this report holds nothing else.
 	Secondary bool
@@ -173,8 +175,10 @@ type Main struct {
 	CompEnergy []float64
 	StepMs     []float64
 	Got        int // of the three final reports (checkpointed: a restart may come between them)
-	start      time.Time
-	report     Report // what the run measured, once it is over (Run returns it)
+	// this process's own, not migrated or checkpointed: a restart's run
+	// starts its clock again
+	start  time.Time `msgpack:"-"`
+	report Report    `msgpack:"-"` // what the run measured, once it is over (Run returns it)
 }
 
 // Cell holds the atoms of one box of the periodic domain.
@@ -188,10 +192,12 @@ type Cell struct {
 	Incoming []ParticlesMsg // atoms from neighbours, this migration round
 	Migrate  bool           // waiting for the neighbours' atoms
 	StepMs   []float64      // cell (0,0,0) only
-	last     time.Time
-	lastCkpt time.Time // cell (0,0,0), under CkptEvery
-	sumMs    float64
-	sumSteps int
+	// the step timings of this process's run, not migrated or
+	// checkpointed (a restarted or migrated cell starts its clock again)
+	last     time.Time `msgpack:"-"`
+	lastCkpt time.Time `msgpack:"-"` // cell (0,0,0), under CkptEvery
+	sumMs    float64   `msgpack:"-"`
+	sumSteps int       `msgpack:"-"`
 }
 
 // Compute computes the forces between the atoms of two cells, or within one.
@@ -278,7 +284,9 @@ func (m *Main) Init(ctx *chare.Ctx, p Params) {
 		m.P.CkptPeriod, m.P.CkptEvery = 1, every
 	}
 	p = m.P
-	chare.StepRange(ctx, 1, p.Steps) // failures injected at other steps are refused
+	if !chare.StepRange(ctx, 1, p.Steps) { // failures injected at other steps are refused
+		return // before the banner: the refusal is the run's one line
+	}
 	printf(ctx, "\nLENNARD JONES MOLECULAR DYNAMICS START UP ...\n")
 	printf(ctx, "\nInput Parameters...\n")
 	if p.Given >= 3 {
@@ -783,6 +791,10 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 	r.Processes = res.Processes
 	if res.Err != nil {
 		return r, res.Err
+	}
+	if res.Checked {
+		r.Checked = true
+		return r, nil
 	}
 	if res.Process != 0 {
 		r.Secondary = true

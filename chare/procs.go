@@ -1,11 +1,13 @@
 package chare
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/zap"
@@ -177,8 +179,15 @@ func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
 			return nil, InputError{fmt.Errorf("environment: %s=%q is not an incarnation number", cluster.ReplacementEnv, v)}
 		}
 	}
+	connect := cfg.ConnectTimeout
+	if _, ok := rv.(*cluster.Charmrun); ok {
+		// charmrun bounds the start itself, and says which process did
+		// not join: a process waiting on another gives up a little after
+		// it, not at the same moment with a line of its own
+		connect = cmp.Or(connect, cluster.DefaultConnectTimeout) + 5*time.Second
+	}
 	job, err := cluster.Join(cluster.Config{Rank: rank, Procs: procs, PEs: cfg.PEs, Secret: secret, Host: cfg.Listen,
-		Rendezvous: rv, ConnectTimeout: cfg.ConnectTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout, Types: pe.TypesDigest(), Log: log, ActorLog: actorLog, Incarnation: inc})
+		Rendezvous: rv, ConnectTimeout: connect, HeartbeatTimeout: cfg.HeartbeatTimeout, Types: pe.TypesDigest(), Log: log, ActorLog: actorLog, Incarnation: inc})
 	if err != nil {
 		return nil, fmt.Errorf("process %d of %d: %w", rank, procs, err)
 	}

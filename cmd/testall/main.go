@@ -1,0 +1,268 @@
+// Command testall runs the project's tests, as the README says and CI
+// does: in tiers, each a `go test -json` over some packages, then a table
+// of the time each package took and the slowest tests.
+//
+//	go run ./cmd/testall              # the default tier (what CI runs)
+//	go run ./cmd/testall --long 10    # and FT_LONG=10: the exhaustive sweeps
+//
+// The default tier runs the runtime's packages under the race detector
+// (their tests run PEs, processes and networks at once), the pure
+// computations and the long deterministic simulations without it (the
+// detector finds nothing there and slows them tenfold), LeanMD's failure
+// sweeps whole without it (a subset runs under it), and the chare
+// package, the examples and LeanMD's determinism tests again under a
+// chaos transport. A package whose tests take more than --budget (3
+// minutes) in one tier fails the run with a line that says so: the suite
+// must fit a 2-core machine under go test's own 10-minute limit even when
+// the machine is busy.
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// tier is one `go test` run of the suite.
+type tier struct {
+	name string
+	race bool
+	env  []string // added to the environment
+	run  string   // -run, if any
+	pkgs []string
+}
+
+// tiers is the suite. Packages are relative to the module's root.
+func tiers() []tier {
+	return []tier{
+		{name: "race", race: true, pkgs: []string{"./pe/...", "./chare", "./examples/...", "./cmd/charmrun", "./apps/leanmd/md", "./bench", "./manager", "./recovery"}},
+		{name: "plain", pkgs: []string{"./ftlayer/...", "./ftsim", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./bench/cmd/..."}},
+		{name: "sweeps", run: "Failures", pkgs: []string{"./apps/leanmd/md"}},
+		{name: "chaos", race: true, env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},
+		{name: "chaos-md", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, run: "Deterministic|LeavesTheResult", pkgs: []string{"./apps/leanmd/md"}},
+	}
+}
+
+// event is one line of `go test -json` (cmd/test2json).
+type event struct {
+	Time    time.Time
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+// pkgResult is one package's outcome in one tier.
+type pkgResult struct {
+	tier, pkg string
+	elapsed   time.Duration
+	action    string // pass, fail, skip
+}
+
+// testResult is one top-level test's outcome.
+type testResult struct {
+	tier, pkg, test string
+	elapsed         time.Duration
+	action          string
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("testall", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	long := fs.Int("long", 0, "FT_LONG: random failure schedules per protocol, and the exhaustive sweeps (0: the default tier)")
+	budget := fs.Duration("budget", 3*time.Minute, "the most one package's tests may take in one tier")
+	only := fs.String("tier", "", "run only this tier (race, plain, sweeps, chaos, chaos-md)")
+	verbose := fs.Bool("v", false, "print every test's output, not only failures'")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "testall: unexpected argument %q (flags: --long N, --budget D, --tier NAME, -v)\n", fs.Arg(0))
+		return 2
+	}
+	if *long < 0 {
+		fmt.Fprintf(stderr, "testall: flag --long: %d: want 0 or more\n", *long)
+		return 2
+	}
+	start := time.Now()
+	var pkgs []pkgResult
+	var tests []testResult
+	failed := false
+	ran := 0
+	for _, t := range tiers() {
+		if *only != "" && t.name != *only {
+			continue
+		}
+		ran++
+		env := append(os.Environ(), t.env...)
+		if *long > 0 {
+			env = append(env, "FT_LONG="+strconv.Itoa(*long))
+		}
+		args := []string{"test", "-json", "-count=1"}
+		if t.race {
+			args = append(args, "-race")
+		}
+		if t.run != "" {
+			args = append(args, "-run", t.run)
+		}
+		if *long > 0 {
+			args = append(args, "-timeout", "0") // the long tier may take hours
+		}
+		args = append(args, t.pkgs...)
+		fmt.Fprintf(stdout, "== %s: go %s%s\n", t.name, strings.Join(args, " "), envNote(t.env, *long))
+		p, ts, ok, err := goTest(args, env, t.name, stdout, *verbose)
+		if err != nil {
+			fmt.Fprintf(stderr, "testall: %s: %v\n", t.name, err)
+			return 1
+		}
+		pkgs, tests = append(pkgs, p...), append(tests, ts...)
+		failed = failed || !ok
+	}
+	if ran == 0 {
+		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, sweeps, chaos, chaos-md)\n", *only)
+		return 2
+	}
+	report(stdout, pkgs, tests, time.Since(start))
+	var over []string
+	for _, p := range pkgs {
+		if p.elapsed > *budget && *long == 0 {
+			over = append(over, fmt.Sprintf("%s (%s) took %s", p.pkg, p.tier, p.elapsed.Round(time.Second)))
+		}
+	}
+	switch {
+	case failed:
+		fmt.Fprintf(stderr, "testall: FAIL (see the failures above)\n")
+		return 1
+	case len(over) > 0:
+		fmt.Fprintf(stderr, "testall: FAIL: over the %v budget per package: %s\n", *budget, strings.Join(over, "; "))
+		return 1
+	}
+	fmt.Fprintf(stdout, "testall: ok in %s\n", time.Since(start).Round(time.Second))
+	return 0
+}
+
+func envNote(env []string, long int) string {
+	if long > 0 {
+		env = append(slices.Clone(env), "FT_LONG="+strconv.Itoa(long))
+	}
+	if len(env) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(env, " ") + ")"
+}
+
+// goTest runs go with args and reads its -json events (readEvents).
+func goTest(args, env []string, tierName string, out io.Writer, verbose bool) ([]pkgResult, []testResult, bool, error) {
+	cmd := exec.Command("go", args...)
+	cmd.Env = env
+	cmd.Stderr = out // build errors
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, false, err
+	}
+	pkgs, tests, ok, err := readEvents(pipe, tierName, out, verbose)
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return pkgs, tests, false, err
+	}
+	if err := cmd.Wait(); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			return pkgs, tests, false, err
+		}
+		ok = false
+	}
+	return pkgs, tests, ok, nil
+}
+
+// readEvents reads `go test -json` events from r: it prints a line per
+// package as go test does, and a failed test's or package's output (every
+// output with verbose); it returns the packages' and top-level tests'
+// results and whether all passed.
+func readEvents(r io.Reader, tierName string, out io.Writer, verbose bool) ([]pkgResult, []testResult, bool, error) {
+	var pkgs []pkgResult
+	var tests []testResult
+	outputs := map[[2]string][]string{} // package, test -> its output
+	ok := true
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<26)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
+			fmt.Fprintln(out, sc.Text()) // not an event: pass it on
+			continue
+		}
+		key := [2]string{e.Package, e.Test}
+		switch e.Action {
+		case "build-output": // the compiler's, for a package that does not build
+			fmt.Fprint(out, e.Output)
+		case "build-fail":
+			ok = false
+		case "output":
+			if verbose {
+				fmt.Fprint(out, e.Output)
+			}
+			outputs[key] = append(outputs[key], e.Output)
+		case "pass", "fail", "skip":
+			d := time.Duration(e.Elapsed * float64(time.Second))
+			if e.Action == "fail" {
+				ok = false
+				if !verbose {
+					fmt.Fprint(out, strings.Join(outputs[key], ""))
+				}
+			}
+			delete(outputs, key)
+			switch {
+			case e.Test == "":
+				pkgs = append(pkgs, pkgResult{tier: tierName, pkg: e.Package, elapsed: d, action: e.Action})
+				if e.Action != "skip" || d > 0 {
+					fmt.Fprintf(out, "%-4s  %-50s %8.1fs\n", map[string]string{"pass": "ok", "fail": "FAIL", "skip": "--"}[e.Action], e.Package, d.Seconds())
+				}
+			case !strings.Contains(e.Test, "/"):
+				tests = append(tests, testResult{tier: tierName, pkg: e.Package, test: e.Test, elapsed: d, action: e.Action})
+			}
+		}
+	}
+	return pkgs, tests, ok, sc.Err()
+}
+
+// report prints every package's time in every tier, slowest first, and
+// the ten slowest tests.
+func report(w io.Writer, pkgs []pkgResult, tests []testResult, total time.Duration) {
+	slices.SortFunc(pkgs, func(a, b pkgResult) int { return cmp.Compare(b.elapsed, a.elapsed) })
+	fmt.Fprintf(w, "\ntime per package and tier (go test -json), slowest first:\n")
+	for _, p := range pkgs {
+		if p.action == "skip" && p.elapsed == 0 {
+			continue // no test files
+		}
+		fmt.Fprintf(w, "  %8.1fs  %-8s %-44s %s\n", p.elapsed.Seconds(), p.tier, strings.TrimPrefix(p.pkg, "github.com/charmgo/charmgo/"), p.action)
+	}
+	slices.SortFunc(tests, func(a, b testResult) int { return cmp.Compare(b.elapsed, a.elapsed) })
+	fmt.Fprintf(w, "the ten slowest tests:\n")
+	for _, t := range tests[:min(10, len(tests))] {
+		fmt.Fprintf(w, "  %8.1fs  %-8s %s %s\n", t.elapsed.Seconds(), t.tier, strings.TrimPrefix(t.pkg, "github.com/charmgo/charmgo/"), t.test)
+	}
+	fmt.Fprintf(w, "all tiers: %s\n", total.Round(time.Second))
+}

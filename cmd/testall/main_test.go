@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// go test -json's events become a line per package, the failures' output,
+// and the packages' and top-level tests' times; a subtest's output goes
+// with its failure, and lines that are not events (a build error) pass
+// through.
+func TestReadEvents(t *testing.T) {
+	in := `{"Action":"run","Package":"m/a","Test":"TestX"}
+{"Action":"output","Package":"m/a","Test":"TestX","Output":"=== RUN   TestX\n"}
+{"Action":"output","Package":"m/a","Test":"TestX/sub","Output":"    x_test.go:9: boom\n"}
+{"Action":"fail","Package":"m/a","Test":"TestX/sub","Elapsed":1.5}
+{"Action":"fail","Package":"m/a","Test":"TestX","Elapsed":2}
+{"Action":"pass","Package":"m/a","Test":"TestY","Elapsed":0.25}
+{"Action":"output","Package":"m/a","Output":"FAIL\n"}
+{"Action":"fail","Package":"m/a","Elapsed":3.5}
+# m/b [m/b.test]
+{"ImportPath":"m/e [m/e.test]","Action":"build-output","Output":"e_test.go:3:1: syntax error\n"}
+{"ImportPath":"m/e [m/e.test]","Action":"build-fail"}
+{"Action":"pass","Package":"m/c","Test":"TestZ","Elapsed":7}
+{"Action":"pass","Package":"m/c","Elapsed":7.25}
+{"Action":"skip","Package":"m/d","Elapsed":0}
+`
+	var out bytes.Buffer
+	pkgs, tests, ok, err := readEvents(strings.NewReader(in), "race", &out, false)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, []pkgResult{{"race", "m/a", 3500 * time.Millisecond, "fail"}, {"race", "m/c", 7250 * time.Millisecond, "pass"}, {"race", "m/d", 0, "skip"}}, pkgs)
+	require.Equal(t, []testResult{{"race", "m/a", "TestX", 2 * time.Second, "fail"}, {"race", "m/a", "TestY", 250 * time.Millisecond, "pass"}, {"race", "m/c", "TestZ", 7 * time.Second, "pass"}}, tests)
+	s := out.String()
+	require.Contains(t, s, "x_test.go:9: boom")
+	require.Contains(t, s, "# m/b [m/b.test]")
+	require.Contains(t, s, "e_test.go:3:1: syntax error")
+	require.Contains(t, s, "FAIL  m/a")
+	require.Contains(t, s, "ok    m/c")
+	require.NotContains(t, s, "m/d", "a package without tests says nothing")
+
+	var r bytes.Buffer
+	report(&r, pkgs, tests, 12*time.Second)
+	require.Regexp(t, `(?s)7\.2s  race +m/c +pass.*3\.5s  race +m/a +fail.*the ten slowest tests:\n +7\.0s  race +m/c TestZ\n +2\.0s  race +m/a TestX`, r.String())
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--long", "-1"}, "testall: flag --long: -1: want 0 or more"},
+		{[]string{"--tier", "nosuch"}, `testall: flag --tier: no tier "nosuch"`},
+		{[]string{"extra"}, `testall: unexpected argument "extra"`},
+	} {
+		var out, errb bytes.Buffer
+		require.Equal(t, 2, run(c.args, &out, &errb), c.args)
+		require.Contains(t, errb.String(), c.want)
+	}
+}

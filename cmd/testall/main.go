@@ -5,13 +5,13 @@
 //	go run ./cmd/testall              # the default tier (what CI runs)
 //	go run ./cmd/testall --long 10    # and FT_LONG=10: the exhaustive sweeps
 //
-// The default tier runs the runtime's packages under the race detector
-// (their tests run PEs, processes and networks at once), the pure
-// computations and the long deterministic simulations without it (the
-// detector finds nothing there and slows them tenfold), LeanMD's failure
-// sweeps whole without it (a subset runs under it), and the chare
-// package, the examples and LeanMD's determinism tests again under a
-// chaos transport. A package whose tests take more than --budget (3
+// It runs the runtime's packages under the race detector (their tests
+// run PEs, processes and networks at once; LeanMD's the cases that
+// exercise recovery, migration and checkpoints), the state machines, the
+// strategies, the deterministic simulations and every LeanMD test without
+// it (the detector finds nothing there and slows them tenfold), and the
+// chare package, the examples and LeanMD's determinism tests again under
+// a chaos transport. A package whose tests take more than --budget (3
 // minutes) in one tier fails the run with a line that says so: the suite
 // must fit a 2-core machine under go test's own 10-minute limit even when
 // the machine is busy.
@@ -45,10 +45,16 @@ type tier struct {
 // tiers is the suite. Packages are relative to the module's root.
 func tiers() []tier {
 	return []tier{
-		{name: "race", race: true, pkgs: []string{"./pe/...", "./chare", "./examples/...", "./cmd/charmrun", "./apps/leanmd/md", "./bench", "./manager", "./recovery"}},
-		{name: "plain", pkgs: []string{"./ftlayer/...", "./ftsim", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./bench/cmd/..."}},
-		{name: "sweeps", run: "Failures", pkgs: []string{"./apps/leanmd/md"}},
-		{name: "chaos", race: true, env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},
+		// the runtime: PEs, processes and networks run at once, and the
+		// detector looks at every access (LeanMD's package runs its
+		// recovery, migration and checkpoint cases; the plain tier all)
+		{name: "race", race: true, pkgs: []string{"./pe/...", "./chare", "./examples/...", "./cmd/charmrun", "./apps/leanmd/md", "./bench"}},
+		// state machines, strategies, the deterministic simulator (one
+		// goroutine), LeanMD's every case and sweep: no detector
+		{name: "plain", pkgs: []string{"./manager", "./recovery", "./ftlayer/...", "./ftsim", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./bench/cmd/...", "./apps/leanmd/md"}},
+		// messages between PEs held back and reordered across channels,
+		// as between processes
+		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},
 		{name: "chaos-md", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, run: "Deterministic|LeavesTheResult", pkgs: []string{"./apps/leanmd/md"}},
 	}
 }
@@ -86,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	long := fs.Int("long", 0, "FT_LONG: random failure schedules per protocol, and the exhaustive sweeps (0: the default tier)")
 	budget := fs.Duration("budget", 3*time.Minute, "the most one package's tests may take in one tier")
-	only := fs.String("tier", "", "run only this tier (race, plain, sweeps, chaos, chaos-md)")
+	only := fs.String("tier", "", "run only this tier (race, plain, chaos, chaos-md)")
 	verbose := fs.Bool("v", false, "print every test's output, not only failures'")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -137,7 +143,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		failed = failed || !ok
 	}
 	if ran == 0 {
-		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, sweeps, chaos, chaos-md)\n", *only)
+		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md)\n", *only)
 		return 2
 	}
 	report(stdout, pkgs, tests, time.Since(start))

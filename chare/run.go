@@ -193,10 +193,10 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --transport-chaos SEED hold messages between PEs back for random short
                          times (seeded), reordering them across channels as
                          between processes; each channel stays FIFO
-  --watchdog D           end a run in which no PE makes progress for D (10s,
-                         2m; default 10m; 0: never) with exit code 3 and a
-                         dump of every PE's state; SIGQUIT prints the same
-                         dump and the run goes on
+  --watchdog D           end a run in which no PE runs an entry method for D
+                         (10s, 2m; default 10m; 0: never) with exit code 3
+                         and a dump of every PE's state; SIGQUIT prints the
+                         same dump and the run goes on
   ++n K                  spread the PEs over K processes (with +p N: N/K PEs
                          each; ++ppn M: M PEs each): under charmrun, srun or
                          mpirun, which start the processes

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strconv"
 
 	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/recovery"
@@ -107,9 +110,21 @@ func RandomFailures[C, A any](main *chare.Type[C, A], arg A, base chare.Config, 
 		}
 		cfg.Kills = make([]chare.Kill, 2+rng.IntN(2))
 		for i := range cfg.Kills {
-			cfg.Kills[i] = randomKill(rng, free)
+			// Kills before one event are one failure of several PEs: a PE
+			// and the buddy that holds its snapshot's copy, at once, leave
+			// none (the run says so and ends); the moments differ.
+			for {
+				k := randomKill(rng, free)
+				if k.Event == 0 || !slices.ContainsFunc(cfg.Kills[:i], func(o chare.Kill) bool { return o.Event == k.Event }) {
+					cfg.Kills[i] = k
+					break
+				}
+			}
 		}
 		cfg.Seed = seed
+		if base.CheckpointDir != "" {
+			cfg.CheckpointDir = filepath.Join(base.CheckpointDir, strconv.Itoa(trial)) // a run's own
+		}
 		res := Run(main, arg, cfg, seed)
 		if Unfired(res) {
 			continue

@@ -2,11 +2,32 @@ package ftsim
 
 import (
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
 	"github.com/stretchr/testify/require"
 )
+
+// long is FT_LONG (0 if unset): the long mode runs 150·FT_LONG random
+// failure runs more per protocol in the random sweeps.
+func long() int {
+	n, _ := strconv.Atoi(os.Getenv("FT_LONG"))
+	return max(n, 0)
+}
+
+// withDir gives random failure runs under checkpoint/restart a checkpoint
+// directory: failures that overlap are one failure of all their PEs
+// there, and a PE and its buddy among them take both copies of its
+// snapshot with them (the run would end saying so); from the directory
+// it recovers.
+func withDir(t *testing.T, c chare.Config) chare.Config {
+	if c.FT == "none" {
+		c.CheckpointDir = t.TempDir()
+	}
+	return c
+}
 
 // protocols are what every sweep runs: each protocol; team-based logging
 // and CAMEL with teams, in teams of two PEs.
@@ -74,7 +95,7 @@ func TestFailuresAtEveryEvent(t *testing.T) {
 // a later failure's moment never came — says so.
 func TestRandomFailuresInOneRun(t *testing.T) {
 	args := MixArgs{Steps: 8, Ckpt: 3}
-	trials := 150
+	trials := 150 * (1 + long())
 	if raceOn {
 		trials = 20
 	}
@@ -82,7 +103,7 @@ func TestRandomFailuresInOneRun(t *testing.T) {
 		ft := pc.FT
 		name := protoName(pc)
 		t.Run(name, func(t *testing.T) {
-			ran, err := RandomFailures(Mix, args, pc, trials, rand.New(rand.NewPCG(uint64(len(ft)), 3)), func(free, res chare.Result, cfg chare.Config) {
+			ran, err := RandomFailures(Mix, args, withDir(t, pc), trials, rand.New(rand.NewPCG(uint64(len(ft)), 3)), func(free, res chare.Result, cfg chare.Config) {
 				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
 				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
 			})
@@ -104,7 +125,7 @@ func chainLogsOf(t *testing.T, r chare.Result) []ChainLog {
 // consistent.
 func TestFailuresReplayTheOrderThatHappened(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride, trials := 1, 150
+	stride, trials := 1, 150*(1+long())
 	if raceOn {
 		stride, trials = 17, 20
 	}
@@ -119,7 +140,7 @@ func TestFailuresReplayTheOrderThatHappened(t *testing.T) {
 				require.NoError(t, checkChain(chainLogsOf(t, f.Res), args.Steps), "%s, %v", ft, f)
 			})
 			require.NoError(t, err)
-			ran, err := RandomFailures(chainMain, args, pc, trials, rand.New(rand.NewPCG(uint64(len(ft)), 5)), func(free, res chare.Result, cfg chare.Config) {
+			ran, err := RandomFailures(chainMain, args, withDir(t, pc), trials, rand.New(rand.NewPCG(uint64(len(ft)), 5)), func(free, res chare.Result, cfg chare.Config) {
 				require.NoError(t, checkChain(chainLogsOf(t, free), args.Steps))
 				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
 				require.NoError(t, checkChain(chainLogsOf(t, res), args.Steps), "%s, %d PEs, branching %d, seed %d, kills %v", ft, cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)

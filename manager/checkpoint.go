@@ -63,6 +63,10 @@ type CollSnapshot struct {
 	DoneInserting  bool
 	BcastNext      uint64
 	BcastDelivered uint64
+	// LBSteps: the balancing steps of the collection so far (PE 0's):
+	// a PE 0 that rolled back, or a restarted run, numbers the next one
+	// on from them (a chain of strategies picks by it)
+	LBSteps int `msgpack:",omitempty"`
 	RedNext        uint32  // next reduction round
 	RedLocal       int64   // contributors counted on this PE
 	RedChildren    []int64 // contributors in each tree child's subtree
@@ -405,7 +409,7 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 		c := m.colls[id]
 		cs := CollSnapshot{CreateMsg: CreateMsg{Coll: c.ID, Kind: c.Kind, Type: c.Type, Name: c.Name, Bounds: c.Bounds, Map: c.Map,
 			MapFn: c.MapFn, Sparse: c.Sparse, Migratable: c.Migratable, Creator: c.Creator}, DoneInserting: c.doneInserting,
-			BcastNext: c.bcastNext, BcastDelivered: c.bcastDelivered, RedNext: c.red.NextReport()}
+			BcastNext: c.bcastNext, BcastDelivered: c.bcastDelivered, RedNext: c.red.NextReport(), LBSteps: c.lbSteps}
 		if !c.red.Enabled() || len(c.homeBuf) > 0 || len(m.pendingColl[c.ID]) > 0 {
 			return nil, fmt.Errorf("PE %d: %s is still being created or inserted into: checkpoint after DoneInserting", m.Me(), c.Name)
 		}
@@ -500,7 +504,7 @@ func (m *Manager) restore(s *PESnapshot) error {
 			return fmt.Errorf("collection %s (%d) defined twice", cs.Name, cs.Coll)
 		}
 		c.doneInserting, c.countsSent = cs.DoneInserting, true
-		c.bcastNext, c.bcastDelivered = cs.BcastNext, cs.BcastDelivered
+		c.bcastNext, c.bcastDelivered, c.lbSteps = cs.BcastNext, cs.BcastDelivered, cs.LBSteps
 		for _, l := range cs.Locs {
 			c.setLoc(pe.IndexOf(l.Index), loc{pe: l.PE, moves: l.Moves})
 		}

@@ -74,3 +74,28 @@ func sameResult(t *testing.T, base, r Report) {
 	require.Equal(t, base.StateHash, r.StateHash, "final atoms")
 	require.Equal(t, base.Atoms, r.Atoms)
 }
+
+// A run rolled back past a balancing step numbers the next step on from
+// the checkpoint's count: a chain of strategies (rotate at the first step,
+// dummy after) runs dummy at step 12 after a rollback to step 8, as
+// without the failure (the count was not in the snapshot: the rolled-back
+// run took step 12 for its first and rotated every chare again), and each
+// step is reported once.
+func TestABalancingChainGoesOnAfterARollback(t *testing.T) {
+	p := params(2, 2, 2, 13)
+	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	for _, ft := range []string{"none", "team"} {
+		cfg := chare.Config{PEs: 4, Balancer: "rotate,dummy", FT: ft}
+		if ft == "team" {
+			cfg.Teams = "2"
+		}
+		base := run(t, p, cfg)
+		require.Equal(t, 2, base.Ops.LB.Steps)
+		cfg.Kills = []chare.Kill{{PE: 0, Step: 9}} // past checkpoint 2 (step 8), before step 12's balancing
+		r := run(t, p, cfg)
+		require.Equal(t, []uint64{2}, r.Ops.FT.Restored, ft)
+		sameResult(t, base, r)
+		require.Equal(t, 2, r.Ops.LB.Steps, "%s: each step reported once", ft)
+		require.Equal(t, base.Ops.LB.Moved, r.Ops.LB.Moved, "%s: rotate at the first step only", ft)
+	}
+}

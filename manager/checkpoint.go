@@ -66,12 +66,12 @@ type CollSnapshot struct {
 	// LBSteps: the balancing steps of the collection so far (PE 0's):
 	// a PE 0 that rolled back, or a restarted run, numbers the next one
 	// on from them (a chain of strategies picks by it)
-	LBSteps int `msgpack:",omitempty"`
-	RedNext        uint32  // next reduction round
-	RedLocal       int64   // contributors counted on this PE
-	RedChildren    []int64 // contributors in each tree child's subtree
-	Locs           []LocSnapshot
-	Elements       []ElemSnapshot
+	LBSteps     int     `msgpack:",omitempty"`
+	RedNext     uint32  // next reduction round
+	RedLocal    int64   // contributors counted on this PE
+	RedChildren []int64 // contributors in each tree child's subtree
+	Locs        []LocSnapshot
+	Elements    []ElemSnapshot
 }
 
 // LocSnapshot is where an element of the collection is (elsewhere).

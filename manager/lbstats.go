@@ -104,7 +104,7 @@ func (m *Manager) lbStartPeriod(c *Collection) {
 // invoke runs entry method env on e, measured when balancing is on (small
 // enough to inline: the unmeasured path costs one test).
 func (m *Manager) invoke(e *Element, env *pe.Envelope) {
-	m.PE.Ran()
+	m.ran = true
 	if m.lb.on {
 		m.invokeMeasured(e, env)
 		return

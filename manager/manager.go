@@ -138,6 +138,7 @@ func (m *Manager) Buddies() ftlayer.Buddies {
 // Manager is one PE's manager object. All methods run on that PE.
 type Manager struct {
 	PE    *pe.PE
+	ran   bool // an entry method ran since the PE's last flush: its progress (PE.NoteEntriesIn)
 	host  Host
 	opt   Options
 	colls map[uint32]*Collection
@@ -245,6 +246,7 @@ func New(p *pe.PE, host Host, opt Options) *Manager {
 		pendingColl: map[uint32][]pe.Envelope{},
 		pendingSec:  map[uint64][]pe.Envelope{},
 	}
+	p.NoteEntriesIn(&m.ran)
 	m.newHook()
 	m.lbInit()
 	return m

@@ -195,6 +195,7 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 		p := &PE{id: cfg.FirstPE + i, node: n, flushEvery: cfg.FlushEvery, wire: cfg.WireCheck, spin: cfg.SpinPolls, spinNow: cfg.SpinPolls, lockThread: cfg.LockThreads, timeIdle: cfg.MeasureIdle}
 		p.in.wake = make(chan struct{}, 1)
 		p.in.parkedCount = &n.parked
+		p.ran = &p.ranOwn
 		p.outApp = make([][]Envelope, cfg.NumPEs)
 		p.outSys = make([][]Envelope, cfg.NumPEs)
 		p.dirty = make([]bool, cfg.NumPEs)
@@ -314,6 +315,7 @@ func (p *PE) clear() {
 
 // start runs a new incarnation of a stopped PE with mk's handler.
 func (p *PE) start(mk func(p *PE) Handler) {
+	p.ran = &p.ranOwn // until the new handler notes its own
 	p.handler = mk(p)
 	p.idle, _ = p.handler.(IdleHandler)
 	p.exited = make(chan struct{})
@@ -538,9 +540,10 @@ func (n *Node) AddInjected(k uint64) { n.injected.Add(k) }
 // Injected is the number of envelopes handed in with Inject.
 func (n *Node) Injected() uint64 { return n.injected.Load() }
 
-// Progress is a count that grows whenever a PE of the job runs one of the
-// program's entry methods (PE.Ran): this process's PEs, and the others'
-// as their heartbeats last told it (SetRemoteProgress). Messages of the
+// Progress is a count that grows whenever a PE of the job ran one of the
+// program's entry methods (PE.Ran) since its last flush: this process's
+// PEs, and the others' as their heartbeats last told it
+// (SetRemoteProgress). Messages of the
 // runtime's own — forwarded, retried, recovery's and quiescence's — do
 // not count, so a run whose PEs only pass such messages round is seen to
 // be stuck as surely as one whose PEs all park. Safe from any goroutine.
@@ -548,8 +551,8 @@ func (n *Node) Injected() uint64 { return n.injected.Load() }
 // least every FlushEvery messages, and before it parks).
 func (n *Node) Progress() uint64 { return n.LocalProgress() + n.remoteProgress.Load() }
 
-// LocalProgress is the entry methods this process's PEs ran (see
-// Progress), for the heartbeats that tell the other processes.
+// LocalProgress is this process's part of Progress, for the heartbeats
+// that tell the other processes.
 func (n *Node) LocalProgress() uint64 {
 	var t uint64
 	for _, p := range n.pes {
@@ -558,8 +561,8 @@ func (n *Node) LocalProgress() uint64 {
 	return t
 }
 
-// SetRemoteProgress records the entry methods the job's other processes
-// ran, as their heartbeats last said (see Progress).
+// SetRemoteProgress records the job's other processes' parts of
+// Progress, as their heartbeats last said.
 func (n *Node) SetRemoteProgress(v uint64) { n.remoteProgress.Store(v) }
 
 // Parked reports whether PE i is blocked waiting for messages. Safe from
@@ -576,10 +579,15 @@ func (p *PE) QueueLens() (sys, app int) {
 	return sys + p.sysq.len(), app + p.appq.len()
 }
 
-// Ran counts one of the program's entry methods run on this PE: the
+// Ran notes that one of the program's entry methods ran on this PE: the
 // progress watchdogs look for (Node.Progress). Call it on the PE's
 // goroutine.
-func (p *PE) Ran() { p.ran++ }
+func (p *PE) Ran() { *p.ran = true }
+
+// NoteEntriesIn makes *ran the PE's note that an entry method ran since
+// the last flush (Ran sets it, Flush counts and clears it): the handler
+// may keep it beside its own hot data, and set it itself.
+func (p *PE) NoteEntriesIn(ran *bool) { p.ran = ran }
 
 // Transport carries batches between PEs. The in-process one hands batches
 // straight to the destination's inbox; a later one carries them to PEs of
@@ -765,11 +773,13 @@ type PE struct {
 	lockThread bool
 	timeIdle   bool
 	Stats      Stats
-	// ran counts Ran calls; progress publishes it at every flush (so at
-	// least every FlushEvery messages, and before the PE parks) for
-	// watchdogs on other goroutines, without an atomic operation per
-	// message.
-	ran      uint64
+	// *ran notes that an entry method ran (Ran); progress counts the
+	// flushes that found it set (so at least every FlushEvery messages,
+	// and before the PE parks) for watchdogs on other goroutines: a store
+	// per entry method, no count to load and no atomic operation (an
+	// increment per entry cost 1.2 ns of a 35 ns same-PE send).
+	ran      *bool // &ranOwn, or the handler's (NoteEntriesIn)
+	ranOwn   bool
 	progress atomic.Uint64
 	// life: peDying once Replace failed this incarnation; its goroutine
 	// stops at the next message boundary, sending nothing more, and
@@ -872,7 +882,10 @@ func (p *PE) Unit() {
 
 // Flush hands every buffered cross-PE message over now.
 func (p *PE) Flush() {
-	p.progress.Store(p.ran)
+	if *p.ran {
+		*p.ran = false
+		p.progress.Add(1)
+	}
 	for _, dst := range p.dirtyList {
 		if p.dirty[dst] {
 			p.flushTo(dst)

@@ -152,7 +152,7 @@ type Job struct {
 	nextGen   uint64      // the generation a rollback in progress takes
 	stepped   bool        // a recovery step was taken here (Rolled): links attached now do not hold
 	lastBeat  []time.Time // when each peer's last heartbeat came
-	progress  []uint64    // the entry methods each peer ran, as its last heartbeat said
+	progress  []uint64    // each peer's part of the job's progress, as its last heartbeat said
 	resultsCh chan struct{}
 	released  chan struct{}
 	relOnce   sync.Once
@@ -208,8 +208,9 @@ type control struct {
 	Err     string   `msgpack:"e,omitempty"`
 	Data    []byte   `msgpack:"d,omitempty"`
 	Gen     uint64   `msgpack:"g,omitempty"`
-	// Progress (heartbeats): the entry methods the sender's PEs ran, for
-	// the others' watchdogs (pe.Node.Progress)
+	// Progress (heartbeats): the sender's part of the job's progress
+	// (its PEs ran entry methods), for the others' watchdogs
+	// (pe.Node.Progress)
 	Progress uint64 `msgpack:"pg,omitempty"`
 }
 

@@ -177,6 +177,7 @@ func (l Launch) Run() int {
 	joined := make([]bool, l.Procs)
 	nJoined, running, replaced := 0, l.Procs, 0
 	code := 0
+	killed := false // charmrun ended the children itself: their signals are its own
 	var graceC <-chan time.Time
 	for running > 0 {
 		select {
@@ -198,6 +199,7 @@ func (l Launch) Run() int {
 				fail("%s did not join the job within %v (--connect-timeout)", strings.Join(missing, ", "), timeout)
 				code = 1
 				killAll(children)
+				killed = true
 			}
 		case e := <-exits:
 			if e.c != children[e.c.rank] {
@@ -216,20 +218,28 @@ func (l Launch) Run() int {
 			if e.code == 0 {
 				continue
 			}
+			before := nJoined < l.Procs && !joined[e.c.rank]
+			switch {
+			case before && code == 0:
+				fail("%v exited with code %d before it joined the job%s", e.c, e.code, unreachable(e))
+			case e.signal != "" && !killed:
+				// the cause, whatever another process that noticed it
+				// said or did first (and whichever exit came first here)
+				fail("%v was killed by %s", e.c, e.signal)
+			}
 			if code == 0 {
 				code = e.code
-				switch {
-				case nJoined < l.Procs && !joined[e.c.rank]:
-					fail("%v exited with code %d before it joined the job%s", e.c, e.code, unreachable(e))
+				if before {
 					killAll(children)
-				case e.signal != "":
-					fail("%v was killed by %s", e.c, e.signal)
+					killed = true
 				}
 				graceC = time.After(exitGrace)
 			}
 		case <-graceC:
 			killAll(children)
+			killed = true
 		case s := <-sig:
+			killed = true
 			for _, c := range children {
 				if c.cmd.Process != nil {
 					syscall.Kill(-c.cmd.Process.Pid, s.(syscall.Signal))

@@ -36,7 +36,11 @@ func CheckpointPeriod(ctx *Ctx) (steps int, every time.Duration) {
 
 // AtStep tells the runtime that the program begins step (on any one
 // chare, once per step): failures injected at that step happen now.
-func AtStep(ctx *Ctx, step int) { hostOf(ctx.m).run.sup.AtStep(step) }
+func AtStep(ctx *Ctx, step int) {
+	rs := hostOf(ctx.m).run
+	rs.record.step(step)
+	rs.sup.AtStep(step)
+}
 
 // StepRange tells the runtime which steps the program will report with
 // AtStep from now on, first to last (first > last: none; a program
@@ -61,6 +65,7 @@ func StepRange(ctx *Ctx, first, last int) bool {
 // that makes injected failures happen and recovers from them.
 type runState struct {
 	sup       *recovery.Supervisor
+	record    runRecord // steps and results, for the summary
 	stdout    io.Writer // Config.Stdout
 	start     time.Time
 	ckptSteps int

@@ -212,10 +212,13 @@ func ReportedElsewhere(err error) bool {
 // processResult is what a process sends process 0 at the end, for the
 // job's statistics.
 type processResult struct {
-	First int             `msgpack:"f"`
-	PEs   []pe.Stats      `msgpack:"p"`
-	Ops   manager.Stats   `msgpack:"o"`
-	Log   []ftlayer.Stats `msgpack:"l"`
+	First   int             `msgpack:"f"`
+	PEs     []pe.Stats      `msgpack:"p"`
+	Ops     manager.Stats   `msgpack:"o"`
+	Log     []ftlayer.Stats `msgpack:"l"`
+	Usage   []pe.Usage      `msgpack:"u,omitempty"`  // the usage sampler's, by local PE
+	Steps   []stepTime      `msgpack:"st,omitempty"` // the steps begun here
+	Results []SummaryResult `msgpack:"rs,omitempty"` // reported here (Report)
 }
 
 // Process is one process of the job, for the run's summary.

@@ -133,7 +133,15 @@ type Config struct {
 	// the job ends (default 30s).
 	HeartbeatTimeout time.Duration
 	LogLevel         string // debug, info, warn (default) or error
-	Args             []string
+	// SummaryJSON, if set, is where the process of PE 0 writes the run's
+	// Summary as JSON (--summary-json).
+	SummaryJSON string
+	// CPUProfile, MemProfile and GoTrace, if set, are where each process
+	// writes Go's CPU profile, its heap profile at the end and its
+	// execution trace (--cpuprofile, --memprofile, --trace-go); with
+	// several processes each adds ".N", N its rank.
+	CPUProfile, MemProfile, GoTrace string
+	Args                            []string
 }
 
 // MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per
@@ -210,6 +218,12 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --connect-timeout D    every process must have joined within D (default 60s)
   --heartbeat-timeout D  a process silent for D is taken for hung: the job
                          ends (default 30s)
+  --summary-json FILE    write the run's summary as JSON (schema
+                         charmgo.summary/1: chare.Summary) to FILE
+  --cpuprofile FILE, --memprofile FILE, --trace-go FILE
+                         write Go's CPU profile, heap profile (at the end) or
+                         execution trace of the run to FILE; with several
+                         processes each writes FILE.N, N its rank
   --log-level L          debug, info, warn (default) or error
   --help                 this text
 `
@@ -224,6 +238,7 @@ var runtimeFlags = map[string]bool{
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
 	"--listen": true, "--connect-timeout": true, "--heartbeat-timeout": true, "--log-level": true,
+	"--summary-json": true, "--cpuprofile": true, "--memprofile": true, "--trace-go": true,
 }
 
 // RuntimeFlag reports whether name (with its dashes or plus, without
@@ -403,6 +418,20 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				err = fmt.Errorf("flag --ckpt-dir: empty directory name")
 			}
 			cfg.CheckpointDir = v
+		case "--summary-json", "--cpuprofile", "--memprofile", "--trace-go":
+			if v, err = value(); err == nil && v == "" {
+				err = fmt.Errorf("flag %s: empty file name", name)
+			}
+			switch name {
+			case "--summary-json":
+				cfg.SummaryJSON = v
+			case "--cpuprofile":
+				cfg.CPUProfile = v
+			case "--memprofile":
+				cfg.MemProfile = v
+			case "--trace-go":
+				cfg.GoTrace = v
+			}
 		case "--ft", "+ft":
 			if v, err = value(); err == nil {
 				cfg.FT, err = protocolName(v)
@@ -724,6 +753,9 @@ type Result struct {
 	Processes []Process
 	// Checked: the run was only checked (CheckEnv), and nothing ran.
 	Checked bool
+	// Summary is the run as data, in the process that holds PE 0 (nil
+	// elsewhere, and for a run that did not start).
+	Summary *Summary
 }
 
 // CheckEnv, set in a program's environment, makes its run check what it
@@ -854,7 +886,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		}
 		cfg.TransportChaos = seed
 	}
-	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, Chaos: cfg.TransportChaos,
+	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, Chaos: cfg.TransportChaos, SampleUsage: usageSample,
 		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents, LockThreads: bal != nil && cfg.LBCPUTime && !cfg.Deterministic,
 		MeasureIdle: bal != nil && !cfg.LBOff}
 	log, err := newLogger(cfg.LogLevel)
@@ -964,6 +996,11 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		job.SetRecovery(rs.sup.ForJob(job, node, os.Getenv(cluster.CharmrunEnv) != ""))
 		job.Run(node)
 	}
+	stopProfiles, err := startProfiles(cfg, job)
+	if err != nil {
+		node.Fail(InputError{err})
+	}
+	started := time.Now()
 	node.Start()
 	if bal != nil && cfg.LBPeriod > 0 && node.IsLocal(0) && !cfg.Deterministic {
 		go tickBalancer(node, cfg.LBPeriod, stopDumps)
@@ -972,12 +1009,16 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		go watch(node, limit)
 	}
 	res.Code, res.Err = node.Wait()
+	ended := time.Now()
+	if err := stopProfiles(); err != nil && res.Err == nil {
+		res.Code, res.Err = 1, err
+	}
 	if errors.Is(res.Err, pe.ErrNothingToDo) || errors.Is(res.Err, pe.ErrNoProgress) {
 		res.Err = stalledDeterministic(node, res.Err)
 	}
 	res.Stats.Events, res.Stats.Trace = node.Events(), node.Trace()
 	res.Stats.PEs = make([]pe.Stats, node.NumPEs())
-	mine := processResult{First: first, PEs: make([]pe.Stats, local)}
+	mine := processResult{First: first, PEs: make([]pe.Stats, local), Usage: node.Usage(), Steps: rs.record.stepTimes(), Results: rs.record.reported()}
 	for i := first; i < first+local; i++ {
 		mine.PEs[i-first] = node.PE(i).Stats
 		m := manager.Of(node.PE(i))
@@ -1045,12 +1086,21 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	res.Stats.FT = rs.sup.Stats()
 	res.Stats.Ops.Add(rs.sup.LostOps())
+	if node.IsLocal(0) {
+		res.Summary = summarize(cfg, &res, results, started, ended)
+		if cfg.SummaryJSON != "" {
+			if err := writeSummaryFile(cfg.SummaryJSON, res.Summary); err != nil && res.Err == nil {
+				res.Code, res.Err = 1, err
+				res.Summary.ExitCode, res.Summary.Error = 1, err.Error()
+			}
+		}
+	}
 	return res
 }
 
 // Main is a program's whole main function: it parses the runtime flags from
-// os.Args, runs, reports an error on stderr, and exits with the run's code
-// (2 for bad flags).
+// os.Args, runs, prints the run's summary (Summary.WriteText) or reports
+// its error on stderr, and exits with the run's code (2 for bad flags).
 func Main[C any](main *Type[C, []string]) {
 	prog := filepath.Base(os.Args[0])
 	cfg, err := ParseFlags(os.Args[1:])
@@ -1066,6 +1116,9 @@ func Main[C any](main *Type[C, []string]) {
 	res := Run(main, cfg)
 	if res.Err != nil && ReportedElsewhere(res.Err) {
 		os.Exit(max(res.Code, 1))
+	}
+	if res.Err == nil && res.Summary != nil {
+		res.Summary.WriteText(os.Stdout)
 	}
 	if res.Err != nil {
 		os.Stderr.WriteString(DumpOf(res.Err))

@@ -84,6 +84,11 @@ type Config struct {
 	// balancing. It reads the clock twice per park, on the wake-up's
 	// critical path (+25% on a cross-PE round trip here): off by default.
 	MeasureIdle bool
+	// SampleUsage, if positive, looks at every local PE this often and
+	// counts the looks that found it parked: Node.Usage. It reads the
+	// flag parking keeps anyway, so it costs the PEs nothing (a PE
+	// polling for messages, --spin, looks busy).
+	SampleUsage time.Duration
 	// LockThreads runs each PE's goroutine on an OS thread of its own,
 	// so that the thread's CPU clock (ThreadCPU) measures that PE alone:
 	// load balancing by CPU time needs it. A wake-up then costs a thread
@@ -152,6 +157,7 @@ type Node struct {
 	done      chan struct{}
 	doneOnce  sync.Once
 	injected  atomic.Uint64
+	usage     []Usage // by local PE: the sampler's (Config.SampleUsage)
 	// remoteProgress: entry methods run by the job's other processes
 	// (Progress)
 	remoteProgress atomic.Uint64
@@ -246,6 +252,50 @@ func (n *Node) Start() {
 	for _, p := range n.pes {
 		n.wg.Add(1)
 		go p.run()
+	}
+	if n.cfg.SampleUsage > 0 {
+		n.usage = make([]Usage, len(n.pes))
+		n.wg.Add(1)
+		go n.sampleUsage(n.cfg.SampleUsage)
+	}
+}
+
+// Usage is what the usage sampler saw of one PE (Config.SampleUsage):
+// how many looks, and how many found it busy (not parked).
+type Usage struct {
+	Samples, Busy uint64
+}
+
+// Utilisation is the share of the looks that found the PE busy (0 with
+// no look).
+func (u Usage) Utilisation() float64 {
+	if u.Samples == 0 {
+		return 0
+	}
+	return float64(u.Busy) / float64(u.Samples)
+}
+
+// Usage gives what the sampler saw of each local PE (nil without
+// Config.SampleUsage). Call it after Wait.
+func (n *Node) Usage() []Usage { return slices.Clone(n.usage) }
+
+// sampleUsage looks at every local PE once a period until the run ends.
+func (n *Node) sampleUsage(period time.Duration) {
+	defer n.wg.Done()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		for i, p := range n.pes {
+			n.usage[i].Samples++
+			if !p.in.parked.Load() {
+				n.usage[i].Busy++
+			}
+		}
 	}
 }
 
@@ -781,6 +831,7 @@ type PE struct {
 	ran      *bool // &ranOwn, or the handler's (NoteEntriesIn)
 	ranOwn   bool
 	progress atomic.Uint64
+
 	// life: peDying once Replace failed this incarnation; its goroutine
 	// stops at the next message boundary, sending nothing more, and
 	// closes exited.

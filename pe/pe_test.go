@@ -290,3 +290,30 @@ func TestSpinAdapts(t *testing.T) {
 func TestSpinningPEsPingPong(t *testing.T) {
 	runToEnd(t, Config{NumPEs: 2, SpinPolls: 4096}, func(p *PE) Handler { return &pingPong{limit: 2000} })
 }
+
+// The usage sampler: a PE that computes between messages is seen busy,
+// one that waits is seen idle.
+func TestUsageSampler(t *testing.T) {
+	release := make(chan struct{})
+	n, err := NewNode(Config{NumPEs: 2, SampleUsage: time.Millisecond}, func(p *PE) Handler { return busyHandler{release: release} })
+	require.NoError(t, err)
+	n.Inject(0, Envelope{Type: testType, Kind: KindP2P})
+	n.Start()
+	<-release // PE 0 computed for 100 ms while PE 1 waited
+	n.Stop(0)
+	_, err = n.Wait()
+	require.NoError(t, err)
+	u := n.Usage()
+	require.Len(t, u, 2)
+	require.Greater(t, u[0].Samples, uint64(20))
+	require.Greater(t, u[0].Utilisation(), 0.5, "PE 0 computed")
+	require.Less(t, u[1].Utilisation(), 0.5, "PE 1 waited")
+}
+
+type busyHandler struct{ release chan struct{} }
+
+func (h busyHandler) Handle(p *PE, env *Envelope) {
+	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); {
+	}
+	close(h.release)
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/pe/cluster"
 )
 
@@ -203,11 +205,36 @@ func TestLeanMDOverProcesses(t *testing.T) {
 		{[]string{"++n", "3", "++ppn", "1"}, "3 processes: 1 PEs (0..0) on"},
 		{[]string{"+p", "4", "++ppn", "2"}, "2 processes: 2 PEs (0..1) on"},
 	} {
-		out, errs := leanmd(c.args...)
+		js := filepath.Join(t.TempDir(), "summary.json")
+		out, errs := leanmd(append(c.args, "--summary-json", js)...)
 		require.Equal(t, want[2], energies(t, out), "%v", c.args)
 		require.Contains(t, out, c.summary)
 		require.Equal(t, 1, strings.Count(out, "Summary"), "only process 0 reports")
 		require.Empty(t, errs)
+
+		// the summary as data: process 0 gathered every process's PEs,
+		// and LeanMD's results say what its text does
+		b, err := os.ReadFile(js)
+		require.NoError(t, err)
+		var s chare.Summary
+		require.NoError(t, json.Unmarshal(b, &s), "%v", c.args)
+		procs, ppn := len(s.Layout.Processes), s.Layout.Processes[0].PEs
+		require.Equal(t, c.summary[:1], strconv.Itoa(procs), "%v", c.args)
+		require.Len(t, s.PEs, s.Layout.PEs)
+		require.Equal(t, procs*ppn, s.Layout.PEs)
+		for _, p := range s.PEs {
+			require.Positive(t, p.Samples, "%v: PE %d was sampled in its own process", c.args, p.PE)
+			require.Positive(t, p.Handled)
+		}
+		require.NotNil(t, s.Steps, "cell (0,0,0) began each step")
+		require.Equal(t, 21, s.Steps.Last)
+		res := map[string]string{}
+		for _, r := range s.Results {
+			res[r.Name] = string(r.Value)
+		}
+		var ke1 float64
+		require.NoError(t, json.Unmarshal([]byte(res["kinetic_energy_last"]), &ke1))
+		require.Contains(t, want[2], fmt.Sprintf("last step %.17g", ke1), "the JSON's energy is the text's, bitwise")
 	}
 }
 
@@ -665,4 +692,19 @@ func TestProcessesUnderAnotherLauncher(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), "several processes need the job's secret in CHARMGO_JOB_SECRET")
+}
+
+// Under charmrun each process writes its own profiles, FILE.N for rank N.
+func TestProfilesPerProcess(t *testing.T) {
+	bin := buildLeanMD(t)
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"++n", "2", "++ppn", "1", "--cpuprofile", filepath.Join(dir, "cpu"), "--memprofile", filepath.Join(dir, "mem"),
+		bin, "2", "2", "2", "3"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	for _, f := range []string{"cpu.0", "cpu.1", "mem.0", "mem.1"} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		require.NoError(t, err)
+		require.Positive(t, st.Size(), f)
+	}
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"io"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
@@ -62,3 +65,24 @@ func TestBadArguments(t *testing.T) {
 		assert.NotEqual(t, 0, res.Code)
 	}
 }
+
+// The program as a user runs it (chare.Main, in a process of its own: this
+// test binary again) ends with the run's summary: the layout, every PE's
+// utilisation, the traffic and the balancer's steps.
+func TestMainPrintsTheRunSummary(t *testing.T) {
+	if os.Getenv(asMainEnv) != "" {
+		os.Args = append([]string{"imbalance"}, strings.Fields(os.Getenv(asMainEnv))...)
+		main()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestMainPrintsTheRunSummary$")
+	cmd.Env = append(os.Environ(), asMainEnv+"=+p2 +balancer greedyrefine 16 30 5 2000")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	for _, want := range []string{"check passed", "\nSummary\n", "2 PEs in one process", "PE utilisation: mean", "point-to-point:", "load balancing (greedyrefine):"} {
+		require.Contains(t, string(out), want)
+	}
+}
+
+// asMainEnv runs this test binary as the program, with these arguments.
+const asMainEnv = "IMBALANCE_AS_MAIN"

@@ -18,7 +18,6 @@ import (
 	"unsafe"
 
 	"github.com/charmgo/charmgo/chare"
-	"github.com/charmgo/charmgo/ftlayer"
 )
 
 // Params are LeanMD's arguments: `leanmd [X Y Z [steps [firstLB
@@ -162,6 +161,9 @@ type Report struct {
 	Secondary bool
 	// Processes lists the job's processes (one: the whole run in this one).
 	Processes []chare.Process
+	// Runtime is the runtime's summary of the run (chare.Summary; its
+	// results hold LeanMD's own, as --summary-json writes them).
+	Runtime *chare.Summary
 }
 
 // ---- chares ----
@@ -379,6 +381,19 @@ func (m *Main) finish(ctx *chare.Ctx) {
 	}
 	r.Wall = time.Since(m.start)
 	printf(ctx, "Total application time %f s\n", r.Wall.Seconds())
+	for _, v := range []struct {
+		name  string
+		value any
+	}{
+		{"atoms", r.Atoms}, {"cells", r.Cells}, {"computes", r.Computes}, {"steps", r.Params.Steps},
+		{"ms_per_step_mean", mean(r.StepMs)}, {"ms_per_step_median", median(r.StepMs)},
+		{"kinetic_energy_first", r.KE0}, {"kinetic_energy_last", r.KE1},
+		{"potential_energy_first", r.PE0}, {"potential_energy_last", r.PE1},
+		{"relative_energy_drift", r.RelDrift}, {"energy_ok", r.EnergyOK},
+		{"force_kernel_ms", r.KernelMs}, {"state_hash", fmt.Sprintf("%016x", r.StateHash)},
+	} {
+		chare.Report(ctx, v.name, v.value)
+	}
 	code := 0
 	if !r.EnergyOK {
 		code = 1
@@ -789,6 +804,7 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 	}
 	r.Ops = res.Stats
 	r.Processes = res.Processes
+	r.Runtime = res.Summary
 	if res.Err != nil {
 		return r, res.Err
 	}
@@ -817,84 +833,22 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 // and the energies at full precision.
 func (r Report) Summary(w io.Writer) {
 	steps := r.StepMs
-	var mean float64
-	for _, v := range steps {
-		mean += v
-	}
-	if len(steps) > 0 {
-		mean /= float64(len(steps))
-	}
-	o := r.Ops.Ops
 	fmt.Fprintf(w, "\nSummary\n")
 	fmt.Fprintf(w, "  atoms %d, cells %d, computes %d, steps %d, PEs %d\n", r.Atoms, r.Cells, r.Computes, r.Params.Steps, r.PEs)
 	if s := chare.ProcessSummary(r.Processes); s != "" {
 		fmt.Fprintf(w, "  %s\n", s)
 	}
-	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean, median(steps))
+	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean(steps), median(steps))
 	if r.Restarted {
 		fmt.Fprintf(w, "  force kernel: %.0f ms in all (the steps before the checkpoint included, on its PEs)\n", r.KernelMs)
 	} else {
 		fmt.Fprintf(w, "  force kernel: %.1f%% of PE time (%.0f ms over %d PEs), runtime and integration the rest\n", 100*r.KernelShare(), r.KernelMs, r.PEs)
 	}
-	fmt.Fprintf(w, "  point-to-point: %d messages, %d bytes\n", o.P2P, o.P2PBytes)
-	fmt.Fprintf(w, "  multicast:      %d multicasts (%d bytes), %d deliveries (%d forwarded: the member had left)\n", o.Multicasts, o.MulticastBytes, o.Deliveries, o.ForwardedDeliveries)
-	fmt.Fprintf(w, "  reduction:      %d contributions, %d bytes\n", o.Contributions, o.ReductionBytes)
-	if o.Broadcasts > 0 {
-		fmt.Fprintf(w, "  broadcast:      %d broadcasts, %d bytes\n", o.Broadcasts, o.BroadcastBytes)
-	}
-	if lb := r.Ops.LB; lb != nil {
-		fmt.Fprintf(w, "  %s\n", lb)
-	}
-	if ft := r.Ops.FT; ft.Failures > 0 {
-		fmt.Fprintf(w, "  fault tolerance: %s, %d failures, %d PEs rolled back, recovery %.1f ms, caught up after %.1f ms, back to checkpoints %v\n",
-			ft.Protocol, ft.Failures, ft.PEsRolledBack, float64(ft.Recovery.Microseconds())/1e3, float64(ft.CaughtUp.Microseconds())/1e3, ft.Restored)
-	}
-	if ft := r.Ops.FT; len(ft.Recoveries) > 0 {
-		fmt.Fprintf(w, "  recoveries:    ")
-		for i, rc := range ft.Recoveries {
-			sep := ";"
-			if i == len(ft.Recoveries)-1 {
-				sep = "\n"
-			}
-			fmt.Fprintf(w, " %d failure(s), %d PEs rolled back, %.1f ms%s", rc.Failures, rc.PEs, float64(rc.Recovery.Microseconds())/1e3, sep)
-		}
-	}
-	for _, t := range r.Ops.FT.Teams {
-		var logged, not [4][2]uint64
-		for k := range logged {
-			logged[k] = [2]uint64{t.Log.Log[k].TotalMsgs, t.Log.Log[k].TotalBytes}
-			not[k] = [2]uint64{t.Log.NotLogged[k].TotalMsgs, t.Log.NotLogged[k].TotalBytes}
-		}
-		fmt.Fprintf(w, "  team %s: logged %s; not logged (inside the team) %s\n", ftlayer.PEList(t.PEs), byKind(logged), byKind(not))
-	}
-	if ft := r.Ops.FT; ft.Log.LoggedTotal() > 0 {
-		l := ft.Log
-		fmt.Fprintf(w, "  message log (%s): peak per PE %d bytes (p2p %d, multicast %d, reduction %d, system %d; sums of the PEs' peaks / %d)\n",
-			ft.Protocol, l.Peak()/uint64(r.PEs), l.Log[0].PeakBytes/uint64(r.PEs), l.Log[1].PeakBytes/uint64(r.PEs), l.Log[2].PeakBytes/uint64(r.PEs), l.Log[3].PeakBytes/uint64(r.PEs), r.PEs)
-		if l.AtCheckpoint() > 0 {
-			fmt.Fprintf(w, "  log at a checkpoint (%s): per PE %d bytes (p2p %d, multicast %d, reduction %d, system %d; the largest each PE's snapshot found, summed / %d)\n",
-				ft.Protocol, l.AtCheckpoint()/uint64(r.PEs), l.Log[0].AtCheckpointBytes/uint64(r.PEs), l.Log[1].AtCheckpointBytes/uint64(r.PEs), l.Log[2].AtCheckpointBytes/uint64(r.PEs), l.Log[3].AtCheckpointBytes/uint64(r.PEs), r.PEs)
-		}
-		fmt.Fprintf(w, "  logged in all:  %d messages, %d bytes; determinants %d created, %d piggybacked; %d messages replayed\n",
-			l.LoggedTotal(), l.LoggedTotalBytes(), l.DetsCreated, l.DetsPiggybacked, l.Replayed)
-	}
-	if o.Checkpoints > 0 {
-		fmt.Fprintf(w, "  checkpoints:    %d, %d bytes each (every PE's snapshot, held twice), %.1f ms each\n",
-			o.Checkpoints, o.CheckpointBytes/o.Checkpoints, float64(o.CheckpointNanos)/1e6/float64(o.Checkpoints))
+	if r.Runtime != nil {
+		r.Runtime.WriteRuntime(w)
 	}
 	fmt.Fprintf(w, "  kinetic energy:   first step %.17g, last step %.17g\n", r.KE0, r.KE1)
 	fmt.Fprintf(w, "  potential energy: first step %.17g, last step %.17g\n", r.PE0, r.PE1)
-}
-
-// byKind writes messages and bytes of the four kinds (point to point,
-// multicast, reduction, system) and their sum.
-func byKind(v [4][2]uint64) string {
-	var msgs, bytes uint64
-	for _, x := range v {
-		msgs, bytes = msgs+x[0], bytes+x[1]
-	}
-	return fmt.Sprintf("%d messages, %d bytes (p2p %d/%d, multicast %d/%d, reduction %d/%d, system %d/%d)",
-		msgs, bytes, v[0][0], v[0][1], v[1][0], v[1][1], v[2][0], v[2][1], v[3][0], v[3][1])
 }
 
 // KernelShare is the fraction of the PEs' time (steps' wall time × PEs)
@@ -914,6 +868,17 @@ func (r Report) KernelShare() float64 {
 func (r Report) MedianStepMs() float64 { return median(r.StepMs) }
 
 // median of the step times.
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var t float64
+	for _, x := range v {
+		t += x
+	}
+	return t / float64(len(v))
+}
+
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0

@@ -1,0 +1,159 @@
+package chare_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/require"
+)
+
+// A program of three steps, each a broadcast and a reduction, that
+// reports its total and burns some time in each step, so the usage
+// sampler has something to see.
+type SmMain struct {
+	Arr   chare.ArrayProxy[SmElem]
+	Step  int
+	Total int64
+}
+
+type SmElem struct{}
+
+var (
+	smMain = chare.NewMainType[SmMain]("sm.Main")
+	smElem = chare.NewType[SmElem, struct{}]("sm.Elem")
+	smWork = chare.NewEntry[int](smElem, "Work")
+	smSum  = chare.NewEntry[int64](smMain, "Sum")
+)
+
+func (m *SmMain) Init(ctx *chare.Ctx, _ []string) {
+	m.Arr = smElem.NewArray(ctx, []int{6}, struct{}{})
+	chare.StepRange(ctx, 1, 3)
+	m.next(ctx)
+}
+
+func (m *SmMain) next(ctx *chare.Ctx) {
+	m.Step++
+	chare.AtStep(ctx, m.Step)
+	smWork.Broadcast(ctx, m.Arr, m.Step)
+}
+
+func (m *SmMain) Sum(ctx *chare.Ctx, v int64) {
+	m.Total += v
+	if m.Step < 3 {
+		m.next(ctx)
+		return
+	}
+	chare.Report(ctx, "total", m.Total)
+	chare.Report(ctx, "steps", []int{1, 2, 3})
+	ctx.Exit(0)
+}
+
+func (e *SmElem) Init(*chare.Ctx, struct{}) {}
+
+func (e *SmElem) Work(ctx *chare.Ctx, step int) {
+	for end := time.Now().Add(5 * time.Millisecond); time.Now().Before(end); {
+	}
+	chare.Contribute(ctx, chare.SumInt64, int64(step*int(ctx.Index().C[0]+1)), smSum.CallbackTo(smMain.MainProxy()))
+}
+
+// --summary-json writes the run as data (schema charmgo.summary/1): the
+// layout, the steps the program began, the traffic by kind as the run's
+// statistics count it, every PE's utilisation, what the program reported;
+// parsed back, it says what the text summary says.
+func TestSummaryAsDataAndAsText(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "summary.json")
+	res := chare.Run(smMain, chare.Config{PEs: 3, SummaryJSON: path})
+	require.NoError(t, res.Err)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var s chare.Summary
+	require.NoError(t, json.Unmarshal(b, &s))
+	require.Equal(t, chare.SummarySchema, s.Schema)
+	require.Equal(t, 0, s.ExitCode)
+	require.Equal(t, 3, s.Layout.PEs)
+	require.Len(t, s.Layout.Processes, 1)
+	require.NotNil(t, s.Steps)
+	require.Equal(t, [3]int{1, 3, 3}, [3]int{s.Steps.First, s.Steps.Last, s.Steps.Count})
+	require.Greater(t, s.Steps.MedianMs, 4.0, "each step works 5 ms on some PE")
+	o := res.Stats.Ops
+	require.Equal(t, o.Contributions, s.Messages.Contributions.Count)
+	require.Equal(t, uint64(18), s.Messages.Contributions.Count, "6 elements, 3 steps")
+	require.Equal(t, o.Broadcasts, s.Messages.Broadcasts.Count)
+	require.Len(t, s.PEs, 3)
+	for _, p := range s.PEs {
+		require.Positive(t, p.Samples, "PE %d", p.PE)
+		require.GreaterOrEqual(t, p.Utilisation, 0.0)
+		require.LessOrEqual(t, p.Utilisation, 1.0)
+	}
+	require.Equal(t, "none", s.FaultTolerance.Protocol)
+	require.Len(t, s.Results, 2)
+	for i, want := range [][2]string{{"total", strconv.Itoa(21 * 6)}, {"steps", "[1,2,3]"}} {
+		require.Equal(t, want[0], s.Results[i].Name)
+		require.JSONEq(t, want[1], string(s.Results[i].Value))
+	}
+
+	// the text says the same
+	var text strings.Builder
+	res.Summary.WriteText(&text)
+	for _, want := range []string{
+		"3 PEs in one process",
+		fmt.Sprintf("steps 1..3: time per step: mean %.3f ms, median %.3f ms", s.Steps.MeanMs, s.Steps.MedianMs),
+		fmt.Sprintf("reduction:      %d contributions, %d bytes", s.Messages.Contributions.Count, s.Messages.Contributions.Bytes),
+		fmt.Sprintf("broadcast:      %d broadcasts", s.Messages.Broadcasts.Count),
+		"total: 126", "steps: [1,2,3]",
+	} {
+		require.Contains(t, text.String(), want)
+	}
+	u := regexp.MustCompile(`PE utilisation: mean (\d+)%.*; by PE: (\d+) (\d+) (\d+)`).FindStringSubmatch(text.String())
+	require.NotNil(t, u, text.String())
+	for i, p := range s.PEs {
+		require.Equal(t, fmt.Sprintf("%.0f", 100*p.Utilisation), u[2+i])
+	}
+}
+
+// A deterministic run has no clock to sample: its PEs' utilisation is -1
+// and the text leaves the line out; a run that could not write its JSON
+// ends with an error naming the flag.
+func TestSummaryWithoutUtilisationAndAnUnwritableFile(t *testing.T) {
+	res := chare.Run(smMain, chare.Config{PEs: 2, Deterministic: true, Seed: 3})
+	require.NoError(t, res.Err)
+	for _, p := range res.Summary.PEs {
+		require.Equal(t, -1.0, p.Utilisation)
+	}
+	var text strings.Builder
+	res.Summary.WriteText(&text)
+	require.NotContains(t, text.String(), "utilisation")
+
+	res = chare.Run(smMain, chare.Config{PEs: 2, SummaryJSON: filepath.Join(t.TempDir(), "no", "such", "dir", "s.json")})
+	require.Equal(t, 1, res.Code)
+	require.ErrorContains(t, res.Err, "flag --summary-json")
+}
+
+// --cpuprofile, --memprofile and --trace-go write Go's profiles of the
+// run (pprof's gzipped protobuf; the tracer's own format).
+func TestProfilesOfARun(t *testing.T) {
+	dir := t.TempDir()
+	cpu, mem, tr := filepath.Join(dir, "cpu"), filepath.Join(dir, "mem"), filepath.Join(dir, "trace")
+	res := chare.Run(smMain, chare.Config{PEs: 2, CPUProfile: cpu, MemProfile: mem, GoTrace: tr})
+	require.NoError(t, res.Err)
+	for _, f := range []string{cpu, mem} {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.True(t, len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b, "%s: a gzipped pprof profile", f)
+	}
+	b, err := os.ReadFile(tr)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(b), "go 1."), "an execution trace")
+
+	res = chare.Run(smMain, chare.Config{PEs: 2, CPUProfile: filepath.Join(dir, "no", "cpu")})
+	require.Equal(t, 2, res.Code)
+	require.ErrorContains(t, res.Err, "flag --cpuprofile")
+}

@@ -39,6 +39,9 @@ func CheckpointPeriod(ctx *Ctx) (steps int, every time.Duration) {
 func AtStep(ctx *Ctx, step int) {
 	rs := hostOf(ctx.m).run
 	rs.record.step(step)
+	if rs.live != nil {
+		rs.live.step(step)
+	}
 	rs.sup.AtStep(step)
 }
 
@@ -53,6 +56,9 @@ func AtStep(ctx *Ctx, step int) {
 // without printing or sending anything more (the refusal is the run's
 // one line).
 func StepRange(ctx *Ctx, first, last int) bool {
+	if rs := hostOf(ctx.m).run; rs.live != nil && last >= first {
+		rs.live.steps(last)
+	}
 	if err := hostOf(ctx.m).run.sup.StepRange(first, last); err != nil {
 		ctx.m.Fail(InputError{err})
 		return false
@@ -66,6 +72,7 @@ func StepRange(ctx *Ctx, first, last int) bool {
 type runState struct {
 	sup       *recovery.Supervisor
 	record    runRecord // steps and results, for the summary
+	live      *liveLine // the progress line (nil: none)
 	stdout    io.Writer // Config.Stdout
 	start     time.Time
 	ckptSteps int

@@ -133,6 +133,10 @@ type Config struct {
 	// the job ends (default 30s).
 	HeartbeatTimeout time.Duration
 	LogLevel         string // debug, info, warn (default) or error
+	// ProgressLine: "on" shows the live progress line under the program's
+	// output (progress.go) in the process of PE 0, "off" never, "" or
+	// "auto" when its output is a terminal.
+	ProgressLine string
 	// SummaryJSON, if set, is where the process of PE 0 writes the run's
 	// Summary as JSON (--summary-json).
 	SummaryJSON string
@@ -218,6 +222,10 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --connect-timeout D    every process must have joined within D (default 60s)
   --heartbeat-timeout D  a process silent for D is taken for hung: the job
                          ends (default 30s)
+  --progress-line auto|on|off
+                         one live line under the program's output: the step,
+                         ms/step and the time left, rewritten as steps begin
+                         (auto, the default: when the output is a terminal)
   --summary-json FILE    write the run's summary as JSON (schema
                          charmgo.summary/1: chare.Summary) to FILE
   --cpuprofile FILE, --memprofile FILE, --trace-go FILE
@@ -238,7 +246,7 @@ var runtimeFlags = map[string]bool{
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
 	"--listen": true, "--connect-timeout": true, "--heartbeat-timeout": true, "--log-level": true,
-	"--summary-json": true, "--cpuprofile": true, "--memprofile": true, "--trace-go": true,
+	"--summary-json": true, "--cpuprofile": true, "--memprofile": true, "--trace-go": true, "--progress-line": true,
 }
 
 // RuntimeFlag reports whether name (with its dashes or plus, without
@@ -418,6 +426,11 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				err = fmt.Errorf("flag --ckpt-dir: empty directory name")
 			}
 			cfg.CheckpointDir = v
+		case "--progress-line":
+			if v, err = value(); err == nil && v != "auto" && v != "on" && v != "off" {
+				err = fmt.Errorf("flag --progress-line: %q: want auto, on or off", v)
+			}
+			cfg.ProgressLine = v
 		case "--summary-json", "--cpuprofile", "--memprofile", "--trace-go":
 			if v, err = value(); err == nil && v == "" {
 				err = fmt.Errorf("flag %s: empty file name", name)
@@ -996,6 +1009,13 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		job.SetRecovery(rs.sup.ForJob(job, node, os.Getenv(cluster.CharmrunEnv) != ""))
 		job.Run(node)
 	}
+	if node.IsLocal(0) && !cfg.Deterministic && progressLine(cfg.ProgressLine, rs.stdout) {
+		rs.live = newLiveLine(rs.stdout)
+		rs.stdout = rs.live
+		if bal != nil {
+			bal.out = rs.live
+		}
+	}
 	stopProfiles, err := startProfiles(cfg, job)
 	if err != nil {
 		node.Fail(InputError{err})
@@ -1010,6 +1030,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	res.Code, res.Err = node.Wait()
 	ended := time.Now()
+	if rs.live != nil {
+		rs.live.end()
+	}
 	if err := stopProfiles(); err != nil && res.Err == nil {
 		res.Code, res.Err = 1, err
 	}

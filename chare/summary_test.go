@@ -157,3 +157,70 @@ func TestProfilesOfARun(t *testing.T) {
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, "flag --cpuprofile")
 }
+
+// The live progress line (--progress-line on; auto shows it on a
+// terminal): rewritten in place as steps begin, with the step of the
+// last, and taken off when the run ends; what the program prints goes
+// above it whole.
+func TestTheProgressLine(t *testing.T) {
+	var out strings.Builder
+	res := chare.Run(smPrinter, chare.Config{PEs: 2, ProgressLine: "on", Stdout: &out})
+	require.NoError(t, res.Err)
+	s := out.String()
+	require.Contains(t, s, "step 1/3")
+	require.Contains(t, s, "step 3/3, ")
+	require.Regexp(t, `step 3/3, \d+\.\d ms/step \(`, s)
+	require.True(t, strings.HasSuffix(s, "\r\033[K"), "the line is taken off at the end: %q", s)
+	// each erase is followed by the program's lines, then the line again
+	var plain strings.Builder
+	for _, piece := range strings.Split(s, "\r\033[K") {
+		if i := strings.LastIndexByte(piece, '\n'); i >= 0 {
+			plain.WriteString(piece[:i+1])
+		}
+	}
+	require.Equal(t, "begin 1\nbegin 2\nbegin 3\n", plain.String(), "the program's lines, whole, the line taken out")
+
+	out.Reset()
+	res = chare.Run(smPrinter, chare.Config{PEs: 2, ProgressLine: "off", Stdout: &out})
+	require.NoError(t, res.Err)
+	require.Equal(t, "begin 1\nbegin 2\nbegin 3\n", out.String())
+	_, err := chare.ParseFlags([]string{"--progress-line", "sometimes"})
+	require.ErrorContains(t, err, `flag --progress-line: "sometimes": want auto, on or off`)
+}
+
+// smPrinter is SmMain printing a line as each step begins.
+type SmPrinter struct{ SmMain }
+
+var (
+	smPrinter    = chare.NewMainType[SmPrinter]("sm.Printer")
+	smPrinterSum = chare.NewEntry[int64](smPrinter, "Sum")
+)
+
+func (m *SmPrinter) Init(ctx *chare.Ctx, _ []string) {
+	m.Arr = smElem.NewArray(ctx, []int{4}, struct{}{})
+	chare.StepRange(ctx, 1, 3)
+	m.step(ctx)
+}
+
+func (m *SmPrinter) step(ctx *chare.Ctx) {
+	m.Step++
+	chare.AtStep(ctx, m.Step)
+	fmt.Fprintf(ctx.Out(), "begin %d\n", m.Step)
+	smWorkTo.Broadcast(ctx, m.Arr, smPrinterSum.CallbackTo(smPrinter.MainProxy()))
+}
+
+func (m *SmPrinter) Sum(ctx *chare.Ctx, v int64) {
+	if m.Step < 3 {
+		m.step(ctx)
+		return
+	}
+	ctx.Exit(0)
+}
+
+var smWorkTo = chare.NewEntry[chare.Callback[int64]](smElem, "WorkTo")
+
+func (e *SmElem) WorkTo(ctx *chare.Ctx, cb chare.Callback[int64]) {
+	for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
+	}
+	chare.Contribute(ctx, chare.SumInt64, 1, cb)
+}

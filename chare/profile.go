@@ -9,7 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"runtime/trace"
+	gotrace "runtime/trace"
 	"strconv"
 	"time"
 
@@ -60,11 +60,11 @@ func startProfiles(cfg Config, job *cluster.Job) (stop func() error, err error) 
 		if err != nil {
 			return stop, fmt.Errorf("flag --trace-go: %w", err)
 		}
-		if err := trace.Start(f); err != nil {
+		if err := gotrace.Start(f); err != nil {
 			f.Close()
 			return stop, fmt.Errorf("flag --trace-go: %w", err)
 		}
-		closers = append(closers, func() error { trace.Stop(); return f.Close() })
+		closers = append(closers, func() error { gotrace.Stop(); return f.Close() })
 	}
 	return stop, nil
 }

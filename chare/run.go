@@ -133,6 +133,9 @@ type Config struct {
 	// the job ends (default 30s).
 	HeartbeatTimeout time.Duration
 	LogLevel         string // debug, info, warn (default) or error
+	// Trace, if set, records every PE's timeline and writes it there as
+	// a page (FILE.html) or Chrome's trace events (FILE.json): trace.go.
+	Trace string
 	// ProgressLine: "on" shows the live progress line under the program's
 	// output (progress.go) in the process of PE 0, "off" never, "" or
 	// "auto" when its output is a terminal.
@@ -222,6 +225,12 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --connect-timeout D    every process must have joined within D (default 60s)
   --heartbeat-timeout D  a process silent for D is taken for hung: the job
                          ends (default 30s)
+  --trace FILE.html|FILE.json
+                         record every PE's timeline (entry methods, waits,
+                         balancing, checkpoints, recovery) and write it as
+                         a page to open in a browser (.html: lanes, usage,
+                         time per entry) or as Chrome's trace events
+                         (.json: Perfetto); process 0 gathers the others'
   --progress-line auto|on|off
                          one live line under the program's output: the step,
                          ms/step and the time left, rewritten as steps begin
@@ -246,7 +255,7 @@ var runtimeFlags = map[string]bool{
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
 	"--listen": true, "--connect-timeout": true, "--heartbeat-timeout": true, "--log-level": true,
-	"--summary-json": true, "--cpuprofile": true, "--memprofile": true, "--trace-go": true, "--progress-line": true,
+	"--summary-json": true, "--cpuprofile": true, "--memprofile": true, "--trace-go": true, "--progress-line": true, "--trace": true,
 }
 
 // RuntimeFlag reports whether name (with its dashes or plus, without
@@ -426,6 +435,11 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				err = fmt.Errorf("flag --ckpt-dir: empty directory name")
 			}
 			cfg.CheckpointDir = v
+		case "--trace":
+			if v, err = value(); err == nil {
+				_, err = traceFormat(v)
+			}
+			cfg.Trace = v
 		case "--progress-line":
 			if v, err = value(); err == nil && v != "auto" && v != "on" && v != "off" {
 				err = fmt.Errorf("flag --progress-line: %q: want auto, on or off", v)
@@ -899,7 +913,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		}
 		cfg.TransportChaos = seed
 	}
-	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, Chaos: cfg.TransportChaos, SampleUsage: usageSample,
+	pcfg := pe.Config{NumPEs: cfg.PEs, WireCheck: cfg.WireCheck, Chaos: cfg.TransportChaos, SampleUsage: usageSample, Timeline: cfg.Trace != "",
 		Deterministic: cfg.Deterministic, Seed: cfg.Seed, MaxEvents: cfg.MaxEvents, LockThreads: bal != nil && cfg.LBCPUTime && !cfg.Deterministic,
 		MeasureIdle: bal != nil && !cfg.LBOff}
 	log, err := newLogger(cfg.LogLevel)
@@ -1048,6 +1062,26 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		mine.Ops.Add(m.Stats)
 		mine.Log = append(mine.Log, m.FT().Stats())
 	}
+	var tparts []tracePart
+	var offsets map[int]time.Duration
+	if cfg.Trace != "" {
+		rank := 0
+		if job != nil {
+			rank = job.Rank()
+		}
+		part := localTrace(node, rank)
+		switch {
+		case rank != 0:
+			if err := writeTracePart(cfg.Trace, part); err != nil && res.Err == nil {
+				res.Code, res.Err = 1, err
+			}
+		case job != nil:
+			offsets = job.ClockOffsets(5, time.Second)
+			tparts = append(tparts, part)
+		default:
+			tparts = append(tparts, part)
+		}
+	}
 	results := []processResult{mine}
 	res.Processes = []Process{{Rank: 0, FirstPE: first, PEs: local, Host: hostname()}}
 	if job != nil {
@@ -1109,6 +1143,21 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	res.Stats.FT = rs.sup.Stats()
 	res.Stats.Ops.Add(rs.sup.LostOps())
+	if len(tparts) > 0 {
+		for r := 1; r < cfg.Procs; r++ {
+			p, err := readTracePart(cfg.Trace, r)
+			if err != nil {
+				if cfg.Notices != nil {
+					fmt.Fprintf(cfg.Notices, "charmgo: %v\n", err)
+				}
+				continue
+			}
+			tparts = append(tparts, p)
+		}
+		if err := writeTraceFile(cfg.Trace, mergeTrace(cfg, node.NumPEs(), tparts, offsets, ended.Sub(started))); err != nil && res.Err == nil {
+			res.Code, res.Err = 1, err
+		}
+	}
 	if node.IsLocal(0) {
 		res.Summary = summarize(cfg, &res, results, started, ended)
 		if cfg.SummaryJSON != "" {

@@ -494,12 +494,18 @@ func (s *Summary) utilisationLine() string {
 
 // writeSummaryFile writes s as JSON to path, whole or not at all.
 func writeSummaryFile(path string, s *Summary) error {
+	return writeWhole(path, "--summary-json", s.WriteJSON)
+}
+
+// writeWhole writes a file a flag names through a temporary file renamed
+// over it: a reader never sees half of one. Errors name the flag and path.
+func writeWhole(path, flag string, write func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("flag --summary-json: %w", err)
+		return fmt.Errorf("flag %s: %w", flag, err)
 	}
-	err = s.WriteJSON(f)
+	err = write(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -508,7 +514,7 @@ func writeSummaryFile(path string, s *Summary) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("flag --summary-json %s: %w", path, err)
+		return fmt.Errorf("flag %s %s: %w", flag, path, err)
 	}
 	return nil
 }

@@ -125,6 +125,7 @@ func (m *Manager) syncCheckRoot(c *Collection) {
 // lbStartCollect asks every PE, down the collection's tree, for its part
 // of the step's statistics; the parts come back up merged (PE 0).
 func (m *Manager) lbStartCollect(c *Collection, periodic bool) {
+	m.PE.RecordPhase("load balancing "+c.Name, true)
 	c.sync.gathering, c.sync.periodic = true, periodic
 	if m.opt.LB.Balancer == nil || c.Kind != CollArray || !c.Migratable {
 		m.syncPlan(c) // nothing moves: nothing to measure
@@ -330,6 +331,7 @@ func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
 
 // syncFinish reports a finished step and resumes the elements (PE 0).
 func (m *Manager) syncFinish(c *Collection) {
+	m.PE.RecordPhase("load balancing "+c.Name, false)
 	if c.sync.periodic {
 		m.lb.periodicBusy--
 	}

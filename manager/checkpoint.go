@@ -224,6 +224,7 @@ func (m *Manager) ckptQuiescent(epoch uint64) {
 }
 
 func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
+	m.PE.RecordPhase(fmt.Sprintf("checkpoint %d", msg.Epoch), true)
 	m.ckpt.nextTeams = nil
 	if msg.Teams != nil {
 		t, err := ftlayer.TeamsOf(msg.Teams)
@@ -320,6 +321,7 @@ func (m *Manager) ckptActions(acts []ftlayer.Action) {
 // committed: this PE's snapshot of the epoch is committed (held here and
 // by the buddy); write it to the checkpoint directory and tell PE 0.
 func (m *Manager) committed() {
+	m.PE.RecordPhase(fmt.Sprintf("checkpoint %d", m.checkpointer().LastCommitted()), false)
 	m.ft.Checkpoint()
 	if t := m.ckpt.nextTeams; t != nil {
 		m.ft.Regroup(*t)

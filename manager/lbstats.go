@@ -105,11 +105,30 @@ func (m *Manager) lbStartPeriod(c *Collection) {
 // enough to inline: the unmeasured path costs one test).
 func (m *Manager) invoke(e *Element, env *pe.Envelope) {
 	m.ran = true
+	if m.recording {
+		m.invokeRecorded(e, env)
+		return
+	}
 	if m.lb.on {
 		m.invokeMeasured(e, env)
 		return
 	}
 	m.host.Invoke(m, e, env)
+}
+
+// invokeRecorded is invoke on a PE that records its timeline.
+func (m *Manager) invokeRecorded(e *Element, env *pe.Envelope) {
+	start := m.PE.TimelineNow()
+	if m.lb.on {
+		m.invokeMeasured(e, env)
+	} else {
+		m.host.Invoke(m, e, env)
+	}
+	var size uint32
+	if env.Flags != FlagInline {
+		size = uint32(min(PayloadSize(env.Payload), 1<<32-1))
+	}
+	m.PE.RecordEntry(start, env.Type, env.Kind, e.Coll.ID, &e.Index, size)
 }
 
 func (m *Manager) invokeMeasured(e *Element, env *pe.Envelope) {

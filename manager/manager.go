@@ -137,12 +137,14 @@ func (m *Manager) Buddies() ftlayer.Buddies {
 
 // Manager is one PE's manager object. All methods run on that PE.
 type Manager struct {
-	PE    *pe.PE
-	ran   bool // an entry method ran since the PE's last flush: its progress (PE.NoteEntriesIn)
-	host  Host
-	opt   Options
-	colls map[uint32]*Collection
-	secs  map[uint64]*Section
+	PE  *pe.PE
+	ran bool // an entry method ran since the PE's last flush: its progress (PE.NoteEntriesIn)
+	// recording: the PE records its timeline (pe.Config.Timeline)
+	recording bool
+	host      Host
+	opt       Options
+	colls     map[uint32]*Collection
+	secs      map[uint64]*Section
 
 	pendingColl map[uint32][]pe.Envelope
 	pendingSec  map[uint64][]pe.Envelope
@@ -247,6 +249,7 @@ func New(p *pe.PE, host Host, opt Options) *Manager {
 		pendingSec:  map[uint64][]pe.Envelope{},
 	}
 	p.NoteEntriesIn(&m.ran)
+	m.recording = p.Recording()
 	m.newHook()
 	m.lbInit()
 	return m
@@ -266,6 +269,15 @@ func (m *Manager) NumPEs() int { return m.PE.NumPEs() }
 
 // Collection returns this PE's view of a collection, or nil.
 func (m *Manager) Collection(id uint32) *Collection { return m.coll(id) }
+
+// CollectionNames names every collection this PE knows, by id.
+func (m *Manager) CollectionNames() map[uint32]string {
+	out := make(map[uint32]string, len(m.colls))
+	for id, c := range m.colls {
+		out[id] = c.Name
+	}
+	return out
+}
 
 // Fail ends the run with err.
 func (m *Manager) Fail(err error) {

@@ -177,6 +177,10 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 // onRecover restores a new incarnation from its snapshot and handles what
 // it kept meanwhile.
 func (m *Manager) onRecover(msg *RecoverMsg) {
+	// a PE restarts because it failed or because its team rolls back with
+	// it; either way it is this PE's restart
+	m.PE.RecordInstant(fmt.Sprintf("PE %d restarts from checkpoint %d (incarnation %d)", m.Me(), msg.Epoch, m.rec.inc))
+	m.PE.RecordPhase("recovery (replay)", true)
 	m.rec.reviving, m.rec.recovering = false, true
 	var s *PESnapshot
 	var ck *ftlayer.Counters
@@ -316,6 +320,7 @@ func (m *Manager) checkRecovered() {
 	}
 	m.rec.recovering = false
 	m.rec.complete = nil
+	m.PE.RecordPhase("recovery (replay)", false)
 	for p := 0; p < m.NumPEs(); p++ {
 		if p != m.Me() {
 			m.sendCtl(p, tPeerRecovered, &PeerRecoveredMsg{PE: int32(m.Me())})

@@ -158,6 +158,8 @@ func (m *Manager) handleRollback(env *pe.Envelope) {
 }
 
 func (m *Manager) onRollback(msg *RollbackMsg) {
+	m.PE.RecordInstant(fmt.Sprintf("failure of %s: every PE rolls back", peNames(msg.Failed)))
+	m.PE.RecordPhase("rollback", true)
 	rb := m.rb
 	rb.start = msg
 	offer := &RollbackOfferMsg{PE: int32(m.Me())}
@@ -395,6 +397,7 @@ func (m *Manager) tryRestoreRollback() {
 }
 
 func (m *Manager) finishRollback() {
+	m.PE.RecordPhase("rollback", false)
 	m.rbStash, m.rb = m.rb.stash, nil
 }
 

@@ -84,6 +84,8 @@ type Config struct {
 	// balancing. It reads the clock twice per park, on the wake-up's
 	// critical path (+25% on a cross-PE round trip here): off by default.
 	MeasureIdle bool
+	// Timeline records every PE's timeline (timeline.go).
+	Timeline bool
 	// SampleUsage, if positive, looks at every local PE this often and
 	// counts the looks that found it parked: Node.Usage. It reads the
 	// flag parking keeps anyway, so it costs the PEs nothing (a PE
@@ -157,7 +159,8 @@ type Node struct {
 	done      chan struct{}
 	doneOnce  sync.Once
 	injected  atomic.Uint64
-	usage     []Usage // by local PE: the sampler's (Config.SampleUsage)
+	usage     []Usage   // by local PE: the sampler's (Config.SampleUsage)
+	tlOrigin  time.Time // the timelines' origin (Config.Timeline)
 	// remoteProgress: entry methods run by the job's other processes
 	// (Progress)
 	remoteProgress atomic.Uint64
@@ -202,6 +205,12 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 		p.in.wake = make(chan struct{}, 1)
 		p.in.parkedCount = &n.parked
 		p.ran = &p.ranOwn
+		if cfg.Timeline {
+			if n.tlOrigin.IsZero() {
+				n.tlOrigin = time.Now()
+			}
+			p.tl = &timeline{origin: n.tlOrigin}
+		}
 		p.outApp = make([][]Envelope, cfg.NumPEs)
 		p.outSys = make([][]Envelope, cfg.NumPEs)
 		p.dirty = make([]bool, cfg.NumPEs)
@@ -830,6 +839,7 @@ type PE struct {
 	// increment per entry cost 1.2 ns of a 35 ns same-PE send).
 	ran      *bool // &ranOwn, or the handler's (NoteEntriesIn)
 	ranOwn   bool
+	tl       *timeline // nil: not recording (Config.Timeline)
 	progress atomic.Uint64
 
 	// life: peDying once Replace failed this incarnation; its goroutine
@@ -1067,6 +1077,17 @@ func (p *PE) panicked(r any, stack []byte) {
 const minSpin = 32
 
 func (p *PE) park() {
+	if p.tl != nil {
+		start := p.tl.now()
+		p.wait()
+		p.tl.spans = append(p.tl.spans, Span{Start: start, Dur: p.tl.now() - start, Kind: SpanIdle})
+		return
+	}
+	p.wait()
+}
+
+// wait polls for messages (Config.SpinPolls), then blocks until one comes.
+func (p *PE) wait() {
 	var t0 time.Time
 	if p.timeIdle {
 		t0 = time.Now()

@@ -708,3 +708,72 @@ func TestProfilesPerProcess(t *testing.T) {
 		require.Positive(t, st.Size(), f)
 	}
 }
+
+// --trace under charmrun: each process records its own PEs, process 0
+// merges the parts on its clock and removes them; the merged trace holds
+// every entry method a one-process run of the same program runs, each on
+// its own process's lanes.
+func TestTraceOverProcesses(t *testing.T) {
+	bin := buildLeanMD(t)
+	type event struct {
+		Name string   `json:"name"`
+		Cat  string   `json:"cat"`
+		Ph   string   `json:"ph"`
+		Ts   float64  `json:"ts"`
+		Dur  *float64 `json:"dur"`
+		Pid  int      `json:"pid"`
+		Tid  int      `json:"tid"`
+	}
+	type traceFile struct {
+		OtherData struct {
+			Schema  string           `json:"schema"`
+			PEs     int              `json:"pes"`
+			Offsets map[string]int64 `json:"clock_offsets_ns"`
+			Missing []int            `json:"missing_processes"`
+		} `json:"otherData"`
+		TraceEvents []event `json:"traceEvents"`
+	}
+	traced := func(args ...string) (traceFile, map[string]int, string) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "run.json")
+		var out, errb bytes.Buffer
+		code := run(append(args, "--watchdog", "60s", "--trace", path, bin, "2", "2", "2", "6"), &out, &errb)
+		require.Equal(t, 0, code, "%v: %s", args, errb.String())
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		var tf traceFile
+		require.NoError(t, json.Unmarshal(b, &tf))
+		require.Equal(t, chare.TraceSchema, tf.OtherData.Schema)
+		require.Empty(t, tf.OtherData.Missing)
+		left, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Len(t, left, 1, "the processes' parts are removed once merged: %v", left)
+		counts := map[string]int{}
+		for _, e := range tf.TraceEvents {
+			if e.Cat == "entry" {
+				counts[e.Name]++
+			}
+		}
+		return tf, counts, energies(t, out.String())
+	}
+	_, want, energy := traced("+p4")
+	tf, got, energy2 := traced("++n", "2", "++ppn", "2")
+	require.Equal(t, energy, energy2)
+	require.Equal(t, want, got, "every entry method of every process, once")
+	require.Equal(t, 4, tf.OtherData.PEs)
+	require.Len(t, tf.OtherData.Offsets, 2)
+	require.Zero(t, tf.OtherData.Offsets["0"])
+	off := time.Duration(tf.OtherData.Offsets["1"])
+	require.Less(t, off.Abs(), 100*time.Millisecond, "one host, one clock: the estimated offset is about zero")
+	perProc := map[int]int{}
+	for _, e := range tf.TraceEvents {
+		if e.Cat != "entry" {
+			continue
+		}
+		require.Equal(t, e.Tid/2, e.Pid, "PE %d is process %d's", e.Tid, e.Tid/2)
+		require.GreaterOrEqual(t, e.Ts, 0.0)
+		perProc[e.Pid]++
+	}
+	require.Positive(t, perProc[0])
+	require.Positive(t, perProc[1])
+}

@@ -144,6 +144,7 @@ type Job struct {
 	// link to it up, and whether it said it is ready (its own are)
 	linked    map[int]map[int]bool
 	replReady map[int]bool
+	clocks    chan control // process 0: clock replies, for ClockOffsets
 	// process 0: replacements that asked to join while another lost
 	// process's had not (see rejoin), and those admitted whose links are
 	// not all up yet
@@ -195,6 +196,8 @@ const (
 	ctlBeat                          // any → all: alive
 	ctlCheckBeats                    // local: time to check the others' heartbeats
 	ctlLinked                        // → rank 0: this process's data link to a replacement is up (Code: its rank)
+	ctlClock                         // rank 0 → a process: its clock, please (Gen: the request)
+	ctlClockReply                    // → rank 0: the clock (Clock), for request Gen
 )
 
 // control is a control message, carried msgpack-encoded in a
@@ -208,6 +211,8 @@ type control struct {
 	Err     string   `msgpack:"e,omitempty"`
 	Data    []byte   `msgpack:"d,omitempty"`
 	Gen     uint64   `msgpack:"g,omitempty"`
+	// Clock (ctlClockReply): the sender's wall clock, Unix nanoseconds
+	Clock int64 `msgpack:"ck,omitempty"`
 	// Progress (heartbeats): the sender's part of the job's progress
 	// (its PEs ran entry methods), for the others' watchdogs
 	// (pe.Node.Progress)
@@ -252,7 +257,7 @@ func Join(cfg Config) (*Job, error) {
 	j := &Job{cfg: cfg, log: cfg.Log.With(zap.Int("rank", cfg.Rank)), ctl: make(chan control, 1024), linkUp: make(chan int, 4*cfg.Procs),
 		results: map[int][]byte{}, resultsCh: make(chan struct{}, 1), released: make(chan struct{}), lost: map[int]bool{},
 		links: make([]atomic.Pointer[link], cfg.Procs), lastBeat: make([]time.Time, cfg.Procs), progress: make([]uint64, cfg.Procs),
-		dataGate: newGate(MaxHandshakes), ctlGate: newGate(MaxHandshakes)}
+		dataGate: newGate(MaxHandshakes), ctlGate: newGate(MaxHandshakes), clocks: make(chan control, 4)}
 	j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
 	j.owner = make([]int, cfg.PEs)
 	for r := 0; r < cfg.Procs; r++ {
@@ -979,6 +984,13 @@ func (j *Job) handle(m control) {
 		}
 	case ctlCheckBeats:
 		j.checkBeats()
+	case ctlClock:
+		j.send(m.From, control{Kind: ctlClockReply, Gen: m.Gen, Clock: time.Now().UnixNano()})
+	case ctlClockReply:
+		select {
+		case j.clocks <- m:
+		default: // nobody waits any more
+		}
 	case ctlReport:
 		if j.recovery != nil && j.cfg.Rank == 0 {
 			j.recovery.Report(m.From, m.Data)
@@ -1091,4 +1103,51 @@ func wrap(m control) *wrapperspb.BytesValue {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
+}
+
+// ClockOffsets estimates, on process 0, how far each process's wall
+// clock is from process 0's (their clock minus this one's), as NTP does:
+// rounds requests over the control plane to each, and from the one with
+// the shortest round trip, the reply's clock less the middle of the
+// round trip. The error is at most half that round trip (tens of
+// microseconds on a LAN). A process that does not answer within timeout
+// has no entry.
+func (j *Job) ClockOffsets(rounds int, timeout time.Duration) map[int]time.Duration {
+	out := map[int]time.Duration{0: 0}
+	if j.cfg.Rank != 0 {
+		return out
+	}
+	var seq uint64
+	for r := 1; r < j.cfg.Procs; r++ {
+		best := time.Duration(-1)
+		var off time.Duration
+		for i := 0; i < rounds; i++ {
+			seq++
+			sent := time.Now()
+			j.send(r, control{Kind: ctlClock, Gen: seq})
+			deadline := time.After(timeout)
+		wait:
+			for {
+				select {
+				case m := <-j.clocks:
+					if m.Gen != seq || m.From != r {
+						continue // a late reply to an earlier request
+					}
+					back := time.Now()
+					rtt := back.Sub(sent)
+					if best < 0 || rtt < best {
+						mid := sent.Add(rtt / 2)
+						best, off = rtt, time.Duration(m.Clock-mid.UnixNano())
+					}
+					break wait
+				case <-deadline:
+					break wait
+				}
+			}
+		}
+		if best >= 0 {
+			out[r] = off
+		}
+	}
+	return out
 }

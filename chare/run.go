@@ -926,8 +926,11 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		switch {
 		case cfg.Deterministic:
 			return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: a deterministic run is one process", cfg.Procs)}}
-		case len(cfg.Kills) > 0:
-			return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: --kill injects failures into one process's PEs; with several processes kill a process (SIGKILL) instead", cfg.Procs)}}
+		}
+		for _, k := range cfg.Kills {
+			if k.Step < 0 || k.Checkpoint > 0 {
+				return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: kill %v: with several processes a kill is a process's SIGKILL at a step (--kill PE@STEP kills the process holding the PE)", cfg.Procs, k)}}
+			}
 		}
 	}
 	if os.Getenv(CheckEnv) != "" {
@@ -953,6 +956,14 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		opt.BuddyStride = pcfg.LocalPEs // checkpoint copies in another process
 		pcfg.Remote = job
 		pcfg.Chaos = 0
+		rs.sup.KillProcesses(func(k recovery.Kill) {
+			for r := range cfg.Procs {
+				if first, n := cluster.Block(cfg.PEs, cfg.Procs, r); k.PE >= first && k.PE < first+n {
+					job.KillProcess(r, fmt.Sprintf("--kill %d@%d: process %d holds PE %d", k.PE, k.Step, r, k.PE))
+					return
+				}
+			}
+		}, job.Replacement())
 	}
 	teams, stride, err := chooseTeams(cfg, spec, opt.BuddyStride)
 	if err != nil {

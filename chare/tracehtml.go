@@ -108,15 +108,18 @@ func (t *trace) writeHTML(w io.Writer) error {
 	for k := pe.Kind(0); k <= pe.KindSystem; k++ {
 		kinds = append(kinds, kindName(k))
 	}
-	enc := base64.StdEncoding.EncodeToString
 	data := map[string]any{
 		"schema": TraceSchema, "program": t.Program, "args": t.Args, "started": t.Started, "end": float64(max(end, t.WallNs)),
 		"pes": t.PEs, "processes": t.Processes, "missing": t.Missing, "names": names, "chares": chares, "kinds": kinds,
-		"n": n, "pe": enc(cols.pe), "start": enc(cols.start), "dur": enc(cols.dur), "name": enc(cols.name),
-		"chare": enc(cols.chare), "kind": enc(cols.kind), "size": enc(cols.size),
-		"nIdle": nIdle, "ipe": enc(cols.ipe), "istart": enc(cols.istart), "idur": enc(cols.idur),
-		"phases": phases, "peStart": peStart, "peEnd": peEnd,
+		"n": n, "nIdle": nIdle, "phases": phases, "peStart": peStart, "peEnd": peEnd,
 	}
+	// the columns, base64 of little-endian arrays, are streamed into the
+	// data's JSON after the rest: most of the page, not copied again
+	columns := []struct {
+		name string
+		b    []byte
+	}{{"pe", cols.pe}, {"start", cols.start}, {"dur", cols.dur}, {"name", cols.name}, {"chare", cols.chare}, {"kind", cols.kind},
+		{"size", cols.size}, {"ipe", cols.ipe}, {"istart", cols.istart}, {"idur", cols.idur}}
 	bw := bufio.NewWriterSize(w, 1<<20)
 	fmt.Fprintf(bw, pageHead, html.EscapeString(t.Program), html.EscapeString(t.Program), html.EscapeString(fmt.Sprint(t.Args)),
 		t.PEs, len(t.Processes), t.Started.Format("2006-01-02 15:04:05"), float64(t.WallNs)/1e9, n)
@@ -135,7 +138,17 @@ func (t *trace) writeHTML(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	bw.Write(b) // JSON in a script block: "</" cannot occur in base64 or in json.Marshal's escaped strings
+	// JSON in a script block: "</" cannot occur in base64 or in
+	// json.Marshal's escaped strings
+	bw.Write(b[:len(b)-1]) // all but its closing brace
+	for _, c := range columns {
+		fmt.Fprintf(bw, ",%q:\"", c.name)
+		enc := base64.NewEncoder(base64.StdEncoding, bw)
+		enc.Write(c.b)
+		enc.Close()
+		bw.WriteByte('"')
+	}
+	bw.WriteByte('}')
 	io.WriteString(bw, "</script>\n<script>\n"+pageScript+"</script>\n</body></html>\n")
 	return bw.Flush()
 }

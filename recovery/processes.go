@@ -127,6 +127,11 @@ func (p *Processes) ProcessLost(r int) bool {
 	}
 	if s.failed.IsZero() {
 		s.failed = time.Now()
+		if !s.local && s.lastStep >= 0 && s.awaitStep < 0 {
+			// every PE rolls back: the run is back where it was when it
+			// begins again the step it was in (AtStep measures it)
+			s.awaitStep, s.failedAt = s.lastStep, s.failed
+		}
 	}
 	if p.job.Rank() == 0 {
 		if len(p.lost) > 0 || len(p.joined) > 0 || len(s.recovering) > 0 || s.rolling {

@@ -76,6 +76,12 @@ type Supervisor struct {
 	ft      Stats
 	notices io.Writer
 
+	// killProcess, with several processes, makes a kill a process's
+	// SIGKILL (KillProcesses); sawStep: this process saw a step begin
+	killProcess func(Kill)
+	sawStep     bool
+	lastStep    int // the last step this process saw begin (-1: none)
+
 	// Local recovery (scmel, camel, team): a failed PE comes back alone,
 	// or with its team.
 	local      bool
@@ -140,7 +146,7 @@ type Config struct {
 
 // New makes the supervisor of a run that has not started.
 func New(cfg Config) *Supervisor {
-	s := &Supervisor{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, awaitStep: -1,
+	s := &Supervisor{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, awaitStep: -1, lastStep: -1,
 		restartDir: cfg.RestartDir, restartEpoch: cfg.RestartEpoch, mk: cfg.NewManager, teams: cfg.Teams}
 	s.ft.Protocol = cfg.Protocol.Name
 	s.local = cfg.Protocol.RecoversAlone && cfg.PEs > 1
@@ -189,9 +195,27 @@ func (s *Supervisor) Begin(node *pe.Node, initial [][]pe.Envelope) {
 	}
 }
 
+// KillProcesses makes the injected failures, in a job of several
+// processes, SIGKILLs of the processes holding the PEs named (kill), as a
+// crash would end them: the job replaces them and recovers as from any
+// loss. They fire where the program reports its steps (AtStep). A
+// replacement process injects none: its kills were its first
+// incarnation's.
+func (s *Supervisor) KillProcesses(kill func(Kill), replacement bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killProcess = kill
+	if replacement {
+		for i := range s.fired {
+			s.fired[i] = true
+		}
+	}
+}
+
 // AtStep: the program begins step; failures injected at it happen now.
 func (s *Supervisor) AtStep(step int) {
 	s.mu.Lock()
+	s.sawStep, s.lastStep = true, step
 	if s.awaitStep == step && !s.failedAt.IsZero() {
 		s.ft.CaughtUp += time.Since(s.failedAt)
 		s.awaitStep, s.failedAt = -1, time.Time{}
@@ -251,6 +275,16 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 	}
 	if len(now) == 0 {
 		s.mu.Unlock()
+		return
+	}
+	if kill := s.killProcess; kill != nil {
+		for _, i := range now {
+			s.fired[i] = true
+		}
+		s.mu.Unlock()
+		for _, i := range now {
+			kill(s.kills[i])
+		}
 		return
 	}
 	if s.local && !s.window {
@@ -574,6 +608,9 @@ func (s *Supervisor) StepRange(first, last int) error {
 func (s *Supervisor) Unfired() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.killProcess != nil && !s.sawStep {
+		return nil // another process reported the steps and fired them
+	}
 	for i, k := range s.kills {
 		if !s.fired[i] {
 			return &UnfiredError{Kill: k, After: time.Since(s.start).Round(time.Millisecond)}

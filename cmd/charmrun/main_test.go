@@ -777,3 +777,38 @@ func TestTraceOverProcesses(t *testing.T) {
 	require.Positive(t, perProc[0])
 	require.Positive(t, perProc[1])
 }
+
+// --kill PE@STEP with several processes is a real failure: the process
+// holding the PE ends itself by SIGKILL when the program begins the step,
+// charmrun replaces it, and the job ends with the failure-free results;
+// the replacement does not kill itself again. A kill that is not at a
+// step is refused by name.
+func TestKillAProcessAtAStep(t *testing.T) {
+	bin := buildLeanMD(t)
+	leanmd := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(append(args, "--watchdog", "60s", bin, "2", "2", "2", "16"), &out, &errb)
+		return out.String(), errb.String(), code
+	}
+	want, _, code := leanmd("+p2")
+	require.Equal(t, 0, code)
+	for _, ft := range []string{"none", "camel"} {
+		js := filepath.Join(t.TempDir(), "summary.json")
+		out, errs, code := leanmd("++n", "2", "++ppn", "1", "--ft", ft, "--kill", "1@8", "--summary-json", js)
+		require.Equal(t, 0, code, "%s: %s", ft, errs)
+		require.Equal(t, energies(t, want), energies(t, out), ft)
+		require.Equal(t, 1, strings.Count(errs, "ends itself by SIGKILL: --kill 1@8: process 1 holds PE 1"), "%s, once: %s", ft, errs)
+		require.Contains(t, errs, "charmrun: process 1 was killed by SIGKILL; starting its replacement")
+		b, err := os.ReadFile(js)
+		require.NoError(t, err)
+		var s chare.Summary
+		require.NoError(t, json.Unmarshal(b, &s))
+		require.Equal(t, 1, s.FaultTolerance.Failures, ft)
+		require.Positive(t, s.FaultTolerance.RecoveryMs, ft)
+	}
+	timed := filepath.Join(t.TempDir(), "kills")
+	require.NoError(t, os.WriteFile(timed, []byte("1 0.5\n"), 0o644))
+	_, errs, code := leanmd("++n", "2", "++ppn", "1", "--kill-file", timed)
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "with several processes a kill is a process's SIGKILL at a step")
+}

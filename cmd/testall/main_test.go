@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,31 @@ func TestBadFlags(t *testing.T) {
 		var out, errb bytes.Buffer
 		require.Equal(t, 2, run(c.args, &out, &errb), c.args)
 		require.Contains(t, errb.String(), c.want)
+	}
+}
+
+// Every package with tests is in a tier: a package added and left out
+// would never run in CI.
+func TestEveryPackageWithTestsIsInATier(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}", "./...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	modCmd := exec.Command("go", "list", "-m")
+	modCmd.Dir = "../.."
+	mod, err := modCmd.Output()
+	require.NoError(t, err)
+	root := strings.TrimSpace(string(mod))
+	for _, pkg := range strings.Fields(string(out)) {
+		rel := "." + strings.TrimPrefix(pkg, root)
+		found := false
+		for _, tr := range tiers() {
+			for _, p := range tr.pkgs {
+				if p == rel || (strings.HasSuffix(p, "/...") && (rel == strings.TrimSuffix(p, "/...") || strings.HasPrefix(rel, strings.TrimSuffix(p, "...")))) {
+					found = true
+				}
+			}
+		}
+		require.True(t, found, "%s has tests but is in no tier of cmd/testall", rel)
 	}
 }

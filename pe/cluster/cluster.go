@@ -198,6 +198,7 @@ const (
 	ctlLinked                        // → rank 0: this process's data link to a replacement is up (Code: its rank)
 	ctlClock                         // rank 0 → a process: its clock, please (Gen: the request)
 	ctlClockReply                    // → rank 0: the clock (Clock), for request Gen
+	ctlDie                           // any → a process: end yourself by SIGKILL now (Err: why), an injected failure
 )
 
 // control is a control message, carried msgpack-encoded in a
@@ -984,6 +985,8 @@ func (j *Job) handle(m control) {
 		}
 	case ctlCheckBeats:
 		j.checkBeats()
+	case ctlDie:
+		j.die(m.Err)
 	case ctlClock:
 		j.send(m.From, control{Kind: ctlClockReply, Gen: m.Gen, Clock: time.Now().UnixNano()})
 	case ctlClockReply:
@@ -1082,6 +1085,25 @@ func (j *Job) Close() {
 			j.sys.Shutdown()
 		}
 	})
+}
+
+// KillProcess injects a failure: process rank ends itself by SIGKILL, as
+// a crash would end it (the job sees it lost and replaces it), and says
+// why on its standard error first.
+func (j *Job) KillProcess(rank int, why string) {
+	if rank == j.cfg.Rank {
+		j.die(why)
+		return
+	}
+	j.send(rank, control{Kind: ctlDie, Err: why})
+}
+
+func (j *Job) die(why string) {
+	fmt.Fprintf(os.Stderr, "charmgo: process %d (pid %d) ends itself by SIGKILL: %s\n", j.cfg.Rank, os.Getpid(), why)
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		p.Kill()
+	}
+	select {} // the signal is on its way: nothing more runs here
 }
 
 func (j *Job) send(r int, m control) {

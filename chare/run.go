@@ -1006,7 +1006,11 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if dumpTo == nil {
 		dumpTo = os.Stderr
 	}
-	dumpOnSignal(node, dumpTo, stopDumps)
+	var waiting func() string
+	if job != nil {
+		waiting = job.Waiting
+	}
+	dumpOnSignal(node, dumpTo, stopDumps, waiting)
 	initial := make([][]pe.Envelope, node.NumPEs())
 	first, local := node.LocalPEs()
 	for p := first; p < first+local; p++ {
@@ -1051,7 +1055,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		go tickBalancer(node, cfg.LBPeriod, stopDumps)
 	}
 	if limit > 0 {
-		go watch(node, limit)
+		go watch(node, limit, waiting)
 	}
 	res.Code, res.Err = node.Wait()
 	ended := time.Now()

@@ -96,8 +96,9 @@ func watchdogLimit(cfg Config) time.Duration {
 }
 
 // watch ends the run on node with a StallError once node.Progress has
-// not moved for limit. It returns when the run ends.
-func watch(node *pe.Node, limit time.Duration) {
+// not moved for limit. It returns when the run ends. waiting (nil in one
+// process) says what this process waits for from the job's others.
+func watch(node *pe.Node, limit time.Duration, waiting func() string) {
 	t := time.NewTicker(max(limit/16, time.Millisecond))
 	defer t.Stop()
 	last, since := node.Progress(), time.Now()
@@ -114,7 +115,7 @@ func watch(node *pe.Node, limit time.Duration) {
 		if time.Since(since) < limit {
 			continue
 		}
-		d := dumpNode(node, min(limit, 2*time.Second))
+		d := dumpNode(node, min(limit, 2*time.Second), waiting)
 		node.Fail(&StallError{Limit: limit, First: d.first, State: d.text})
 		return
 	}
@@ -127,8 +128,10 @@ type nodeDump struct {
 
 // dumpNode asks every PE of node for its description and waits up to wait
 // for the answers; a PE that does not answer is stuck inside a handler, so
-// the goroutines' stacks are added.
-func dumpNode(node *pe.Node, wait time.Duration) nodeDump {
+// the goroutines' stacks are added. What the process waits for from the
+// job's others (waiting, when not nil) comes first: a lost process not yet
+// replaced is why the PEs wait, whatever their reductions say.
+func dumpNode(node *pe.Node, wait time.Duration, waiting func() string) nodeDump {
 	lo, n := node.LocalPEs() // this process's: the others dump their own
 	parked := make([]bool, n)
 	for p := range parked {
@@ -150,6 +153,12 @@ func dumpNode(node *pe.Node, wait time.Duration) nodeDump {
 		break
 	}
 	var b strings.Builder
+	job := ""
+	if waiting != nil {
+		if job = waiting(); job != "" {
+			fmt.Fprintf(&b, "processes: %s\n", job)
+		}
+	}
 	var pending []string
 	var silent []int
 	allParked := true
@@ -175,6 +184,8 @@ func dumpNode(node *pe.Node, wait time.Duration) nodeDump {
 		first = fmt.Sprintf("PEs %v are stuck inside a handler (their stacks are in the dump)", silent)
 		b.WriteString("goroutines:\n")
 		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	case job != "":
+		first = job
 	case first == "" && allParked:
 		first = "every PE is parked with nothing to do, and nothing is pending (a program that waits for nothing and does not end?)"
 	case first == "":
@@ -185,7 +196,7 @@ func dumpNode(node *pe.Node, wait time.Duration) nodeDump {
 
 // dumpOnSignal writes a dump of the run on node to w on every SIGQUIT
 // until stop is closed; the run goes on.
-func dumpOnSignal(node *pe.Node, w io.Writer, stop <-chan struct{}) {
+func dumpOnSignal(node *pe.Node, w io.Writer, stop <-chan struct{}, waiting func() string) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGQUIT) // before Run goes on: no signal is missed
 	go func() {
@@ -196,7 +207,7 @@ func dumpOnSignal(node *pe.Node, w io.Writer, stop <-chan struct{}) {
 				return
 			case <-sig:
 			}
-			d := dumpNode(node, 2*time.Second)
+			d := dumpNode(node, 2*time.Second, waiting)
 			fmt.Fprintf(w, "charmgo: SIGQUIT: the state of every PE (the run goes on)\n%s", d.text)
 		}
 	}()

@@ -3,6 +3,7 @@ package chare
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,11 +31,15 @@ func (b bouncer) Handle(p *pe.PE, env *pe.Envelope) {
 }
 
 func runBouncer(t *testing.T, b bouncer, limit time.Duration) (*pe.Node, chan error) {
+	return runBouncerOfJob(t, b, limit, nil)
+}
+
+func runBouncerOfJob(t *testing.T, b bouncer, limit time.Duration, waiting func() string) (*pe.Node, chan error) {
 	node, err := pe.NewNode(pe.Config{NumPEs: 2}, func(*pe.PE) pe.Handler { return b })
 	require.NoError(t, err)
 	node.Inject(0, pe.Envelope{Kind: pe.KindP2P})
 	node.Start()
-	go watch(node, limit)
+	go watch(node, limit, waiting)
 	done := make(chan error, 1)
 	go func() { _, err := node.Wait(); done <- err }()
 	return node, done
@@ -85,4 +90,22 @@ func TestProgressCountsOtherProcesses(t *testing.T) {
 	node.SetRemoteProgress(5)
 	require.Equal(t, uint64(5), node.Progress())
 	require.Zero(t, node.LocalProgress())
+}
+
+// In a job of several processes, what the process waits for from the
+// others (a lost process whose replacement has not joined) is why its
+// PEs wait: the watchdog's line names it, and the dump begins with it.
+func TestWatchdogNamesTheLostProcessItWaitsFor(t *testing.T) {
+	const why = "the replacement of process 2 was admitted; waiting for process 0's link to it"
+	_, done := runBouncerOfJob(t, bouncer{}, 200*time.Millisecond, func() string { return why })
+	select {
+	case err := <-done:
+		var st *StallError
+		require.True(t, errors.As(err, &st), "%v", err)
+		require.Equal(t, "no progress for 200ms (watchdog): "+why, err.Error())
+		require.True(t, strings.HasPrefix(st.Dump(), "processes: "+why+"\n"), st.Dump())
+		require.Contains(t, st.Dump(), "PE 0: passing a message round")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog did not fire within 10s (limit 200ms)")
+	}
 }

@@ -102,11 +102,15 @@ func (j *Job) receive(ctx actor.Context) {
 	case *actor.Terminated:
 		j.mu.Lock()
 		pids := slices.Clone(j.pids)
+		incs := make([]int, len(j.members))
+		for r, mm := range j.members {
+			incs[r] = mm.Inc
+		}
 		j.mu.Unlock()
 		for r, pid := range pids {
 			// a replaced process's old address matches no one any more
 			if r != j.cfg.Rank && pid != nil && pid.Address == m.Who.Address {
-				j.ctl <- control{Kind: ctlLost, From: r}
+				j.ctl <- control{Kind: ctlLost, From: r, Inc: incs[r]}
 			}
 		}
 	}

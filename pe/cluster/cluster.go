@@ -13,6 +13,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -214,6 +215,10 @@ type control struct {
 	Gen     uint64   `msgpack:"g,omitempty"`
 	// Clock (ctlClockReply): the sender's wall clock, Unix nanoseconds
 	Clock int64 `msgpack:"ck,omitempty"`
+	// Inc (ctlLost): the incarnation of the process that was lost, so a
+	// late notice of a replaced one is told from a loss of its
+	// replacement
+	Inc int `msgpack:"i,omitempty"`
 	// Progress (heartbeats): the sender's part of the job's progress
 	// (its PEs ran entry methods), for the others' watchdogs
 	// (pe.Node.Progress)
@@ -483,6 +488,7 @@ func (j *Job) attach(r int, c net.Conn) {
 	setNoDelay(c)
 	l := newLink(r, c, &j.gen, j.first, j.count)
 	j.mu.Lock()
+	l.inc = j.members[r].Inc
 	l.holding = j.cfg.Incarnation > 0 && !j.stepped
 	old := j.links[r].Swap(l)
 	running := j.node != nil
@@ -523,19 +529,7 @@ func (j *Job) replacementLinked(r, from int) {
 		}
 		j.linked[r][from] = true
 	}
-	// Replacements admitted together connect to each other while they
-	// join, before they run (no ctlLinked): one that is ready has its
-	// link to every other.
-	var done []int
-	for q := range j.lost {
-		all := j.replReady[q]
-		for p := 0; p < j.cfg.Procs && all; p++ {
-			all = p == q || j.linked[q][p] || j.lost[p] && j.replReady[p]
-		}
-		if all {
-			done = append(done, q)
-		}
-	}
+	done := replacementsLinked(j.cfg.Procs, j.lost, j.linked, j.replReady)
 	for _, q := range done {
 		delete(j.lost, q)
 		delete(j.linked, q)
@@ -543,13 +537,38 @@ func (j *Job) replacementLinked(r, from int) {
 		delete(j.admitted, q)
 	}
 	j.mu.Unlock()
-	slices.Sort(done)
 	for _, q := range done {
 		j.log.Info("a replacement joined", zap.Int("process", q))
 		if j.recovery != nil {
 			j.recovery.Rejoined(q)
 		}
 	}
+}
+
+// replacementsLinked lists the lost processes whose replacements every
+// process can send to, given which process has its link to which
+// replacement up (linked) and which replacements have their own (ready):
+// all of them, or none while one is missing. Replacements admitted
+// together connect to each other while they join, before they run (no
+// ctlLinked): a ready one has its link to every other. All or none,
+// because that shortcut holds only while both are still lost: a
+// replacement taken as done first would leave the other waiting for a
+// link nobody reports (a hang, seen with two processes SIGKILLed at
+// once on a busy machine).
+func replacementsLinked(procs int, lost map[int]bool, linked map[int]map[int]bool, ready map[int]bool) []int {
+	var done []int
+	for q := range lost {
+		all := ready[q]
+		for p := 0; p < procs && all; p++ {
+			all = p == q || linked[q][p] || lost[p] && ready[p]
+		}
+		if !all {
+			return nil
+		}
+		done = append(done, q)
+	}
+	slices.Sort(done)
+	return done
 }
 
 // acceptLoop admits data connections for as long as the job runs: only
@@ -683,7 +702,7 @@ func (j *Job) linkDown(l *link, msg string) {
 	if j.ending.Load() || j.links[l.peer].Load() != l {
 		return
 	}
-	j.ctl <- control{Kind: ctlLost, From: l.peer, Err: msg}
+	j.ctl <- control{Kind: ctlLost, From: l.peer, Err: msg, Inc: l.inc}
 }
 
 // EndWith ends the run here, if it is still going, once gone is closed
@@ -748,10 +767,17 @@ func (j *Job) checkBeats() {
 	}
 }
 
-// processLost: process r is gone. The job ends, unless recovery expects
-// a replacement.
-func (j *Job) processLost(r int, why string) {
+// processLost: process r, incarnation inc, is gone. The job ends, unless
+// recovery expects a replacement. A notice that comes after r's
+// replacement joined (its link or actor system went down before, the
+// notice waited in line) is of no process of the job any more.
+func (j *Job) processLost(r, inc int, why string) {
 	j.mu.Lock()
+	if !j.lost[r] && inc < j.members[r].Inc {
+		j.mu.Unlock()
+		j.log.Debug("a late notice of a replaced process's loss", zap.Int("process", r), zap.Int("incarnation", inc))
+		return
+	}
 	again := j.lost[r]
 	j.lost[r] = true
 	delete(j.linked, r) // what an earlier replacement had linked
@@ -843,6 +869,7 @@ func (j *Job) rejoin(m control) {
 // higher rank connects its data plane to it.
 func (j *Job) rejoined(who Member) {
 	j.mu.Lock()
+	delete(j.lost, who.Rank)
 	j.members[who.Rank], j.pids[who.Rank] = who, actor.NewPID(who.Control, actorName)
 	j.lastBeat[who.Rank] = time.Now()
 	j.mu.Unlock()
@@ -854,6 +881,42 @@ func (j *Job) rejoined(who Member) {
 			}
 		}()
 	}
+}
+
+// Waiting says what this process waits for from the others while a lost
+// process is replaced, for the watchdog's dump, or "" when it waits for
+// nothing: process 0 says how far each replacement got (asked to join,
+// admitted, which links are up), the others which process they lost.
+func (j *Job) Waiting() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(j.lost)) {
+		joining := slices.ContainsFunc(j.joining, func(o Member) bool { return o.Rank == r })
+		switch {
+		case j.cfg.Rank != 0:
+			parts = append(parts, fmt.Sprintf("process %d was lost, and process 0 has not said its replacement joined", r))
+		case joining:
+			parts = append(parts, fmt.Sprintf("the replacement of process %d asked to join: it is admitted with those of the others lost", r))
+		case !j.admitted[r]:
+			parts = append(parts, fmt.Sprintf("process %d was lost, and its replacement has not asked to join", r))
+		default:
+			var missing []string
+			if !j.replReady[r] {
+				missing = append(missing, "its own links")
+			}
+			for p := 0; p < j.cfg.Procs; p++ {
+				if p != r && !j.linked[r][p] && !(j.lost[p] && j.replReady[p]) {
+					missing = append(missing, fmt.Sprintf("process %d's link to it", p))
+				}
+			}
+			if len(missing) == 0 {
+				missing = append(missing, "the replacements of the others lost")
+			}
+			parts = append(parts, fmt.Sprintf("the replacement of process %d was admitted; waiting for %s", r, strings.Join(missing, ", ")))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Broadcast sends a recovery step to every process (process 0 only):
@@ -955,7 +1018,7 @@ func (j *Job) handle(m control) {
 			j.node.Stop(m.Code)
 		}
 	case ctlLost:
-		j.processLost(m.From, m.Err)
+		j.processLost(m.From, m.Inc, m.Err)
 	case ctlJoin:
 		j.rejoin(m)
 	case ctlRejoin:

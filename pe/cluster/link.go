@@ -29,6 +29,7 @@ const maxQueued = 8 << 20
 // gathers the next meanwhile, so the busier the PEs, the larger the frames.
 type link struct {
 	peer int
+	inc  int // the peer's incarnation when the link was made
 	conn net.Conn
 	gen  *atomic.Uint64 // the job's rollback generation
 

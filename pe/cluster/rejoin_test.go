@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+)
+
+// joinedRecorder is a Recovery that notes which replacements joined.
+type joinedRecorder struct{ joined, lost []int }
+
+func (r *joinedRecorder) ProcessLost(q int) bool { r.lost = append(r.lost, q); return true }
+func (r *joinedRecorder) Rejoined(q int)         { r.joined = append(r.joined, q) }
+func (r *joinedRecorder) Action([]byte)          {}
+func (r *joinedRecorder) Report(int, []byte)     {}
+
+// Two processes of three lost close together, their replacements
+// admitted together: process 0 hears, in any order, that its own link
+// to each is up and that each has its links (to process 0 and to the
+// other replacement) up. Whatever the order, both replacements join,
+// once each, and only when everything is up. (On the code before, a
+// ready replacement heard of before process 0's link to the other was
+// taken as joined alone, and the other waited for ever: a hang seen with
+// two processes SIGKILLed at once on a busy machine.)
+func TestReplacementsAdmittedTogetherJoinInAnyOrder(t *testing.T) {
+	type event struct{ replacement, from int }
+	events := []event{{1, 0}, {1, 1}, {2, 0}, {2, 2}} // {r, 0}: process 0's link to r; {r, r}: r is ready
+	var orders [][]event
+	var permute func(prefix []event, rest []event)
+	permute = func(prefix, rest []event) {
+		if len(rest) == 0 {
+			orders = append(orders, prefix)
+			return
+		}
+		for i := range rest {
+			next := append(append([]event{}, rest[:i]...), rest[i+1:]...)
+			permute(append(append([]event{}, prefix...), rest[i]), next)
+		}
+	}
+	permute(nil, events)
+	require.Len(t, orders, 24)
+	for _, order := range orders {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			rec := &joinedRecorder{}
+			j := &Job{cfg: Config{Procs: 3}, log: zap.NewNop(), lost: map[int]bool{1: true, 2: true}, recovery: rec}
+			for i, e := range order {
+				j.replacementLinked(e.replacement, e.from)
+				if i < len(order)-1 {
+					require.Empty(t, rec.joined, "joined before every link was up")
+				}
+			}
+			require.Equal(t, []int{1, 2}, rec.joined)
+			require.Empty(t, j.lost)
+		})
+	}
+}
+
+// A replacement admitted alone, while another process is still lost,
+// waits for that one's replacement; the links the running processes
+// report count, and a report for a rank out of range is ignored.
+func TestAReplacementWaitsForTheOtherLostProcess(t *testing.T) {
+	rec := &joinedRecorder{}
+	j := &Job{cfg: Config{Procs: 4}, log: zap.NewNop(), lost: map[int]bool{1: true}, recovery: rec}
+	j.replacementLinked(1, 0)
+	j.replacementLinked(1, 2)
+	j.replacementLinked(7, 0)
+	j.lost[3] = true // lost before process 1's replacement was ready
+	j.replacementLinked(1, 1)
+	require.Empty(t, rec.joined)
+	j.replacementLinked(3, 0)
+	j.replacementLinked(3, 1)
+	j.replacementLinked(3, 2)
+	require.Empty(t, rec.joined)
+	j.replacementLinked(1, 3) // process 1's replacement runs: it reports its link to 3's
+	require.Empty(t, rec.joined)
+	j.replacementLinked(3, 3)
+	require.Equal(t, []int{1, 3}, rec.joined)
+}
+
+// A notice of a lost process that comes after its replacement joined
+// (its old link or actor system went down earlier; the notice waited in
+// line) is of no process of the job: the replacement is not taken for
+// lost. A loss of the replacement itself is.
+func TestALateNoticeOfAReplacedProcessIsIgnored(t *testing.T) {
+	rec := &joinedRecorder{}
+	j := &Job{cfg: Config{Procs: 3}, log: zap.NewNop(), lost: map[int]bool{}, recovery: rec,
+		members: []Member{{Rank: 0}, {Rank: 1, Inc: 1}, {Rank: 2}}, links: make([]atomic.Pointer[link], 3)}
+	j.processLost(1, 0, "its connection closed")
+	require.Empty(t, rec.lost)
+	require.Empty(t, j.lost)
+	j.processLost(1, 1, "its connection closed")
+	require.Equal(t, []int{1}, rec.lost)
+	require.True(t, j.lost[1])
+	j.processLost(2, 0, "its connection closed")
+	require.Equal(t, []int{1, 2}, rec.lost)
+}
+
+// The watchdog's dump says how far each replacement got: process 0 names
+// what it still waits for, another process the process it lost; nothing
+// when no process is lost.
+func TestWaitingSaysHowFarEachReplacementGot(t *testing.T) {
+	j := &Job{cfg: Config{Procs: 4}, log: zap.NewNop(), lost: map[int]bool{}, recovery: &joinedRecorder{}}
+	require.Empty(t, j.Waiting())
+	j.lost[1], j.lost[2], j.lost[3] = true, true, true
+	j.joining = []Member{{Rank: 2}}
+	j.admitted = map[int]bool{1: true}
+	j.replacementLinked(1, 1)
+	j.replacementLinked(1, 0)
+	require.Equal(t, "the replacement of process 1 was admitted; waiting for process 2's link to it, process 3's link to it; "+
+		"the replacement of process 2 asked to join: it is admitted with those of the others lost; "+
+		"process 3 was lost, and its replacement has not asked to join", j.Waiting())
+
+	other := &Job{cfg: Config{Rank: 1, Procs: 3}, lost: map[int]bool{2: true}}
+	require.Equal(t, "process 2 was lost, and process 0 has not said its replacement joined", other.Waiting())
+}

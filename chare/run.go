@@ -179,8 +179,8 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   +LBPeriod SECONDS      balance every SECONDS without AtSync (--ft none only)
   +LBTolerance F         imbalance the strategies accept (default 0.03)
   --spin N|auto          idle PEs poll up to N times before parking, fewer if
-                         their messages come late (auto: 4096 where every PE
-                         has a core, else 0; 0: never)
+                         their messages come late (auto: 65536, about 30 µs,
+                         where every PE has a core, else 0; 0: never)
   --ckpt-period N|T      checkpoint every N steps, or at the first step after
                          time T since the last (30s, 1m30s; --ft none only)
                          in programs that checkpoint (LeanMD)
@@ -610,8 +610,13 @@ func chaosSeed(what, v string) (uint64, error) {
 }
 
 // DefaultSpinPolls is how long at most an idle PE polls before it parks,
-// where every PE has a core: about 6 µs here when nothing comes.
-const DefaultSpinPolls = 4096
+// where every PE has a core: about 30 µs here (a poll takes 0.47 ns:
+// pe's BenchmarkSpinPoll). Shorter spins let a partner's short stall (its
+// thread descheduled, a GC pause) end the spin: 4096 polls (2 µs) blocked
+// once in 3 to 30 ping-pong round trips, 16384 once in 150–250, 65536
+// once in 4,000–25,000; each block costs a wake-up of several µs. LeanMD
+// on 2 PEs, in one process or two, runs the same with 4096 and 65536.
+const DefaultSpinPolls = 65536
 
 // spinPolls is the PE layer's SpinPolls for the Config's (see there), in a
 // process of local PEs, with onHost PEs on its host (its own and those of

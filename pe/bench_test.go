@@ -60,3 +60,18 @@ func (h *selfH) Handle(p *PE, env *Envelope) {
 func BenchmarkPELocalHop(b *testing.B) {
 	runNode(b, 1, func(p *PE) Handler { return &selfH{left: b.N} })
 }
+
+// An idle PE's spin that finds nothing: what a poll costs, so
+// Config.SpinPolls can be read as time (ns/op is per poll).
+func BenchmarkSpinPoll(b *testing.B) {
+	n, err := NewNode(Config{NumPEs: 1, SpinPolls: b.N}, func(*PE) Handler { return nil })
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := n.pes[0]
+	p.spinNow = b.N
+	b.ResetTimer()
+	if p.spinWait() {
+		b.Fatal("found work")
+	}
+}

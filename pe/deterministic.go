@@ -175,7 +175,7 @@ func (n *Node) drive() {
 		}
 		var ready []int
 		for i, p := range n.pes {
-			if p.life.Load() == peRunning && (p.in.pending.Load() || p.sysq.len()+p.appq.len() > 0) {
+			if p.life.Load() == peRunning && (p.pending() || p.sysq.len()+p.appq.len() > 0) {
 				ready = append(ready, i)
 			}
 		}
@@ -261,7 +261,7 @@ func (p *PE) step() {
 			p.panicked(r, debug.Stack())
 		}
 	}()
-	if p.in.pending.Load() {
+	if p.pending() {
 		p.grab()
 	}
 	q := &p.sysq
@@ -276,7 +276,7 @@ func (p *PE) step() {
 	if p.dead() {
 		return // fail-stop: what it buffered is never sent
 	}
-	if p.in.pending.Load() {
+	if p.pending() {
 		p.grab()
 	}
 	if p.sysq.len()+p.appq.len() == 0 && p.idle != nil {

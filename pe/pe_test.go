@@ -3,6 +3,7 @@ package pe
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -262,29 +263,70 @@ func runToEnd(t *testing.T, cfg Config, mk func(p *PE) Handler) {
 	require.Equal(t, 0, code)
 }
 
-// The spin before parking adapts: it halves after a spin that found no
-// work, down to minSpin, and doubles after one that did, up to the cap.
+// The spin before parking adapts: a spin that finds work doubles the
+// next, up to the cap; one that finds nothing leaves it, and the wait that
+// follows decides: a long one halves it, down to minSpin; a short one (a
+// full spin would have caught its message) makes it full again at once.
 func TestSpinAdapts(t *testing.T) {
 	n, err := NewNode(Config{NumPEs: 1, SpinPolls: 1024}, func(p *PE) Handler { return &recorder{} })
 	require.NoError(t, err)
 	p := n.PE(0)
+	p.fullSpin = time.Microsecond
 	require.Equal(t, 1024, p.spinNow)
-	want := []int{512, 256, 128, 64, 32, 32}
-	for _, w := range want {
-		require.False(t, p.spinWait(), "nothing was sent")
+	require.False(t, p.spinWait(), "nothing was sent")
+	require.Equal(t, 1024, p.spinNow, "a spin that found nothing leaves it to the wait")
+	for _, w := range []int{512, 256, 128, 64, 32, 32} {
+		p.spinAfterBlock(time.Millisecond)
 		require.Equal(t, w, p.spinNow)
 	}
-	p.in.pending.Store(true)
-	for _, w := range []int{64, 128, 256, 512, 1024, 1024} {
+	p.in.pushes.Add(1)
+	for _, w := range []int{64, 128} {
 		require.True(t, p.spinWait())
 		require.Equal(t, w, p.spinNow)
 	}
+	p.spinAfterBlock(1500 * time.Nanosecond) // came within two full spins
+	require.Equal(t, 1024, p.spinNow)
+	require.True(t, p.spinWait())
+	require.Equal(t, 1024, p.spinNow, "capped")
+
 	small, err := NewNode(Config{NumPEs: 1, SpinPolls: 8}, func(p *PE) Handler { return &recorder{} })
 	require.NoError(t, err)
 	q := small.PE(0)
-	require.False(t, q.spinWait())
+	q.spinAfterBlock(time.Second)
 	require.Equal(t, 8, q.spinNow, "a cap below minSpin stays the floor")
 }
+
+// A spinning PE yields to Go's scheduler only where something its
+// messages depend on may wait for its P: more PEs than Ps, or as many
+// and a remote link's reader. Without yields, two PEs that came to share
+// a P (Go runs a goroutine it wakes on the waker's P) no longer take
+// turns at it for good: the idle P takes one.
+func TestSpinYieldsOnlyWhereAPIsShared(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	for _, c := range []struct {
+		pes    int
+		remote bool
+		yield  bool
+	}{
+		{procs, false, false},
+		{procs + 1, false, true},
+		{procs, true, true},
+	} {
+		cfg := Config{NumPEs: c.pes, SpinPolls: 64}
+		if c.remote {
+			cfg.NumPEs, cfg.LocalPEs, cfg.Remote = c.pes+1, c.pes, nullRemote{}
+		}
+		n, err := NewNode(cfg, func(p *PE) Handler { return &recorder{} })
+		require.NoError(t, err)
+		require.Equal(t, c.yield, n.PE(0).yieldInSpin, "%d PEs on %d Ps, remote %v", c.pes, procs, c.remote)
+	}
+}
+
+// nullRemote is a remote transport that carries nothing.
+type nullRemote struct{}
+
+func (nullRemote) Deliver(int, int, bool, []Envelope) error { return nil }
+func (nullRemote) RolledBack()                              {}
 
 // PEs that spin before parking still run a round trip to the end.
 func TestSpinningPEsPingPong(t *testing.T) {

@@ -38,7 +38,10 @@ type tier struct {
 	race bool
 	env  []string // added to the environment
 	run  string   // -run, if any
-	pkgs []string
+	// bench: -bench, run briefly (-benchtime=100x) so the benchmarks
+	// cannot rot
+	bench string
+	pkgs  []string
 }
 
 // tiers is the suite. Packages are relative to the module's root.
@@ -55,6 +58,10 @@ func tiers() []tier {
 		// as between processes
 		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},
 		{name: "chaos-md", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, run: "Deterministic|LeavesTheResult", pkgs: []string{"./apps/leanmd/md"}},
+		// every benchmark of the fast path and its baselines, 100
+		// iterations each (BenchmarkLeanMD runs whole simulations: the
+		// tests above run LeanMD)
+		{name: "bench", run: "^$", bench: "^Benchmark(PingPong|Stream|LocalSend|Reduce|Multicast|Procs|LeanMDKernel|PE|Frame|Registry|Spin)", pkgs: []string{"./bench", "./pe"}},
 	}
 }
 
@@ -90,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("testall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	long := fs.Int("long", 0, "FT_LONG: random failure schedules per protocol, and the exhaustive sweeps (0: the default tier)")
-	only := fs.String("tier", "", "run only this tier (race, plain, chaos, chaos-md)")
+	only := fs.String("tier", "", "run only this tier (race, plain, chaos, chaos-md, bench)")
 	verbose := fs.Bool("v", false, "print every test's output, not only failures'")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -127,6 +134,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if t.run != "" {
 			args = append(args, "-run", t.run)
 		}
+		if t.bench != "" {
+			args = append(args, "-bench", t.bench, "-benchtime=100x")
+		}
 		if *long > 0 {
 			args = append(args, "-timeout", "0") // the long tier may take hours
 		}
@@ -141,7 +151,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		failed = failed || !ok
 	}
 	if ran == 0 {
-		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md)\n", *only)
+		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md, bench)\n", *only)
 		return 2
 	}
 	report(stdout, pkgs, tests, time.Since(start))

@@ -1,5 +1,7 @@
 // Command benchtable summarizes `go test -bench -count N` output: the median
-// and min–max of each benchmark's ns/op, and within each family (the name
+// and min–max of each benchmark's ns/op, their spread (max ÷ min, and
+// "two modes" where the runs fall in two groups 1.3× or more apart: a
+// defect to find, not noise to average), and within each family (the name
 // before the first underscore) every entry's ratio to the family's first
 // entry, which is charmgo's.
 //
@@ -98,11 +100,7 @@ func parse(in io.Reader) (runs map[string][]sample, order, notes []string, err e
 
 // median of the samples' ns/op, and their min and max.
 func median(ss []sample) (m, lo, hi float64) {
-	v := make([]float64, len(ss))
-	for i, s := range ss {
-		v[i] = s.nsop
-	}
-	sort.Float64s(v)
+	v := sorted(ss)
 	m = v[len(v)/2]
 	if len(v)%2 == 0 {
 		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
@@ -119,7 +117,7 @@ func run(in io.Reader, out io.Writer) error {
 		return fmt.Errorf("no benchmark lines on standard input")
 	}
 	med := map[string]float64{}
-	fmt.Fprintf(out, "| benchmark | runs | median ns/op | min–max | allocs/op | ÷ first of family |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "| benchmark | runs | median ns/op | min–max | max ÷ min | allocs/op | ÷ first of family |\n|---|---|---|---|---|---|---|\n")
 	for _, name := range order {
 		ss := runs[name]
 		m, lo, hi := median(ss)
@@ -138,10 +136,50 @@ func run(in io.Reader, out io.Writer) error {
 				break
 			}
 		}
-		fmt.Fprintf(out, "| %s | %d | %.1f | %.1f–%.1f | %s | %s |\n", name, len(ss), m, lo, hi, allocs, ratio)
+		spread := fmt.Sprintf("%.2f", hi/lo)
+		if lo2, hi2, ok := twoModes(ss); ok {
+			spread += fmt.Sprintf(" **two modes**: %d runs ≤ %.1f, %d ≥ %.1f", lo2, maxOf(ss, lo2), hi2, minOf(ss, lo2))
+		}
+		fmt.Fprintf(out, "| %s | %d | %.1f | %.1f–%.1f | %s | %s | %s |\n", name, len(ss), m, lo, hi, spread, allocs, ratio)
 	}
 	return nil
 }
+
+// modeGap is how far apart (as a ratio) two neighbouring runs' ns/op must
+// be for twoModes to split the runs there: noise on this machine spreads
+// one mode by 10–20%, the fast path's two modes were 3–5× apart.
+const modeGap = 1.3
+
+// twoModes reports whether the runs' ns/op fall in two groups: sorted,
+// two neighbours modeGap or more apart. It gives how many runs are below
+// the widest such gap and how many above.
+func twoModes(ss []sample) (below, above int, ok bool) {
+	v := sorted(ss)
+	best, at := 0.0, -1
+	for i := 0; i+1 < len(v); i++ {
+		if r := v[i+1] / v[i]; v[i] > 0 && r >= modeGap && r > best {
+			best, at = r, i
+		}
+	}
+	if at < 0 {
+		return 0, 0, false
+	}
+	return at + 1, len(v) - at - 1, true
+}
+
+func sorted(ss []sample) []float64 {
+	v := make([]float64, len(ss))
+	for i, s := range ss {
+		v[i] = s.nsop
+	}
+	sort.Float64s(v)
+	return v
+}
+
+// maxOf is the largest of the n smallest ns/op; minOf the smallest of
+// the others.
+func maxOf(ss []sample, n int) float64 { return sorted(ss)[n-1] }
+func minOf(ss []sample, n int) float64 { return sorted(ss)[n] }
 
 func compareFile(path string, now io.Reader, out io.Writer, tol float64) (bool, error) {
 	f, err := os.Open(path)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -18,10 +19,37 @@ PASS`
 	var out strings.Builder
 	require.NoError(t, run(strings.NewReader(in), &out))
 	s := out.String()
-	require.Contains(t, s, "| PingPong_Charmgo | 3 | 650.0 | 600.0–700.0 | — |  |")
-	require.Contains(t, s, "| PingPong_Channels | 1 | 250.0 | 250.0–250.0 | 0 | 0.38× |")
+	require.Contains(t, s, "| PingPong_Charmgo | 3 | 650.0 | 600.0–700.0 | 1.17 | — |  |")
+	require.Contains(t, s, "| PingPong_Channels | 1 | 250.0 | 250.0–250.0 | 1.00 | 0 | 0.38× |")
 	require.Contains(t, s, "| Stream_Charmgo | 1 | 80.0 |") // the program's own ns/op wins
 	require.Error(t, run(strings.NewReader("nothing"), &out))
+}
+
+// Runs that fall in two groups are flagged, with how many in each; a
+// spread within one group is not.
+func TestTwoModesAreFlagged(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ns   []float64
+		want string
+	}{
+		{"one mode, noisy", []float64{300, 320, 340, 360, 380}, "| 1.27 |"},
+		{"two modes", []float64{290, 1100, 300, 1200, 310}, "| 4.14 **two modes**: 3 runs ≤ 310.0, 2 ≥ 1100.0 |"},
+		{"the widest gap splits", []float64{100, 140, 500}, "| 5.00 **two modes**: 2 runs ≤ 140.0, 1 ≥ 500.0 |"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var in strings.Builder
+			for _, v := range c.ns {
+				fmt.Fprintf(&in, "BenchmarkPingPong_Charmgo-2 100 %.1f ns/op\n", v)
+			}
+			var out strings.Builder
+			require.NoError(t, run(strings.NewReader(in.String()), &out))
+			require.Contains(t, out.String(), c.want)
+			if !strings.Contains(c.want, "two modes") {
+				require.NotContains(t, out.String(), "two modes")
+			}
+		})
+	}
 }
 
 func TestCompare(t *testing.T) {

@@ -55,8 +55,24 @@ func LazyAs[T any](l Lazy) (T, error) {
 	return t, err
 }
 
-// MsgpackCodec encodes values of type T with msgpack.
+// MsgpackCodec encodes values of type T with msgpack; a []float64 with
+// a loop of its own, to msgpack's bytes (floats.go).
 func MsgpackCodec[T any]() Codec {
+	if _, floats := any(*new(T)).([]float64); floats {
+		return Codec{
+			Encode: func(v any) ([]byte, error) { return appendFloat64s(nil, v.([]float64)), nil },
+			Decode: func(b []byte) (any, error) {
+				if v, ok := decodeFloat64s(b); ok {
+					return v, nil
+				}
+				var t []float64
+				if err := pe.UnmarshalMsgpack(b, &t); err != nil {
+					return nil, err
+				}
+				return t, nil
+			},
+		}
+	}
 	return Codec{
 		Encode: func(v any) ([]byte, error) { return msgpack.Marshal(v.(T)) },
 		Decode: func(b []byte) (any, error) {

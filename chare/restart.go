@@ -10,8 +10,8 @@ import (
 // loadCheckpoint reads the last complete checkpoint in dir for a run of
 // pes PEs (recovery.LoadCheckpoint), refusing one of another program or
 // whose chare types this program does not define the same way.
-func loadCheckpoint(dir string, pes, branching int, main *typeInfo) (recovery.Restart, error) {
-	return recovery.LoadCheckpoint(dir, pes, branching, func(file string, s *manager.PESnapshot) error {
+func loadCheckpoint(dir string, pes, branching, procs int, main *typeInfo) (recovery.Restart, error) {
+	return recovery.LoadCheckpoint(dir, pes, branching, procs, func(file string, s *manager.PESnapshot) error {
 		for _, c := range s.Collections {
 			ti := lookupType(c.Type)
 			if c.Kind == manager.CollMain && c.Name != main.name {

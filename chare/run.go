@@ -847,7 +847,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if cfg.Branching < 2 {
 		cfg.Branching = manager.DefaultBranching
 	}
-	opt := manager.Options{Branching: cfg.Branching, CheckpointDir: cfg.CheckpointDir}
+	opt := manager.Options{Branching: cfg.Branching, Procs: cfg.Procs, CheckpointDir: cfg.CheckpointDir}
 	if d := cfg.CheckpointDir; d != "" {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-dir: %w", err)}}
@@ -897,7 +897,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	var restart recovery.Restart // the snapshots to restore (none: a fresh start)
 	if cfg.Restart != "" {
 		var err error
-		if restart, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, main.info); err != nil {
+		if restart, err = loadCheckpoint(cfg.Restart, cfg.PEs, cfg.Branching, cfg.Procs, main.info); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --restart: %w", err)}}
 		}
 	}

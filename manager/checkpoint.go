@@ -30,9 +30,12 @@ const SnapshotVersion = 4
 // PESnapshot is one PE's part of a coordinated checkpoint: enough to
 // rebuild the PE (Restore) at the point the checkpoint was taken.
 type PESnapshot struct {
-	Version     uint8
-	PE, NumPEs  int32
-	Branching   int32 // the spanning trees' arity the counts were made for
+	Version    uint8
+	PE, NumPEs int32
+	Branching  int32 // the spanning trees' arity the counts were made for
+	// Procs is the processes the trees were made for (Layout; 0 or 1:
+	// one process, as every checkpoint before it was).
+	Procs       int32 `msgpack:",omitempty"`
 	Epoch       uint64
 	NextColl    uint32
 	NextSec     uint64
@@ -396,7 +399,7 @@ func (m *Manager) onCkptDone(env *pe.Envelope) {
 
 // Snapshot packs this PE's chares and their runtime records.
 func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
-	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Branching: int32(m.opt.Branching),
+	s := &PESnapshot{Version: SnapshotVersion, PE: int32(m.Me()), NumPEs: int32(m.NumPEs()), Branching: int32(m.opt.Branching), Procs: int32(max(m.opt.Procs, 0)),
 		Epoch: epoch, NextColl: m.nextColl, NextSec: m.nextSec, Sent: m.Sent, Processed: m.Processed}
 	s.QDAsked = slices.Clone(m.qdAsked)
 	var err error

@@ -359,7 +359,7 @@ func (m *Manager) defineCollection(cm *CreateMsg) *Collection {
 		Map: cm.Map, MapFn: cm.MapFn, Sparse: cm.Sparse, Migratable: cm.Migratable, Creator: cm.Creator,
 		local: map[pe.Index]*Element{}, locs: map[pe.Index]loc{}, homeBuf: map[pe.Index][]pe.Envelope{},
 	}
-	c.tree = PETree(m.NumPEs(), 0, m.opt.Branching)
+	c.tree = PETreeIn(m.NumPEs(), 0, m.opt.Branching, m.layout())
 	c.red = NewReduction(c.tree.Parent(m.Me()), c.tree.Children(m.Me(), nil))
 	if num, ok := m.rec.complete[uint64(c.ID)]; ok {
 		c.red.doneBelow = uint32(num) // a recovering PE: see completeBefore

@@ -96,8 +96,11 @@ type Host interface {
 
 // Options configure every manager of a run.
 type Options struct {
-	Branching int       // spanning-tree arity (default 4)
-	LB        LBOptions // load balancing at AtSync
+	Branching int // spanning-tree arity (default 4)
+	// Procs is how many processes the job's PEs run in (Layout): the
+	// spanning trees keep each process's PEs together. 0 or 1: one.
+	Procs int
+	LB    LBOptions // load balancing at AtSync
 	// CheckpointDir, if set, receives every committed checkpoint as well.
 	CheckpointDir string
 	OnError       func(error) // how a runtime error ends the run (default: node.Fail)
@@ -266,6 +269,9 @@ func (m *Manager) Me() int { return m.PE.ID() }
 
 // NumPEs is the number of PEs in the run.
 func (m *Manager) NumPEs() int { return m.PE.NumPEs() }
+
+// layout is the job's placement of PEs in processes, for its trees.
+func (m *Manager) layout() Layout { return Layout{PEs: m.NumPEs(), Procs: m.opt.Procs} }
 
 // Collection returns this PE's view of a collection, or nil.
 func (m *Manager) Collection(id uint32) *Collection { return m.coll(id) }

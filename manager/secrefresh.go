@@ -207,7 +207,7 @@ func (m *Manager) secRefreshMaybe(s *Section) {
 	for i, h := range homes {
 		pes[i] = int(h)
 	}
-	t := SectionTree(m.Me(), pes, m.opt.Branching)
+	t := SectionTreeIn(m.Me(), pes, m.opt.Branching, m.layout())
 	chain := append(append([]SecAlias(nil), s.setup.Ancestors...), SecAlias{Old: s.ID, New: id, First: rm.Round})
 	sm := &SectionMsg{Sec: id, Coll: s.Coll, Tree: t.Members, K: t.K, Members: s.setup.Members, Homes: homes,
 		Replaces: s.ID, FirstRound: rm.Round, Ancestors: chain}

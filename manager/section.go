@@ -115,7 +115,7 @@ func (m *Manager) finishSection(b *sectionBuild) {
 	for i, h := range b.homes {
 		pes[i] = int(h)
 	}
-	t := SectionTree(m.Me(), pes, m.opt.Branching)
+	t := SectionTreeIn(m.Me(), pes, m.opt.Branching, m.layout())
 	sm := &SectionMsg{Sec: b.id, Coll: b.coll, Tree: t.Members, K: t.K, Members: b.members, Homes: b.homes}
 	for _, p := range t.Members {
 		m.sendSys(p, tSection, sm)
@@ -178,7 +178,7 @@ func (m *Manager) onSection(sm *SectionMsg) {
 		m.failf("section %d: %d members but %d homes", sm.Sec, len(sm.Members), len(sm.Homes))
 		return
 	}
-	t := NewTree(sm.Tree, sm.K)
+	t := NewTreeIn(sm.Tree, sm.K, m.layout())
 	me := m.Me()
 	s := &Section{ID: sm.Sec, Coll: sm.Coll, Tree: t, setup: sm}
 	kids := t.Children(me, nil)

@@ -8,10 +8,87 @@ const DefaultBranching = 4
 // Tree is a k-ary spanning tree over a list of PEs; Members[0] is the root
 // and member i's children are members k·i+1 … k·i+k. It is the
 // rootMap/parentMap/childrenMap of the CAMEL paper's Table 2 for one group.
+// Over PEs of several processes (NewTreeIn) it is two-level instead.
 type Tree struct {
 	Members []int
 	K       int
 	pos     map[int]int
+	// parent and children, where the tree is not the heap above
+	// (NewTreeIn across processes)
+	up   map[int]int
+	down map[int][]int
+}
+
+// Layout says which process runs each PE: the job's PEs dealt to its
+// processes in blocks, as pe/cluster does (Block: the first n mod procs
+// processes one PE more). Procs ≤ 1 is one process.
+type Layout struct{ PEs, Procs int }
+
+// ProcessOf is the process that runs pe.
+func (l Layout) ProcessOf(pe int) int {
+	if l.Procs <= 1 || l.PEs <= 0 {
+		return 0
+	}
+	q, extra := l.PEs/l.Procs, l.PEs%l.Procs
+	if pe < extra*(q+1) {
+		return pe / (q + 1)
+	}
+	return extra + (pe-extra*(q+1))/q
+}
+
+// NewTreeIn builds the tree of members (root first) for layout l: in
+// one process, NewTree's. Across processes each process's members form
+// a k-ary tree under the first of them in members' order (the root, in
+// the root's process), and those first members a k-ary tree under the
+// root: one partial a process goes between processes, one message a
+// process comes down, where a tree that ignores the layout crosses
+// between processes on most of its edges. Every PE builds the same tree
+// from the same members and layout.
+func NewTreeIn(members []int, k int, l Layout) *Tree {
+	t := NewTree(members, k)
+	if l.Procs <= 1 {
+		return t
+	}
+	var order []int // processes, by their first member
+	groups := map[int][]int{}
+	for _, m := range members {
+		r := l.ProcessOf(m)
+		if groups[r] == nil {
+			order = append(order, r)
+		}
+		groups[r] = append(groups[r], m)
+	}
+	if len(order) == 1 {
+		return t
+	}
+	t.up, t.down = make(map[int]int, len(members)), make(map[int][]int, len(members))
+	heap := func(list []int) {
+		for i := 1; i < len(list); i++ {
+			p := list[(i-1)/t.K]
+			t.up[list[i]] = p
+			t.down[p] = append(t.down[p], list[i])
+		}
+	}
+	leaders := make([]int, len(order))
+	for i, r := range order {
+		leaders[i] = groups[r][0]
+	}
+	heap(leaders) // first: a leader sends to other processes before its own
+	for _, r := range order {
+		heap(groups[r])
+	}
+	t.up[members[0]] = -1
+	return t
+}
+
+// PETreeIn is PETree for layout l.
+func PETreeIn(n, root, k int, l Layout) *Tree {
+	return NewTreeIn(PETree(n, root, k).Members, k, l)
+}
+
+// SectionTreeIn is SectionTree for layout l.
+func SectionTreeIn(root int, pes []int, k int, l Layout) *Tree {
+	return NewTreeIn(SectionTree(root, pes, k).Members, k, l)
 }
 
 // NewTree builds the tree of members (root first). k < 2 means
@@ -65,6 +142,9 @@ func (t *Tree) Parent(pe int) int {
 	if !ok || i == 0 {
 		return -1
 	}
+	if t.up != nil {
+		return t.up[pe]
+	}
 	return t.Members[(i-1)/t.K]
 }
 
@@ -74,6 +154,9 @@ func (t *Tree) Children(pe int, dst []int) []int {
 	if !ok {
 		return dst
 	}
+	if t.down != nil {
+		return append(dst, t.down[pe]...)
+	}
 	for c := t.K*i + 1; c <= t.K*i+t.K && c < len(t.Members); c++ {
 		dst = append(dst, t.Members[c])
 	}
@@ -82,18 +165,17 @@ func (t *Tree) Children(pe int, dst []int) []int {
 
 // Subtree appends every member of pe's subtree (pe included) to dst.
 func (t *Tree) Subtree(pe int, dst []int) []int {
-	i, ok := t.pos[pe]
-	if !ok {
+	if !t.Contains(pe) {
 		return dst
 	}
-	stack := []int{i}
+	stack := []int{pe}
+	var kids []int
 	for len(stack) > 0 {
-		j := stack[len(stack)-1]
+		p := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		dst = append(dst, t.Members[j])
-		for c := t.K*j + 1; c <= t.K*j+t.K && c < len(t.Members); c++ {
-			stack = append(stack, c)
-		}
+		dst = append(dst, p)
+		kids = t.Children(p, kids[:0])
+		stack = append(stack, kids...)
 	}
 	return dst
 }

@@ -31,6 +31,8 @@ func checkSnapshot(s *PESnapshot) error {
 		return fmt.Errorf("checkpoint of PE %d in a run of %d PEs", s.PE, s.NumPEs)
 	case s.Branching < 2 || s.Branching > maxBranching:
 		return fmt.Errorf("spanning trees of arity %d (2 to %d)", s.Branching, maxBranching)
+	case s.Procs < 0 || s.Procs > s.NumPEs:
+		return fmt.Errorf("spanning trees for %d processes of %d PEs", s.Procs, s.NumPEs)
 	}
 	n := s.NumPEs
 	if s.Resume != nil {
@@ -38,7 +40,7 @@ func checkSnapshot(s *PESnapshot) error {
 			return fmt.Errorf("the callback to resume with: %w", err)
 		}
 	}
-	kids := len(PETree(int(n), 0, int(s.Branching)).Children(int(s.PE), nil))
+	kids := len(PETreeIn(int(n), 0, int(s.Branching), Layout{PEs: int(n), Procs: int(s.Procs)}).Children(int(s.PE), nil))
 	colls := map[uint32]*CollSnapshot{}
 	for i := range s.Collections {
 		c := &s.Collections[i]
@@ -242,9 +244,9 @@ func CheckCheckpoint(snaps []*PESnapshot) error {
 	where := map[uint32]map[pe.Index]int32{}
 	setups := map[uint64]*SectionMsg{}
 	for p, s := range snaps {
-		if int(s.PE) != p || s.NumPEs != int32(len(snaps)) || s.Epoch != first.Epoch || s.Branching != first.Branching {
-			return fmt.Errorf("PE %d's snapshot is PE %d's of %d, epoch %d, arity %d; PE 0's is of %d, epoch %d, arity %d",
-				p, s.PE, s.NumPEs, s.Epoch, s.Branching, first.NumPEs, first.Epoch, first.Branching)
+		if int(s.PE) != p || s.NumPEs != int32(len(snaps)) || s.Epoch != first.Epoch || s.Branching != first.Branching || s.Procs != first.Procs {
+			return fmt.Errorf("PE %d's snapshot is PE %d's of %d, epoch %d, arity %d, %d processes; PE 0's is of %d, epoch %d, arity %d, %d processes",
+				p, s.PE, s.NumPEs, s.Epoch, s.Branching, s.Procs, first.NumPEs, first.Epoch, first.Branching, first.Procs)
 		}
 		if p > 0 && s.Resume != nil {
 			return fmt.Errorf("PE %d's snapshot has a callback to resume with (only PE 0's may)", p)

@@ -21,10 +21,10 @@ type Restart struct {
 
 // LoadCheckpoint reads the last complete checkpoint in dir, one snapshot
 // per PE, has check accept each snapshot (that it is this program's:
-// file names it), and places its elements on pes PEs with branching-ary
-// trees, redistributing them if the checkpoint was taken on another count
-// or with other trees.
-func LoadCheckpoint(dir string, pes, branching int, check func(file string, s *manager.PESnapshot) error) (Restart, error) {
+// file names it), and places its elements on pes PEs in procs processes
+// with branching-ary trees, redistributing them if the checkpoint was
+// taken on another count or with other trees.
+func LoadCheckpoint(dir string, pes, branching, procs int, check func(file string, s *manager.PESnapshot) error) (Restart, error) {
 	latest, err := manager.ReadLatest(dir)
 	if err != nil {
 		return Restart{}, err
@@ -43,14 +43,14 @@ func LoadCheckpoint(dir string, pes, branching int, check func(file string, s *m
 		}
 	}
 	from := make([]string, pes)
-	if old == pes && int(decoded[0].Branching) == branching {
+	if old == pes && int(decoded[0].Branching) == branching && max(int(decoded[0].Procs), 1) == max(procs, 1) {
 		for p := range from {
 			from[p] = manager.SnapshotFile(dir, latest.Epoch, p)
 		}
 		return Restart{Snaps: snaps, Epoch: latest.Epoch, From: from}, nil
 	}
 	// another PE count (or other trees): every element finds a new place
-	moved, err := Redistribute(decoded, pes, branching)
+	moved, err := Redistribute(decoded, pes, branching, procs)
 	if err != nil {
 		return Restart{}, fmt.Errorf("restarting the %d-PE checkpoint in %s on %d PEs: %w", old, dir, pes, err)
 	}
@@ -72,14 +72,16 @@ func LoadCheckpoint(dir string, pes, branching int, check func(file string, s *m
 // trees (branching k); sections keep their ids and members, get new homes
 // and trees, and a root on the new PEs (recorded where the id's own root
 // no longer exists). Groups, one member per PE, cannot change PE count.
-// On the same PE count it serves a restart with another tree arity.
-func Redistribute(old []*manager.PESnapshot, n, k int) ([]*manager.PESnapshot, error) {
+// On the same PE count it serves a restart with another tree arity, or
+// in another number of processes (procs: the trees keep each process's
+// PEs together, manager.Layout).
+func Redistribute(old []*manager.PESnapshot, n, k, procs int) ([]*manager.PESnapshot, error) {
 	if n < 1 || len(old) == 0 {
 		return nil, fmt.Errorf("redistribute %d snapshots over %d PEs", len(old), n)
 	}
 	out := make([]*manager.PESnapshot, n)
 	for p := range out {
-		out[p] = &manager.PESnapshot{Version: manager.SnapshotVersion, PE: int32(p), NumPEs: int32(n), Branching: int32(k), Epoch: old[0].Epoch}
+		out[p] = &manager.PESnapshot{Version: manager.SnapshotVersion, PE: int32(p), NumPEs: int32(n), Branching: int32(k), Procs: int32(max(procs, 0)), Epoch: old[0].Epoch}
 	}
 	for _, s := range old {
 		for _, o := range out {
@@ -97,7 +99,8 @@ func Redistribute(old []*manager.PESnapshot, n, k int) ([]*manager.PESnapshot, e
 		}
 	}
 	where := map[uint32]map[pe.Index]int32{} // collection -> element -> new PE
-	tree := manager.PETree(n, 0, k)
+	layout := manager.Layout{PEs: n, Procs: procs}
+	tree := manager.PETreeIn(n, 0, k, layout)
 	for ci, def := range old[0].Collections {
 		if def.Kind == manager.CollGroup && len(old) != n {
 			return nil, fmt.Errorf("%s is a group (one member per PE): it cannot be restarted on %d PEs instead of %d", def.Name, n, len(old))
@@ -189,7 +192,7 @@ func Redistribute(old []*manager.PESnapshot, n, k int) ([]*manager.PESnapshot, e
 					o.SecRoots = append(o.SecRoots, manager.SecRoot{Sec: sm.Sec, Root: int32(root)})
 				}
 			}
-			t := manager.SectionTree(root, pes, k)
+			t := manager.SectionTreeIn(root, pes, k, layout)
 			nm.Tree, nm.K = t.Members, t.K
 			for _, p := range t.Members {
 				out[p].Sections = append(out[p].Sections, nm)

@@ -12,16 +12,16 @@ func TestRedistributeRefusesWhatCannotMove(t *testing.T) {
 		return &manager.PESnapshot{Version: manager.SnapshotVersion, PE: p, NumPEs: 2, Epoch: 1, Collections: []manager.CollSnapshot{
 			{CreateMsg: manager.CreateMsg{Coll: 1, Kind: kind, Name: "c"}, RedNext: round, Elements: []manager.ElemSnapshot{{Index: []int32{p}}}}}}
 	}
-	_, err := Redistribute([]*manager.PESnapshot{snap(0, manager.CollGroup, 0), snap(1, manager.CollGroup, 0)}, 3, 2)
+	_, err := Redistribute([]*manager.PESnapshot{snap(0, manager.CollGroup, 0), snap(1, manager.CollGroup, 0)}, 3, 2, 1)
 	require.ErrorContains(t, err, "c is a group (one member per PE): it cannot be restarted on 3 PEs instead of 2")
-	_, err = Redistribute([]*manager.PESnapshot{snap(0, manager.CollArray, 4), snap(1, manager.CollArray, 5)}, 3, 2)
+	_, err = Redistribute([]*manager.PESnapshot{snap(0, manager.CollArray, 4), snap(1, manager.CollArray, 5)}, 3, 2, 1)
 	require.ErrorContains(t, err, "c: reduction round 5 on PE 1, 4 on PE 0")
 
 	// a 1D array of 2 elements on 2 PEs, moved to 3: each element once,
 	// every PE knows where all are, counts follow the elements
 	a, b := snap(0, manager.CollArray, 2), snap(1, manager.CollArray, 2)
 	a.Collections[0].Bounds, b.Collections[0].Bounds = []int{2}, []int{2}
-	out, err := Redistribute([]*manager.PESnapshot{a, b}, 3, 2)
+	out, err := Redistribute([]*manager.PESnapshot{a, b}, 3, 2, 1)
 	require.NoError(t, err)
 	var elems, locs int
 	var counted int64

@@ -1,7 +1,9 @@
 // Command benchtable summarizes `go test -bench -count N` output: the median
 // and min–max of each benchmark's ns/op, their spread (max ÷ min, and
 // "two modes" where the runs fall in two groups 1.3× or more apart: a
-// defect to find, not noise to average), and within each family (the name
+// defect to find, not noise to average; and the range of the machine's
+// cross-core floor where the runs report it, floor-ns), and within each
+// family (the name
 // before the first underscore) every entry's ratio to the family's first
 // entry, which is charmgo's.
 //
@@ -33,7 +35,9 @@ import (
 
 var line = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+(.*)$`)
 
-type sample struct{ nsop, allocs float64 }
+// sample is one run's figures; floor is its floor-ns metric (the
+// machine's cross-core round trip measured beside it), -1 if none.
+type sample struct{ nsop, allocs, floor float64 }
 
 func main() {
 	fs := flag.NewFlagSet("benchtable", flag.ContinueOnError)
@@ -73,7 +77,7 @@ func parse(in io.Reader) (runs map[string][]sample, order, notes []string, err e
 			continue
 		}
 		name := m[1]
-		s := sample{nsop: -1, allocs: -1}
+		s := sample{nsop: -1, allocs: -1, floor: -1}
 		f := strings.Fields(m[3])
 		for i := 0; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
@@ -85,6 +89,8 @@ func parse(in io.Reader) (runs map[string][]sample, order, notes []string, err e
 				s.nsop = v // the last ns/op wins: programs report their own
 			case "allocs/op":
 				s.allocs = v
+			case "floor-ns":
+				s.floor = v
 			}
 		}
 		if s.nsop < 0 {
@@ -140,6 +146,9 @@ func run(in io.Reader, out io.Writer) error {
 		if lo2, hi2, ok := twoModes(ss); ok {
 			spread += fmt.Sprintf(" **two modes**: %d runs ≤ %.1f, %d ≥ %.1f", lo2, maxOf(ss, lo2), hi2, minOf(ss, lo2))
 		}
+		if flo, fhi, ok := floors(ss); ok {
+			spread += fmt.Sprintf("; the machine's floor %.0f–%.0f ns", flo, fhi)
+		}
 		fmt.Fprintf(out, "| %s | %d | %.1f | %.1f–%.1f | %s | %s | %s |\n", name, len(ss), m, lo, hi, spread, allocs, ratio)
 	}
 	return nil
@@ -165,6 +174,23 @@ func twoModes(ss []sample) (below, above int, ok bool) {
 		return 0, 0, false
 	}
 	return at + 1, len(v) - at - 1, true
+}
+
+// floors is the range of the runs' floor-ns, if they report one.
+func floors(ss []sample) (lo, hi float64, ok bool) {
+	for _, s := range ss {
+		if s.floor < 0 {
+			continue
+		}
+		if !ok || s.floor < lo {
+			lo = s.floor
+		}
+		if !ok || s.floor > hi {
+			hi = s.floor
+		}
+		ok = true
+	}
+	return lo, hi, ok
 }
 
 func sorted(ss []sample) []float64 {

@@ -517,9 +517,15 @@ func (s *Supervisor) LocalRecovered(me int) { s.caughtUp(me, true) }
 // process 0, if that is another) or in another process.
 func (s *Supervisor) caughtUp(me int, here bool) {
 	s.mu.Lock()
-	if tell := s.onRecovered; here && tell != nil {
+	tell := s.onRecovered
+	if here && tell != nil {
 		defer tell(me)
 	}
+	// The line comes from where the job's recoveries are decided (process
+	// 0, or the one process), once it knows: a replacement's own line
+	// could come before process 0 had the report, and a loss then was
+	// taken for one during this recovery.
+	say := !here || tell == nil
 	if !slices.Contains(s.recovered, int32(me)) {
 		s.recovered = append(s.recovered, int32(me))
 	}
@@ -528,7 +534,7 @@ func (s *Supervisor) caughtUp(me int, here bool) {
 	}
 	if len(s.recovering) > 0 {
 		// its team is still recovering
-		if here {
+		if say {
 			fmt.Fprintf(s.notices, "charmgo: PE %d caught up\n", me)
 		}
 		s.mu.Unlock()
@@ -540,7 +546,7 @@ func (s *Supervisor) caughtUp(me int, here bool) {
 	s.failed = time.Time{}
 	waiting, node := s.waiting, s.node
 	s.waiting = nil
-	if here {
+	if say {
 		fmt.Fprintf(s.notices, "charmgo: PE %d caught up\n", me)
 	}
 	s.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -637,6 +638,32 @@ func spinPolls(cfg, local, onHost int, remote bool) int {
 	return 0
 }
 
+// jobGCPercent is the collector's GOGC in a job of several processes.
+const jobGCPercent = 200
+
+// collectorFor is the collection policy of a process of a job of several
+// processes, procs of them on its host with avail bytes available there
+// (0: unknown): GOGC jobGCPercent, and a soft memory limit of three
+// quarters of the host's share of avail (near it the collector runs as
+// often as it must); 0 leaves a setting as it is, and GOGC or GOMEMLIMIT
+// in the environment is the user's. Each process collects on its own:
+// while one process's PE is held up, the others wait for it at the next
+// synchronisation, where in one process every PE meets the same
+// collections. LeanMD 3×3×3 on 2 processes of one PE against one process
+// of 2 PEs (3–5 alternated rounds, medians): 1.08× with Go's default GOGC
+// (100), a process's peak RSS 52 MB; 1.04× and 75 MB with 200; 1.04×
+// and 96 MB with 300; 1.03× and 112 MB with 400.
+func collectorFor(gogc, memLimit string, procs int, avail uint64) (percent int, limit int64) {
+	if gogc != "" {
+		return 0, 0
+	}
+	percent = jobGCPercent
+	if memLimit == "" && avail > 0 {
+		limit = int64(avail / uint64(procs) / 4 * 3)
+	}
+	return percent, limit
+}
+
 // hostShare is how many Ps (GOMAXPROCS) a process of local PEs takes
 // where the job has onHost PEs on its host of cpus cores, and Go gave it
 // procs; 0: leave procs. Where the host has more of the job's PEs than
@@ -1019,12 +1046,21 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	onHost := local
 	if job != nil {
 		onHost = 0
+		procsOnHost := 0
 		host := hostname()
 		for _, m := range job.Members() {
 			if m.Host == host {
 				_, c := cluster.Block(cfg.PEs, cfg.Procs, m.Rank)
 				onHost += c
+				procsOnHost++
 			}
+		}
+		gc, limit := collectorFor(os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"), max(procsOnHost, 1), AvailableMemory())
+		if gc > 0 {
+			debug.SetGCPercent(gc)
+		}
+		if limit > 0 {
+			debug.SetMemoryLimit(limit)
 		}
 	}
 	if n := hostShare(local, max(onHost, local), runtime.NumCPU(), runtime.GOMAXPROCS(0)); n > 0 && os.Getenv("GOMAXPROCS") == "" {

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/charmgo/charmgo/internal/atomicfile"
+
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/pe"
 )
@@ -500,20 +502,7 @@ func writeSummaryFile(path string, s *Summary) error {
 // writeWhole writes a file a flag names through a temporary file renamed
 // over it: a reader never sees half of one. Errors name the flag and path.
 func writeWhole(path, flag string, write func(io.Writer) error) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("flag %s: %w", flag, err)
-	}
-	err = write(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(path, 0o644, false, write); err != nil {
 		return fmt.Errorf("flag %s %s: %w", flag, path, err)
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/charmgo/charmgo/internal/atomicfile"
+
 	"github.com/charmgo/charmgo/pe"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -208,26 +210,14 @@ func commitLatest(dir string, epoch uint64, files []FileRecord) error {
 // writeDurably writes a checkpoint file whole: a temporary file, synced,
 // renamed into place.
 func writeDurably(path string, kind byte, payload []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	err := atomicfile.Write(path, 0o644, true, func(w io.Writer) error {
+		if _, err := w.Write(fileHeader(kind, payload)); err != nil {
+			return err
+		}
+		_, err := w.Write(payload)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	_, err = f.Write(fileHeader(kind, payload))
-	if err == nil {
-		_, err = f.Write(payload)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

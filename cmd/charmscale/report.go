@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/charmgo/charmgo/internal/atomicfile"
 )
 
 // row is a point's figures over its runs: medians and spread.
@@ -163,13 +165,7 @@ func (rep *report) write() error {
 }
 
 func writeFile(path string, b []byte) error {
-	tmp := path + ".tmp"
-	err := os.WriteFile(tmp, b, 0o644)
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteBytes(path, 0o644, false, b); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

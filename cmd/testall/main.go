@@ -53,7 +53,7 @@ func tiers() []tier {
 		{name: "race", race: true, pkgs: []string{"./pe/...", "./chare", "./examples/...", "./cmd/charmrun", "./apps/leanmd/md", "./bench"}},
 		// state machines, strategies, the deterministic simulator (one
 		// goroutine), LeanMD's every case and sweep: no detector
-		{name: "plain", pkgs: []string{"./manager", "./recovery", "./ftlayer/...", "./ftsim", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/...", "./apps/leanmd/md"}},
+		{name: "plain", pkgs: []string{"./internal/...", "./manager", "./recovery", "./ftlayer/...", "./ftsim", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/...", "./apps/leanmd/md"}},
 		// messages between PEs held back and reordered across channels,
 		// as between processes
 		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/charmgo/charmgo/internal/atomicfile"
+
 	"go.uber.org/zap"
 )
 
@@ -48,11 +50,7 @@ func (d Directory) path() string { return filepath.Join(d.Dir, "charmgo-"+d.Job+
 func (d Directory) Bind() string { return "" }
 
 func (d Directory) Publish(addr string) error {
-	tmp := d.path() + ".tmp"
-	if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, d.path()) // whole or not at all
+	return atomicfile.WriteBytes(d.path(), 0o600, false, []byte(addr+"\n")) // whole or not at all
 }
 
 func (d Directory) Lookup(deadline time.Time) (string, error) {

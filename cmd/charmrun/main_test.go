@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmgo/charmgo/internal/testbuild"
+
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
@@ -26,52 +28,15 @@ import (
 )
 
 // The tests' programs, built once for the whole test binary (each build
-// links a binary of several MB) into a directory TestMain removes.
-var (
-	binDir   string
-	leanmdB  = builtOnce("../../apps/leanmd", "leanmd")
-	charmrnB = builtOnce(".", "charmrun")
-)
+// links a binary of several MB).
+var programs *testbuild.Programs
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "charmrun-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbuild.Run(m, &programs)) }
 
-// built is a program the tests build once.
-type built struct {
-	pkg, name string
-	once      sync.Once
-	path      string
-	err       error
-}
-
-func builtOnce(pkg, name string) *built { return &built{pkg: pkg, name: name} }
-
-func (b *built) get(t *testing.T) string {
-	t.Helper()
-	b.once.Do(func() {
-		b.path = filepath.Join(binDir, b.name)
-		out, err := exec.Command("go", "build", "-o", b.path, b.pkg).CombinedOutput()
-		if err != nil {
-			b.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-		}
-	})
-	require.NoError(t, b.err)
-	return b.path
-}
-
-func buildLeanMD(t *testing.T) string { return leanmdB.get(t) }
+func buildLeanMD(t *testing.T) string { return programs.Build(t, "../../apps/leanmd", "leanmd") }
 
 // buildCharmrun builds charmrun itself, for tests that kill it.
-func buildCharmrun(t *testing.T) string { return charmrnB.get(t) }
+func buildCharmrun(t *testing.T) string { return programs.Build(t, ".", "charmrun") }
 
 func TestCharmrunRunsLeanMD(t *testing.T) {
 	bin := buildLeanMD(t)

@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/charmgo/charmgo/internal/testbuild"
 
 	"github.com/stretchr/testify/require"
 
@@ -22,43 +23,12 @@ import (
 )
 
 // The programs the tests run, built once for the test binary.
-var (
-	binDir string
-	builds sync.Map // package → *built
-)
+var programs *testbuild.Programs
 
-type built struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "charmscale-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbuild.Run(m, &programs)) }
 
 // build builds a package of this module once, named name.
-func build(t *testing.T, pkg, name string) string {
-	t.Helper()
-	v, _ := builds.LoadOrStore(pkg, &built{})
-	b := v.(*built)
-	b.once.Do(func() {
-		b.path = filepath.Join(binDir, name)
-		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-		}
-	})
-	require.NoError(t, b.err)
-	return b.path
-}
+func build(t *testing.T, pkg, name string) string { return programs.Build(t, pkg, name) }
 
 // sweepArgs is a small LeanMD sweep, each run a fraction of a second and
 // watched by the program's watchdog.

@@ -58,6 +58,9 @@ func tiers() []tier {
 		// as between processes
 		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},
 		{name: "chaos-md", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, run: "Deterministic|LeavesTheResult", pkgs: []string{"./apps/leanmd/md"}},
+		// LeanMD's vector force kernel (GOEXPERIMENT=simd): to the bit
+		// the scalar one's forces, and the golden energies through it
+		{name: "simd", env: []string{"GOEXPERIMENT=simd"}, run: "VectorKernel|Golden|KernelAgainst", pkgs: []string{"./apps/leanmd/md"}},
 		// every benchmark of the fast path and its baselines, 100
 		// iterations each (BenchmarkLeanMD runs whole simulations: the
 		// tests above run LeanMD)
@@ -97,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("testall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	long := fs.Int("long", 0, "FT_LONG: random failure schedules per protocol, and the exhaustive sweeps (0: the default tier)")
-	only := fs.String("tier", "", "run only this tier (race, plain, chaos, chaos-md, bench)")
+	only := fs.String("tier", "", "run only this tier (race, plain, chaos, chaos-md, simd, bench)")
 	verbose := fs.Bool("v", false, "print every test's output, not only failures'")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -151,7 +154,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		failed = failed || !ok
 	}
 	if ran == 0 {
-		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md, bench)\n", *only)
+		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md, simd, bench)\n", *only)
 		return 2
 	}
 	report(stdout, pkgs, tests, time.Since(start))

@@ -840,9 +840,9 @@ func (r Report) Summary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean(steps), median(steps))
 	if r.Restarted {
-		fmt.Fprintf(w, "  force kernel: %.0f ms in all (the steps before the checkpoint included, on its PEs)\n", r.KernelMs)
+		fmt.Fprintf(w, "  force kernel (%s): %.0f ms in all (the steps before the checkpoint included, on its PEs)\n", kernelKind(), r.KernelMs)
 	} else {
-		fmt.Fprintf(w, "  force kernel: %.1f%% of PE time (%.0f ms over %d PEs), runtime and integration the rest\n", 100*r.KernelShare(), r.KernelMs, r.PEs)
+		fmt.Fprintf(w, "  force kernel (%s): %.1f%% of PE time (%.0f ms over %d PEs), runtime and integration the rest\n", kernelKind(), 100*r.KernelShare(), r.KernelMs, r.PEs)
 	}
 	if r.Runtime != nil {
 		r.Runtime.WriteRuntime(w)

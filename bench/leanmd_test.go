@@ -11,12 +11,18 @@ import (
 
 // BenchmarkLeanMDKernel is the force kernel alone over every compute of a
 // 3×3×3 step: ns per pair evaluation (distance tests beyond the cutoff
-// included, the C++ LeanMD's measure).
-func BenchmarkLeanMDKernel(b *testing.B) {
+// included, the C++ LeanMD's measure). Scalar is the kernel that runs
+// where the CPU has no AVX-512, the vector kernel's baseline in the same
+// run.
+func BenchmarkLeanMDKernel(b *testing.B) { benchmarkKernel(b, (*md.StepWorkload).Run) }
+
+func BenchmarkLeanMDKernelScalar(b *testing.B) { benchmarkKernel(b, (*md.StepWorkload).RunScalar) }
+
+func benchmarkKernel(b *testing.B, run func(*md.StepWorkload)) {
 	w := md.NewStepWorkload(3, 3, 3)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		w.Run()
+		run(w)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(w.Pairs), "ns/pair")
 }

@@ -36,6 +36,7 @@ import (
 type tier struct {
 	name string
 	race bool
+	tags string   // -tags, if any
 	env  []string // added to the environment
 	run  string   // -run, if any
 	// bench: -bench, run briefly (-benchtime=100x) so the benchmarks
@@ -58,9 +59,10 @@ func tiers() []tier {
 		// as between processes
 		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},
 		{name: "chaos-md", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, run: "Deterministic|LeavesTheResult", pkgs: []string{"./apps/leanmd/md"}},
-		// LeanMD's vector force kernel (GOEXPERIMENT=simd): to the bit
-		// the scalar one's forces, and the golden energies through it
-		{name: "simd", env: []string{"GOEXPERIMENT=simd"}, run: "VectorKernel|Golden|KernelAgainst", pkgs: []string{"./apps/leanmd/md"}},
+		// LeanMD's scalar force kernel, which runs where the CPU has no
+		// AVX-512 (the tiers above run the vector one where it has):
+		// the golden energies through it
+		{name: "purego", tags: "purego", run: "Golden|KernelAgainst", pkgs: []string{"./apps/leanmd/md"}},
 		// every benchmark of the fast path and its baselines, 100
 		// iterations each (BenchmarkLeanMD runs whole simulations: the
 		// tests above run LeanMD)
@@ -100,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("testall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	long := fs.Int("long", 0, "FT_LONG: random failure schedules per protocol, and the exhaustive sweeps (0: the default tier)")
-	only := fs.String("tier", "", "run only this tier (race, plain, chaos, chaos-md, simd, bench)")
+	only := fs.String("tier", "", "run only this tier (race, plain, chaos, chaos-md, purego, bench)")
 	verbose := fs.Bool("v", false, "print every test's output, not only failures'")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -134,6 +136,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if t.race {
 			args = append(args, "-race")
 		}
+		if t.tags != "" {
+			args = append(args, "-tags", t.tags)
+		}
 		if t.run != "" {
 			args = append(args, "-run", t.run)
 		}
@@ -154,7 +159,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		failed = failed || !ok
 	}
 	if ran == 0 {
-		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md, simd, bench)\n", *only)
+		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md, purego, bench)\n", *only)
 		return 2
 	}
 	report(stdout, pkgs, tests, time.Since(start))

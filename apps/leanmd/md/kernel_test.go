@@ -11,17 +11,17 @@ import (
 )
 
 // requireVectorKernel skips a test of the vector kernel where it is not
-// built (GOEXPERIMENT=simd on amd64) or the machine has no AVX-512, unless
-// CHARMGO_REQUIRE_SIMD says this run is the one that must test it.
+// built (off amd64, or with the purego tag) or the CPU has no AVX-512,
+// unless CHARMGO_REQUIRE_AVX512 says this run must test it.
 func requireVectorKernel(t *testing.T) {
 	t.Helper()
 	k := newKernel(false, false)
 	if _, ok := k.selfForcesVec(nil, nil); ok {
 		return
 	}
-	const missing = "the vector kernel is not in this build (GOEXPERIMENT=simd on amd64) or this machine has no AVX-512"
-	if os.Getenv("CHARMGO_REQUIRE_SIMD") != "" {
-		t.Fatal(missing + ", and CHARMGO_REQUIRE_SIMD says this run needs it")
+	const missing = "the vector kernel is not in this build (amd64 without the purego tag) or this CPU has no AVX-512"
+	if os.Getenv("CHARMGO_REQUIRE_AVX512") != "" {
+		t.Fatal(missing + ", and CHARMGO_REQUIRE_AVX512 says this run needs it")
 	}
 	t.Skip(missing)
 }

@@ -52,17 +52,31 @@ func NewStepWorkload(dx, dy, dz int) *StepWorkload {
 }
 
 // Run computes every force of the step once.
-func (w *StepWorkload) Run() {
+func (w *StepWorkload) Run() { w.run(false) }
+
+// RunScalar is Run through the scalar kernel, which runs where the CPU
+// has no AVX-512: the baseline of the vector kernel's figures.
+func (w *StepWorkload) RunScalar() { w.run(true) }
+
+func (w *StepWorkload) run(scalar bool) {
 	k, buf := &w.k, w.buf
 	for _, a := range w.self {
 		f := buf[:len(w.cells[a])]
 		clear(f)
-		k.selfForces(w.cells[a], f)
+		if scalar {
+			k.selfForcesScalar(w.cells[a], f)
+		} else {
+			k.selfForces(w.cells[a], f)
+		}
 	}
 	for i := range w.pairA {
 		a, b := w.cells[w.pairA[i]], w.cells[w.pairB[i]]
 		f := buf[:len(a)+len(b)]
 		clear(f)
-		k.pairForces(a, b, w.shift[i], f[:len(a)], f[len(a):])
+		if scalar {
+			k.pairForcesScalar(a, b, w.shift[i], f[:len(a)], f[len(a):])
+		} else {
+			k.pairForces(a, b, w.shift[i], f[:len(a)], f[len(a):])
+		}
 	}
 }

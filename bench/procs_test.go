@@ -90,9 +90,10 @@ func runJob(b *testing.B, role string, n int) time.Duration {
 	b.Helper()
 	var out, errb strings.Builder
 	args := []string{"+p", "2", "++n", "2", "++ppn", "1"}
-	if runtime.NumCPU() >= 2 {
-		// the spin a program gets outside a test binary where each of
-		// the host's PEs has a core (programDefaults)
+	if runtime.NumCPU() >= 4 {
+		// the spin a program gets outside a test binary (test binaries
+		// do not spin): each of the two processes takes half the host's
+		// cores, and its PE spins where a P is left for the link's reader
 		args = append(args, "--spin", strconv.Itoa(chare.DefaultSpinPolls))
 	}
 	l := cluster.Launch{Path: os.Args[0], Args: args, Name: role, Procs: 2,

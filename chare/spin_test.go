@@ -57,19 +57,19 @@ func TestSpinsWhereEveryPEHasACore(t *testing.T) {
 	require.False(t, spinsByDefault(procs, procs, true))
 }
 
-// Processes that share a host with more PEs than cores take their share
-// of its cores; a process alone on its host, or where each PE has a
-// core, keeps what Go gave it.
+// Processes that share a host take their share of its cores; a process
+// alone on its host keeps what Go gave it.
 func TestProcessesShareTheirHostsCores(t *testing.T) {
 	for _, c := range []struct {
 		local, onHost, cpus, procs, want int
 	}{
 		{1, 1, 2, 2, 0},    // one process
 		{2, 2, 2, 2, 0},    // one process of 2 PEs
-		{1, 2, 2, 2, 0},    // 2 processes of 1 PE on 2 cores: a core each
+		{1, 2, 2, 2, 1},    // 2 processes of 1 PE on 2 cores: a core each
 		{2, 4, 2, 2, 1},    // 2 of 2 PEs on 2 cores
 		{1, 4, 2, 2, 1},    // 4 of 1 PE on 2 cores: at least one
-		{8, 16, 16, 16, 0}, // 2 of 8 PEs on 16 cores: a core each
+		{8, 16, 16, 16, 8}, // 2 of 8 PEs on 16 cores: a core each
+		{1, 2, 16, 16, 8},  // 2 of 1 PE on 16 cores: half the cores each
 		{8, 32, 16, 16, 4}, // 4 of 8 PEs on 16 cores
 		{4, 16, 8, 3, 2},   // 4 of 4 PEs on 8 cores
 		{4, 16, 8, 2, 0},   // already no more than its share

@@ -2,6 +2,61 @@
 
 #include "textflag.h"
 
+// START_ROWS loads the arguments both kernels share: SI, DI = &others[from],
+// &fo[from], R10 n, R11 j = from, R13 from, R12 self; then compares j with n.
+#define START_ROWS \
+	MOVQ others+8(FP), SI \
+	MOVQ fo+24(FP), DI \
+	MOVQ n+16(FP), R10 \
+	MOVQ from+32(FP), R11 \
+	MOVBQZX self+40(FP), R12 \
+	MOVQ R11, R13 \
+	LEAQ (R11)(R11*2), AX \
+	SHLQ $3, AX \
+	ADDQ AX, SI \
+	ADDQ AX, DI \
+	CMPQ R11, R10
+
+// SELF_LANES keeps in AX, a self pass's lane bits, only the lanes before
+// the atom j−from+1 (none past the last lane, last: the lane count − 1).
+#define SELF_LANES(last, known) \
+	MOVQ R11, CX \
+	SUBQ R13, CX \
+	CMPQ CX, last \
+	JGE known \
+	INCQ CX \
+	MOVL $1, DX \
+	SHLL CX, DX \
+	DECL DX \
+	ANDL DX, AX
+
+// SUBTRACT_LANES takes each lane's force in AX's lane bits off fo[j] (DI),
+// lane by lane in lane order, in X13-X15: the forces' x, y and z lanes are
+// on the frame at 0(SP), y(SP) and z(SP).
+#define SUBTRACT_LANES(y, z, top) \
+	VMOVSD 0(DI), X13 \
+	VMOVSD 8(DI), X14 \
+	VMOVSD 16(DI), X15 \
+top: \
+	BSFL AX, BX \
+	VSUBSD 0(SP)(BX*8), X13, X13 \
+	VSUBSD y(SP)(BX*8), X14, X14 \
+	VSUBSD z(SP)(BX*8), X15, X15 \
+	LEAL -1(AX), CX \
+	ANDL CX, AX \
+	JNZ top \
+	VMOVSD X13, 0(DI) \
+	VMOVSD X14, 8(DI) \
+	VMOVSD X15, 16(DI)
+
+// NEXT_ATOM steps SI, DI and j to the next atom and loops while j < n.
+#define NEXT_ATOM(top) \
+	ADDQ $24, SI \
+	ADDQ $24, DI \
+	INCQ R11 \
+	CMPQ R11, R10 \
+	JLT top
+
 // func rows8AVX512(lanes *[3][8]float64, others *Vec3, n int, fo *Vec3, from int, self bool, c *vecConsts, out *[4][8]float64)
 //
 // Eight rows at once, one atom of the first list per lane of a ZMM
@@ -29,17 +84,7 @@ TEXT ·rows8AVX512(SB), NOSPLIT, $192-64
 	VPXORQ Z10, Z10, Z10
 	VPXORQ Z11, Z11, Z11
 	VPXORQ Z12, Z12, Z12
-	MOVQ others+8(FP), SI
-	MOVQ fo+24(FP), DI
-	MOVQ n+16(FP), R10
-	MOVQ from+32(FP), R11
-	MOVBQZX self+40(FP), R12
-	MOVQ R11, R13
-	LEAQ (R11)(R11*2), AX
-	SHLQ $3, AX
-	ADDQ AX, SI
-	ADDQ AX, DI
-	CMPQ R11, R10
+	START_ROWS
 	JGE done
 
 loop:
@@ -63,15 +108,7 @@ loop:
 	// a self pass: lane l meets only the atoms after its own
 	TESTQ R12, R12
 	JZ lanesknown
-	MOVQ R11, CX
-	SUBQ R13, CX
-	CMPQ CX, $7
-	JGE lanesknown
-	INCQ CX
-	MOVL $1, DX
-	SHLL CX, DX
-	DECL DX
-	ANDL DX, AX
+	SELF_LANES($7, lanesknown)
 	KMOVW AX, K1
 
 lanesknown:
@@ -108,28 +145,10 @@ noenergy:
 	VMOVUPD Z20, 0(SP)
 	VMOVUPD Z21, 64(SP)
 	VMOVUPD Z22, 128(SP)
-	VMOVSD 0(DI), X13
-	VMOVSD 8(DI), X14
-	VMOVSD 16(DI), X15
-
-lane:
-	BSFL AX, BX
-	VSUBSD 0(SP)(BX*8), X13, X13
-	VSUBSD 64(SP)(BX*8), X14, X14
-	VSUBSD 128(SP)(BX*8), X15, X15
-	LEAL -1(AX), CX
-	ANDL CX, AX
-	JNZ lane
-	VMOVSD X13, 0(DI)
-	VMOVSD X14, 8(DI)
-	VMOVSD X15, 16(DI)
+	SUBTRACT_LANES(64, 128, lane)
 
 next:
-	ADDQ $24, SI
-	ADDQ $24, DI
-	INCQ R11
-	CMPQ R11, R10
-	JLT loop
+	NEXT_ATOM(loop)
 
 done:
 	MOVQ out+56(FP), AX
@@ -139,3 +158,170 @@ done:
 	VMOVUPD Z12, 192(AX)
 	VZEROUPPER
 	RET
+
+// func rows4AVX2(lanes *[3][vecRows]float64, others *Vec3, n int, fo *Vec3, from int, self bool, c *vecConsts4, out *[4][vecRows]float64)
+//
+// rows8AVX512 on four lanes of a YMM register, for CPUs with AVX2 and no
+// AVX-512: the same operations in the same order. AVX2 has no mask
+// registers: a lane's sums take its force ANDed with the lane mask (+0
+// where the pair is not within the cutoff, which leaves a sum as it is),
+// and a self pass's lane mask comes from laneMasks. The constants are
+// read from memory (c: each four times): 16 YMM registers do not hold
+// them beside the pass's values. Registers:
+//   Y0-Y2 the lanes' x, y, z   Y3-Y6 the lanes' force and energy sums
+//   SI &others[j]  DI &fo[j]  R11 j  R10 n  R13 from  R12 self  R9 doPE
+//   R8 c
+TEXT ·rows4AVX2(SB), NOSPLIT, $96-64
+	MOVQ lanes+0(FP), AX
+	VMOVUPD 0(AX), Y0
+	VMOVUPD 64(AX), Y1
+	VMOVUPD 128(AX), Y2
+	MOVQ c+48(FP), R8
+	MOVBQZX 192(R8), R9
+	VXORPD Y3, Y3, Y3
+	VXORPD Y4, Y4, Y4
+	VXORPD Y5, Y5, Y5
+	VXORPD Y6, Y6, Y6
+	START_ROWS
+	JGE done4
+
+loop4:
+	VBROADCASTSD 0(SI), Y7
+	VBROADCASTSD 8(SI), Y8
+	VBROADCASTSD 16(SI), Y9
+	VSUBPD Y7, Y0, Y7
+	VSUBPD Y8, Y1, Y8
+	VSUBPD Y9, Y2, Y9
+	VMULPD Y7, Y7, Y10
+	VMULPD Y8, Y8, Y11
+	VADDPD Y11, Y10, Y10
+	VMULPD Y9, Y9, Y11
+	VADDPD Y11, Y10, Y10
+	// 1 < r² < 26²
+	VCMPPD $0x11, 160(R8), Y10, Y11
+	VCMPPD $0x1e, 128(R8), Y10, Y12
+	VANDPD Y12, Y11, Y11
+	VMOVMSKPD Y11, AX
+	TESTQ R12, R12
+	JZ lanesknown4
+	SELF_LANES($3, lanesknown4)
+	MOVQ AX, CX
+	SHLQ $5, CX
+	LEAQ laneMasks<>(SB), DX
+	VMOVUPD (DX)(CX*1), Y11
+
+lanesknown4:
+	TESTL AX, AX
+	JZ next4
+	// q = 1/r², q³, s = (a12·q³ − b6)·q³·q
+	VMOVUPD 128(R8), Y12
+	VDIVPD Y10, Y12, Y12
+	VMULPD Y12, Y12, Y13
+	VMULPD Y12, Y13, Y13
+	VMULPD 0(R8), Y13, Y14
+	VSUBPD 32(R8), Y14, Y14
+	VMULPD Y13, Y14, Y14
+	VMULPD Y12, Y14, Y14
+	VMULPD Y14, Y7, Y7
+	VMULPD Y14, Y8, Y8
+	VMULPD Y14, Y9, Y9
+	VANDPD Y11, Y7, Y15
+	VADDPD Y15, Y3, Y3
+	VANDPD Y11, Y8, Y15
+	VADDPD Y15, Y4, Y4
+	VANDPD Y11, Y9, Y15
+	VADDPD Y15, Y5, Y5
+	TESTQ R9, R9
+	JZ noenergy4
+	// energy ea·q³·q³ − eb·q³
+	VMULPD 64(R8), Y13, Y14
+	VMULPD Y13, Y14, Y14
+	VMULPD 96(R8), Y13, Y15
+	VSUBPD Y15, Y14, Y14
+	VANDPD Y11, Y14, Y14
+	VADDPD Y14, Y6, Y6
+
+noenergy4:
+	VMOVUPD Y7, 0(SP)
+	VMOVUPD Y8, 32(SP)
+	VMOVUPD Y9, 64(SP)
+	SUBTRACT_LANES(32, 64, lane4)
+
+next4:
+	NEXT_ATOM(loop4)
+
+done4:
+	MOVQ out+56(FP), AX
+	VMOVUPD Y3, 0(AX)
+	VMOVUPD Y4, 64(AX)
+	VMOVUPD Y5, 128(AX)
+	VMOVUPD Y6, 192(AX)
+	VZEROUPPER
+	RET
+
+// laneMasks[b] is the four-lane mask of bits b (all ones where bit l is set).
+DATA laneMasks<>+0(SB)/8, $0x0000000000000000
+DATA laneMasks<>+8(SB)/8, $0x0000000000000000
+DATA laneMasks<>+16(SB)/8, $0x0000000000000000
+DATA laneMasks<>+24(SB)/8, $0x0000000000000000
+DATA laneMasks<>+32(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+40(SB)/8, $0x0000000000000000
+DATA laneMasks<>+48(SB)/8, $0x0000000000000000
+DATA laneMasks<>+56(SB)/8, $0x0000000000000000
+DATA laneMasks<>+64(SB)/8, $0x0000000000000000
+DATA laneMasks<>+72(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+80(SB)/8, $0x0000000000000000
+DATA laneMasks<>+88(SB)/8, $0x0000000000000000
+DATA laneMasks<>+96(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+104(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+112(SB)/8, $0x0000000000000000
+DATA laneMasks<>+120(SB)/8, $0x0000000000000000
+DATA laneMasks<>+128(SB)/8, $0x0000000000000000
+DATA laneMasks<>+136(SB)/8, $0x0000000000000000
+DATA laneMasks<>+144(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+152(SB)/8, $0x0000000000000000
+DATA laneMasks<>+160(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+168(SB)/8, $0x0000000000000000
+DATA laneMasks<>+176(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+184(SB)/8, $0x0000000000000000
+DATA laneMasks<>+192(SB)/8, $0x0000000000000000
+DATA laneMasks<>+200(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+208(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+216(SB)/8, $0x0000000000000000
+DATA laneMasks<>+224(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+232(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+240(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+248(SB)/8, $0x0000000000000000
+DATA laneMasks<>+256(SB)/8, $0x0000000000000000
+DATA laneMasks<>+264(SB)/8, $0x0000000000000000
+DATA laneMasks<>+272(SB)/8, $0x0000000000000000
+DATA laneMasks<>+280(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+288(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+296(SB)/8, $0x0000000000000000
+DATA laneMasks<>+304(SB)/8, $0x0000000000000000
+DATA laneMasks<>+312(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+320(SB)/8, $0x0000000000000000
+DATA laneMasks<>+328(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+336(SB)/8, $0x0000000000000000
+DATA laneMasks<>+344(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+352(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+360(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+368(SB)/8, $0x0000000000000000
+DATA laneMasks<>+376(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+384(SB)/8, $0x0000000000000000
+DATA laneMasks<>+392(SB)/8, $0x0000000000000000
+DATA laneMasks<>+400(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+408(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+416(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+424(SB)/8, $0x0000000000000000
+DATA laneMasks<>+432(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+440(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+448(SB)/8, $0x0000000000000000
+DATA laneMasks<>+456(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+464(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+472(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+480(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+488(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+496(SB)/8, $0xffffffffffffffff
+DATA laneMasks<>+504(SB)/8, $0xffffffffffffffff
+GLOBL laneMasks<>(SB), RODATA|NOPTR, $512

@@ -12,5 +12,9 @@ func (k *kernel) pairForcesVec(a, b []Vec3, shift Vec3, fa, fb []Vec3) (float64,
 
 func (k *kernel) selfForcesVec(pos []Vec3, f []Vec3) (float64, bool) { return 0, false }
 
+func vectorWidths() []int { return nil }
+
+func vectorLanes() int { return 0 }
+
 // kernelKind says which force kernel runs, for the run's summary.
 func kernelKind() string { return "scalar" }

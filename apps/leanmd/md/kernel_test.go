@@ -10,20 +10,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// requireVectorKernel skips a test of the vector kernel where it is not
-// built (off amd64, or with the purego tag) or the CPU has no AVX-512,
-// unless CHARMGO_REQUIRE_AVX512 says this run must test it.
-func requireVectorKernel(t *testing.T) {
+// vectorKernels are the vector kernels' widths this CPU runs; a test of
+// them skips where there are none (off amd64, with the purego tag, or a
+// CPU with neither AVX-512 nor AVX2), unless CHARMGO_REQUIRE_AVX512 says
+// this run must test the AVX-512 one.
+func vectorKernels(t *testing.T) []int {
 	t.Helper()
-	k := newKernel(false, false)
-	if _, ok := k.selfForcesVec(nil, nil); ok {
-		return
+	w := vectorWidths()
+	if os.Getenv("CHARMGO_REQUIRE_AVX512") != "" && (len(w) == 0 || w[0] != 8) {
+		t.Fatal("the AVX-512 kernel is not in this build (amd64 without the purego tag) or this CPU has no AVX-512, and CHARMGO_REQUIRE_AVX512 says this run needs it")
 	}
-	const missing = "the vector kernel is not in this build (amd64 without the purego tag) or this CPU has no AVX-512"
-	if os.Getenv("CHARMGO_REQUIRE_AVX512") != "" {
-		t.Fatal(missing + ", and CHARMGO_REQUIRE_AVX512 says this run needs it")
+	if len(w) == 0 {
+		t.Skip("no vector kernel in this build (amd64 without the purego tag) or on this CPU (AVX-512 or AVX2)")
 	}
-	t.Skip(missing)
+	return w
 }
 
 // The vector kernels give the scalar kernels' forces and energies to the
@@ -31,7 +31,12 @@ func requireVectorKernel(t *testing.T) {
 // 1 Å floor, atoms at the cutoff, cells far apart, and the energy on and
 // off.
 func TestVectorKernelMatchesScalarToTheBit(t *testing.T) {
-	requireVectorKernel(t)
+	for _, w := range vectorKernels(t) {
+		t.Run(fmt.Sprintf("%d lanes", w), func(t *testing.T) { vectorMatchesScalar(t, w) })
+	}
+}
+
+func vectorMatchesScalar(t *testing.T, lanes int) {
 	rng := rand.New(rand.NewPCG(17, 3))
 	lengths := []int{0, 1, 2, 7, 8, 9, 15, 16, 17, 63, 100, 250, 401}
 	type pairCase struct {
@@ -47,6 +52,7 @@ func TestVectorKernelMatchesScalarToTheBit(t *testing.T) {
 	}
 	for _, doPE := range []bool{false, true} {
 		k := newKernel(doPE, false)
+		k.lanes = lanes
 		for _, n := range lengths {
 			a := randomCell(rng, 1, 1, 1, n)
 			crowd(rng, a)
@@ -80,9 +86,15 @@ func TestVectorKernelMatchesScalarToTheBit(t *testing.T) {
 // The vector kernels on every compute of a 4×4×4 box's first step equal
 // the scalar kernels to the bit.
 func TestVectorKernelMatchesScalarOnABox(t *testing.T) {
-	requireVectorKernel(t)
+	for _, lanes := range vectorKernels(t) {
+		t.Run(fmt.Sprintf("%d lanes", lanes), func(t *testing.T) { vectorMatchesScalarOnABox(t, lanes) })
+	}
+}
+
+func vectorMatchesScalarOnABox(t *testing.T, lanes int) {
 	w := NewStepWorkload(4, 4, 4)
 	k := newKernel(true, false)
+	k.lanes = lanes
 	for _, a := range w.self {
 		pos := w.cells[a]
 		want, got := make([]Vec3, len(pos)), make([]Vec3, len(pos))

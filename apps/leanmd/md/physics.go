@@ -103,6 +103,7 @@ type kernel struct {
 	ea, eb  float64 // energy constants
 	doPE    bool    // accumulate potential energy this step
 	origPE  bool    // the original's energy guard (never true: see README)
+	lanes   int     // the vector kernel's width (0: the scalar kernel)
 }
 
 func newKernel(doEnergy, original bool) kernel {
@@ -115,7 +116,7 @@ func newKernelSign(doEnergy, original bool, sign float64) kernel {
 	return kernel{
 		a12: sign * 12 * VdwA * 1e130, b6: sign * 6 * VdwB * 1e70,
 		ea: VdwA * 1e120, eb: VdwB * 1e60,
-		doPE: doEnergy, origPE: original,
+		doPE: doEnergy, origPE: original, lanes: vectorLanes(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -193,10 +194,13 @@ func BenchmarkKernelPairs(b *testing.B) {
 }
 
 // benchmarkKernelStep runs the force kernel of every compute of a LeanMD
-// step and reports ns per pair evaluation (distance tests beyond the cutoff
+// step (lanes ≥ 0: with that kernel, 0 the scalar one) and reports ns per pair evaluation (distance tests beyond the cutoff
 // included, the C++ LeanMD's measure) and ms per step on one core.
-func benchmarkKernelStep(b *testing.B, x, y, z int) {
+func benchmarkKernelStep(b *testing.B, x, y, z, lanes int) {
 	w := NewStepWorkload(x, y, z)
+	if lanes >= 0 {
+		w.k.lanes = lanes
+	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		w.Run()
@@ -205,5 +209,15 @@ func benchmarkKernelStep(b *testing.B, x, y, z int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/step")
 }
 
-func BenchmarkKernelStep3x3x3(b *testing.B) { benchmarkKernelStep(b, 3, 3, 3) }
-func BenchmarkKernelStep4x4x4(b *testing.B) { benchmarkKernelStep(b, 4, 4, 4) }
+func BenchmarkKernelStep3x3x3(b *testing.B) { benchmarkKernelStep(b, 3, 3, 3, -1) }
+func BenchmarkKernelStep4x4x4(b *testing.B) { benchmarkKernelStep(b, 4, 4, 4, -1) }
+
+// The kernels a CPU without AVX-512 runs, on this one: AVX2's four lanes
+// and the scalar kernel.
+func BenchmarkKernelStep4x4x4AVX2(b *testing.B) {
+	if !slices.Contains(vectorWidths(), 4) {
+		b.Skip("no AVX2 kernel in this build or on this CPU")
+	}
+	benchmarkKernelStep(b, 4, 4, 4, 4)
+}
+func BenchmarkKernelStep4x4x4Scalar(b *testing.B) { benchmarkKernelStep(b, 4, 4, 4, 0) }

@@ -359,3 +359,75 @@ func (h busyHandler) Handle(p *PE, env *Envelope) {
 	}
 	close(h.release)
 }
+
+// wakingRemote stands for a link: Deliver hands the batch to a writer
+// goroutine, as pe/cluster's links do, and the writer notes when it ran.
+type wakingRemote struct {
+	queued chan int
+	wrote  chan int
+}
+
+func (r wakingRemote) Deliver(_, _ int, _ bool, batch []Envelope) error {
+	r.queued <- len(batch)
+	return nil
+}
+func (wakingRemote) RolledBack() {}
+
+// linkBusyHandler sends one message to the remote PE, then handles its own
+// messages one after another, each busy for a while, and notes how many
+// it had handled when the writer ran.
+type linkBusyHandler struct {
+	left        int
+	handledWhen chan int
+	wrote       chan int
+	handled     int
+}
+
+func (h *linkBusyHandler) Handle(p *PE, env *Envelope) {
+	switch env.Seq {
+	case 0:
+		p.Send(1, &Envelope{Type: testType, Kind: KindP2P, Seq: 1})
+		p.Flush()
+	default:
+		for t0 := time.Now(); time.Since(t0) < 2*linkYield; {
+		}
+	}
+	h.handled++
+	select {
+	case <-h.wrote:
+		h.handledWhen <- h.handled
+	default:
+	}
+	if h.left--; h.left > 0 {
+		p.Send(0, &Envelope{Type: testType, Kind: KindP2P, Seq: 2})
+		return
+	}
+	p.Node().Stop(0)
+}
+
+// Where a process's PEs take every P, a busy PE lets the link's writer that
+// its flush woke run within a message or two, not when it goes idle (it
+// held what it sent to other processes back for as long as it had work:
+// CAMEL's acknowledgements came late and its piggybacked lists grew).
+func TestABusyPELetsItsLinksRun(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	r := wakingRemote{queued: make(chan int, 1), wrote: make(chan int, 1)}
+	h := &linkBusyHandler{left: 40, handledWhen: make(chan int, 1), wrote: r.wrote}
+	n, err := NewNode(Config{NumPEs: 2, LocalPEs: 1, Remote: r}, func(p *PE) Handler { return h })
+	require.NoError(t, err)
+	require.True(t, n.PE(0).yieldForLinks)
+	go func() { // the link's writer
+		<-r.queued
+		r.wrote <- 1
+	}()
+	n.Inject(0, Envelope{Type: testType, Kind: KindP2P, Seq: 0})
+	n.Start()
+	_, err = n.Wait()
+	require.NoError(t, err)
+	select {
+	case k := <-h.handledWhen:
+		require.LessOrEqual(t, k, 3, "the writer ran after the PE had handled %d of its 40 busy messages", k)
+	default:
+		t.Fatal("the writer ran only after the PE had handled all of its 40 busy messages")
+	}
+}

@@ -67,6 +67,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{bin, "--frobnicate"}, "leanmd: unknown runtime flag --frobnicate (see --help)"},
 		{[]string{"+pmany", bin}, `leanmd: flag +p: "many" is not a whole number`},
 		{[]string{bin, "--progress", "0"}, "leanmd: flag --progress:"},
+		{[]string{bin, "--kernel", "avx9"}, `leanmd: flag --kernel: "avx9" is not a kernel (auto, avx512, avx2, scalar)`},
 		{[]string{"++n", "2", "++ppn", "2", "+p", "3", bin}, "charmrun: flags +p 3, ++n 2, ++ppn 2: 2 processes of 2 PEs are 4 PEs, not 3"},
 		{[]string{"++n", "0", bin}, "charmrun: ++n 0: want a whole number from 1 to 1024"},
 		{[]string{"++n", "2", "++nodelist", "/no/such/file", bin}, "charmrun: ++nodelist /no/such/file: open /no/such/file: no such file"},

@@ -113,10 +113,21 @@ func TestGoldenEnergies(t *testing.T) {
 				t.Skip("physics, not concurrency: the plain tier runs it")
 			}
 			want := []uint64{g.ke0, g.ke1, g.pe0, g.pe1}
-			for _, pes := range []int{1, 2, 3, 4} {
-				r := run(t, params(g.x, g.y, g.z, g.steps), chare.Config{PEs: pes})
+			check := func(pes int, kernel string) {
+				p := params(g.x, g.y, g.z, g.steps)
+				p.Kernel = kernel
+				r := run(t, p, chare.Config{PEs: pes})
 				got := []uint64{math.Float64bits(r.KE0), math.Float64bits(r.KE1), math.Float64bits(r.PE0), math.Float64bits(r.PE1)}
-				require.Equal(t, want, got, "%d PEs: KE0 %v KE1 %v PE0 %v PE1 %v", pes, r.KE0, r.KE1, r.PE0, r.PE1)
+				require.Equal(t, want, got, "%d PEs, kernel %q: KE0 %v KE1 %v PE0 %v PE1 %v", pes, kernel, r.KE0, r.KE1, r.PE0, r.PE1)
+			}
+			for _, pes := range []int{1, 2, 3, 4} {
+				check(pes, "") // the widest kernel this CPU runs
+			}
+			// every other kernel this build and CPU run, through the whole program
+			for _, kernel := range []string{"scalar", "avx2", "avx512"} {
+				if lanes, err := kernelLanes(kernel); err == nil && lanes != vectorLanes() {
+					check(2, kernel)
+				}
 			}
 			ke0, ke1, pe0, pe1 := serialEnergies(g.x, g.y, g.z, g.steps)
 			for i, ref := range []float64{ke0, ke1, pe0, pe1} {

@@ -64,15 +64,18 @@ func vectorLanes() int {
 	return 0
 }
 
-// kernelKind says which force kernel runs, for the run's summary.
-func kernelKind() string {
-	switch vectorLanes() {
+// kernelKind names the kernel of lanes lanes, for the run's summary.
+func kernelKind(lanes int) string {
+	switch lanes {
 	case 8:
 		return "AVX-512, eight atoms a pass"
 	case 4:
 		return "AVX2, four atoms a pass"
 	}
-	return "scalar: this CPU has neither AVX-512 nor AVX2"
+	if vectorLanes() == 0 {
+		return "scalar: this CPU has neither AVX-512 nor AVX2"
+	}
+	return "scalar"
 }
 
 // pairForcesVec is pairForces on eight (AVX-512) or four (AVX2) atoms of a

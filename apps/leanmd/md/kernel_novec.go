@@ -16,5 +16,5 @@ func vectorWidths() []int { return nil }
 
 func vectorLanes() int { return 0 }
 
-// kernelKind says which force kernel runs, for the run's summary.
-func kernelKind() string { return "scalar" }
+// kernelKind names the kernel of lanes lanes, for the run's summary.
+func kernelKind(lanes int) string { return "scalar" }

@@ -49,6 +49,9 @@ type Params struct {
 	// BrokenKernel flips the sign of every force (for the test that the
 	// energy check catches a broken kernel).
 	BrokenKernel bool
+	// Kernel names the force kernel (--kernel): "" or "auto" the widest
+	// this CPU runs, "avx512", "avx2" or "scalar". All give the same bits.
+	Kernel string
 }
 
 // ComputeArgs build a compute.
@@ -102,6 +105,14 @@ func Flags(p *Params) []chare.Flag {
 	return []chare.Flag{
 		{Name: "--original-physics", Usage: "restore the C++ LeanMD's physics quirks (image shift, zero potential energy, absolute energy check)",
 			Set: func(string) error { p.Original = true; return nil }},
+		{Name: "--kernel", Arg: "NAME", Usage: "the force kernel: auto (the widest this CPU runs), avx512, avx2 or scalar; all give the same bits",
+			Set: func(v string) error {
+				if _, err := kernelLanes(v); err != nil {
+					return err
+				}
+				p.Kernel = v
+				return nil
+			}},
 		{Name: "--progress", Arg: "N", Usage: "print the step line every N steps (1: every step, as the original; default 100)",
 			Set: func(v string) error {
 				n, err := strconv.Atoi(v)
@@ -697,6 +708,7 @@ func (c *Compute) Init(ctx *chare.Ctx, a ComputeArgs) {
 func (c *Compute) CalculateForces(ctx *chare.Ctx, m PositionsMsg) {
 	doEnergy := c.Step == 1 || c.Step == c.P.Steps
 	k := newKernelSign(doEnergy, c.P.Original, kernelSign(c.P))
+	k.lanes, _ = kernelLanes(c.P.Kernel) // checked when the flag was read
 	var e float64
 	t0 := time.Now()
 	if c.Self {
@@ -791,6 +803,9 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 		cfg.PEs = runtime.GOMAXPROCS(0)
 	}
 	r := Report{Params: p, PEs: cfg.PEs}
+	if _, err := kernelLanes(p.Kernel); err != nil {
+		return r, chare.InputError{Err: fmt.Errorf("kernel %w", err)}
+	}
 	if cfg.Restart == "" { // a restart's box is the checkpoint's, not p's
 		if err := fits(p, cfg.PEs, p.MaxMemory); err != nil {
 			return r, chare.InputError{Err: err}
@@ -829,6 +844,12 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 	return r, nil
 }
 
+// kernelLanes is the width of the kernel the run's computes ran.
+func (r Report) kernelLanes() int {
+	lanes, _ := kernelLanes(r.Params.Kernel)
+	return lanes
+}
+
 // Summary writes the run's summary: sizes, time per step, traffic by kind
 // and the energies at full precision.
 func (r Report) Summary(w io.Writer) {
@@ -840,9 +861,9 @@ func (r Report) Summary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean(steps), median(steps))
 	if r.Restarted {
-		fmt.Fprintf(w, "  force kernel (%s): %.0f ms in all (the steps before the checkpoint included, on its PEs)\n", kernelKind(), r.KernelMs)
+		fmt.Fprintf(w, "  force kernel (%s): %.0f ms in all (the steps before the checkpoint included, on its PEs)\n", kernelKind(r.kernelLanes()), r.KernelMs)
 	} else {
-		fmt.Fprintf(w, "  force kernel (%s): %.1f%% of PE time (%.0f ms over %d PEs), runtime and integration the rest\n", kernelKind(), 100*r.KernelShare(), r.KernelMs, r.PEs)
+		fmt.Fprintf(w, "  force kernel (%s): %.1f%% of PE time (%.0f ms over %d PEs), runtime and integration the rest\n", kernelKind(r.kernelLanes()), 100*r.KernelShare(), r.KernelMs, r.PEs)
 	}
 	if r.Runtime != nil {
 		r.Runtime.WriteRuntime(w)

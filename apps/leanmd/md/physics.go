@@ -1,6 +1,10 @@
 package md
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"slices"
+)
 
 // Constants of the Charm++ LeanMD (defs.h). The products are computed at
 // run time, as the C++ computes them (one rounding per operation), not
@@ -118,6 +122,28 @@ func newKernelSign(doEnergy, original bool, sign float64) kernel {
 		ea: VdwA * 1e120, eb: VdwB * 1e60,
 		doPE: doEnergy, origPE: original, lanes: vectorLanes(),
 	}
+}
+
+// kernelLanes is the width of the kernel --kernel names ("" or "auto":
+// the widest this CPU runs), or an error that says why it cannot run.
+func kernelLanes(name string) (int, error) {
+	if name == "" || name == "auto" {
+		return vectorLanes(), nil
+	}
+	var lanes int
+	switch name {
+	case "scalar":
+	case "avx2":
+		lanes = 4
+	case "avx512":
+		lanes = 8
+	default:
+		return 0, fmt.Errorf("%q is not a kernel (auto, avx512, avx2, scalar)", name)
+	}
+	if lanes > 0 && !slices.Contains(vectorWidths(), lanes) {
+		return 0, fmt.Errorf("%s: this build or CPU has no such kernel (it runs %s)", name, kernelKind(vectorLanes()))
+	}
+	return lanes, nil
 }
 
 // energy of a pair with q = 1/r²_Å (the original's guard compares r² in m²

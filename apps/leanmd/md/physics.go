@@ -180,10 +180,11 @@ const rowChunk = 256
 // It works in two passes over each chunk of others. The first tests every
 // distance against the cutoff without a branch and keeps the indices of
 // those within it; the second computes their forces. About a third of the
-// tested pairs interact, a branch no predictor can learn: taken in one
-// loop, its mispredictions were most of the kernel's time. The second pass
-// visits the interacting atoms in the order of others, so every sum is
-// added in the same order as a single loop would add it, to the bit.
+// tested pairs interact, a branch no predictor can learn: two passes took
+// a 4×4×4 step from 77 to 71 ms on one core. The second pass visits the
+// interacting atoms in the order of others, so every sum is added in the
+// same order as a single loop would add it, to the bit. (This is the
+// kernel of CPUs with neither AVX-512 nor AVX2: kernel_amd64.go.)
 func (k *kernel) row(p Vec3, others, fo []Vec3) (fx, fy, fz, energy float64) {
 	var near [rowChunk]int32
 	fo = fo[:len(others)]

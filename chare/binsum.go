@@ -57,7 +57,7 @@ func (s *binSum) add(x []float64) error {
 		return fmt.Errorf("contributions of %d and %d elements", len(s.top), len(x))
 	}
 	if s.terms++; s.terms > maxTerms {
-		return fmt.Errorf("more than %d terms in one sum", maxTerms)
+		return fmt.Errorf("more than %d terms in one sum", uint64(maxTerms))
 	}
 	top, bins := s.top, s.bins[:3*len(s.top)]
 	for i, v := range x {
@@ -145,7 +145,7 @@ func (s *binSum) merge(o *binSum) error {
 		return fmt.Errorf("contributions of %d and %d elements", len(s.top), len(o.top))
 	}
 	if s.terms += o.terms; s.terms > maxTerms {
-		return fmt.Errorf("more than %d terms in one sum", maxTerms)
+		return fmt.Errorf("more than %d terms in one sum", uint64(maxTerms))
 	}
 	for i, ot := range o.top {
 		if ot == noTop {

@@ -103,7 +103,7 @@ func checkCollection(c *CollSnapshot, me, n int32, kids int) error {
 	}
 	total := int64(1)
 	for _, b := range c.Bounds {
-		if b < 1 || b > maxElements {
+		if b < 1 || int64(b) > maxElements {
 			return fmt.Errorf("bounds %v", c.Bounds)
 		}
 		if total *= int64(b); total > maxElements {

@@ -325,6 +325,9 @@ const streamRound = 1 << 18
 
 func runStream(b *testing.B, cfg chare.Config) {
 	b.ReportAllocs()
+	// the stream crosses cores too: 34–40 ns a message in a slow-floor
+	// period against 24–28 on a fast floor (benchtable: "two modes")
+	floor := crossCoreRoundTrips(1e5)
 	n := max(b.N-b.N%streamPairs, streamPairs)
 	round := n
 	if cfg.FT != "" {
@@ -342,6 +345,7 @@ func runStream(b *testing.B, cfg chare.Config) {
 	}
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/op")
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+	reportFloor(b, floor)
 }
 
 func BenchmarkStream_BufferedChannel(b *testing.B) {

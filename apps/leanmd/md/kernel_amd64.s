@@ -2,6 +2,13 @@
 
 #include "textflag.h"
 
+// LOAD_LANES loads the pass's lanes (x, y, z) into three registers.
+#define LOAD_LANES(x, y, z) \
+	MOVQ lanes+0(FP), AX \
+	VMOVUPD 0(AX), x \
+	VMOVUPD 64(AX), y \
+	VMOVUPD 128(AX), z
+
 // START_ROWS loads the arguments both kernels share: SI, DI = &others[from],
 // &fo[from], R10 n, R11 j = from, R13 from, R12 self; then compares j with n.
 #define START_ROWS \
@@ -31,9 +38,12 @@
 	ANDL DX, AX
 
 // SUBTRACT_LANES takes each lane's force in AX's lane bits off fo[j] (DI),
-// lane by lane in lane order, in X13-X15: the forces' x, y and z lanes are
-// on the frame at 0(SP), y(SP) and z(SP).
-#define SUBTRACT_LANES(y, z, top) \
+// lane by lane in lane order, in X13-X15: it puts the forces' x, y and z
+// lanes (gx, gy, gz) on the frame at 0(SP), y(SP) and z(SP) first.
+#define SUBTRACT_LANES(gx, gy, gz, y, z, top) \
+	VMOVUPD gx, 0(SP) \
+	VMOVUPD gy, y(SP) \
+	VMOVUPD gz, z(SP) \
 	VMOVSD 0(DI), X13 \
 	VMOVSD 8(DI), X14 \
 	VMOVSD 16(DI), X15 \
@@ -48,6 +58,16 @@ top: \
 	VMOVSD X13, 0(DI) \
 	VMOVSD X14, 8(DI) \
 	VMOVSD X15, 16(DI)
+
+// RETURN_SUMS stores the lanes' force and energy sums to out and returns.
+#define RETURN_SUMS(fx, fy, fz, e) \
+	MOVQ out+56(FP), AX \
+	VMOVUPD fx, 0(AX) \
+	VMOVUPD fy, 64(AX) \
+	VMOVUPD fz, 128(AX) \
+	VMOVUPD e, 192(AX) \
+	VZEROUPPER \
+	RET
 
 // NEXT_ATOM steps SI, DI and j to the next atom and loops while j < n.
 #define NEXT_ATOM(top) \
@@ -68,10 +88,7 @@ top: \
 //   the frame holds one pass's forces (x, y, z: 64 bytes each) for the
 //   serial subtraction from fo[j]
 TEXT ·rows8AVX512(SB), NOSPLIT, $192-64
-	MOVQ lanes+0(FP), AX
-	VMOVUPD 0(AX), Z0
-	VMOVUPD 64(AX), Z1
-	VMOVUPD 128(AX), Z2
+	LOAD_LANES(Z0, Z1, Z2)
 	MOVQ c+48(FP), AX
 	VBROADCASTSD 0(AX), Z5
 	VBROADCASTSD 8(AX), Z6
@@ -142,22 +159,13 @@ lanesknown:
 noenergy:
 	// fo[j] −= each lane's force within, lane by lane (the first
 	// list's order), in registers
-	VMOVUPD Z20, 0(SP)
-	VMOVUPD Z21, 64(SP)
-	VMOVUPD Z22, 128(SP)
-	SUBTRACT_LANES(64, 128, lane)
+	SUBTRACT_LANES(Z20, Z21, Z22, 64, 128, lane)
 
 next:
 	NEXT_ATOM(loop)
 
 done:
-	MOVQ out+56(FP), AX
-	VMOVUPD Z9, 0(AX)
-	VMOVUPD Z10, 64(AX)
-	VMOVUPD Z11, 128(AX)
-	VMOVUPD Z12, 192(AX)
-	VZEROUPPER
-	RET
+	RETURN_SUMS(Z9, Z10, Z11, Z12)
 
 // func rows4AVX2(lanes *[3][vecRows]float64, others *Vec3, n int, fo *Vec3, from int, self bool, c *vecConsts4, out *[4][vecRows]float64)
 //
@@ -172,10 +180,7 @@ done:
 //   SI &others[j]  DI &fo[j]  R11 j  R10 n  R13 from  R12 self  R9 doPE
 //   R8 c
 TEXT ·rows4AVX2(SB), NOSPLIT, $96-64
-	MOVQ lanes+0(FP), AX
-	VMOVUPD 0(AX), Y0
-	VMOVUPD 64(AX), Y1
-	VMOVUPD 128(AX), Y2
+	LOAD_LANES(Y0, Y1, Y2)
 	MOVQ c+48(FP), R8
 	MOVBQZX 192(R8), R9
 	VXORPD Y3, Y3, Y3
@@ -242,22 +247,13 @@ lanesknown4:
 	VADDPD Y14, Y6, Y6
 
 noenergy4:
-	VMOVUPD Y7, 0(SP)
-	VMOVUPD Y8, 32(SP)
-	VMOVUPD Y9, 64(SP)
-	SUBTRACT_LANES(32, 64, lane4)
+	SUBTRACT_LANES(Y7, Y8, Y9, 32, 64, lane4)
 
 next4:
 	NEXT_ATOM(loop4)
 
 done4:
-	MOVQ out+56(FP), AX
-	VMOVUPD Y3, 0(AX)
-	VMOVUPD Y4, 64(AX)
-	VMOVUPD Y5, 128(AX)
-	VMOVUPD Y6, 192(AX)
-	VZEROUPPER
-	RET
+	RETURN_SUMS(Y3, Y4, Y5, Y6)
 
 // laneMasks[b] is the four-lane mask of bits b (all ones where bit l is set).
 DATA laneMasks<>+0(SB)/8, $0x0000000000000000

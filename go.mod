@@ -55,5 +55,6 @@ require (
 	golang.org/x/image v0.25.0 // indirect
 	golang.org/x/net v0.21.0 // indirect
 	golang.org/x/text v0.23.0 // indirect
+	gonum.org/v1/gonum v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20231002182017-d307bd883b97 // indirect
 )

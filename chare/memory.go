@@ -2,6 +2,7 @@ package chare
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -54,4 +55,32 @@ func readUint(path string) (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	return n, err == nil
+}
+
+// ParseSize reads a memory size: a whole number of bytes with an optional
+// unit K, M, G or T (powers of 1024; KB, KiB and the like are accepted).
+func ParseSize(v string) (uint64, error) {
+	s := strings.TrimSpace(strings.ToUpper(v))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
+	mult := uint64(1)
+	if s != "" {
+		switch s[len(s)-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			s = s[:len(s)-1]
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a memory size (4G, 512M, 1048576)", v)
+	}
+	return n * mult, nil
 }

@@ -124,7 +124,7 @@ func Flags(p *Params) []chare.Flag {
 			}},
 		{Name: "--max-memory", Arg: "SIZE", Usage: "refuse a run whose estimated memory exceeds SIZE (4G, 512M; default: the machine's available memory)",
 			Set: func(v string) error {
-				n, err := ParseSize(v)
+				n, err := chare.ParseSize(v)
 				p.MaxMemory = n
 				return err
 			}},

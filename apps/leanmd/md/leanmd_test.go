@@ -614,12 +614,12 @@ func TestMemoryEstimateRefusesRunsThatDoNotFit(t *testing.T) {
 		in   string
 		want uint64
 	}{{"4G", 4 << 30}, {"512M", 512 << 20}, {"512MiB", 512 << 20}, {"2kb", 2048}, {"1048576", 1 << 20}, {"1T", 1 << 40}} {
-		got, err := ParseSize(c.in)
+		got, err := chare.ParseSize(c.in)
 		require.NoError(t, err, c.in)
 		require.Equal(t, c.want, got, c.in)
 	}
 	for _, bad := range []string{"", "0", "-1G", "lots", "4X", "99999999999T"} {
-		_, err := ParseSize(bad)
+		_, err := chare.ParseSize(bad)
 		require.Error(t, err, bad)
 	}
 }

@@ -2,8 +2,6 @@ package md
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/charmgo/charmgo/chare"
 )
@@ -41,34 +39,6 @@ func EstimateMemory(p Params, pes int) uint64 {
 	atoms := uint64(Atoms(p))
 	share := uint64(min(pes, sectionMaxPEs))
 	return memBase + atoms*(memPerAtom+memPerAtomPE*share) + memPerPEPair*uint64(pes)*uint64(pes)
-}
-
-// ParseSize reads a memory size: a whole number of bytes with an optional
-// unit K, M, G or T (powers of 1024; KB, KiB and the like are accepted).
-func ParseSize(v string) (uint64, error) {
-	s := strings.TrimSpace(strings.ToUpper(v))
-	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
-	mult := uint64(1)
-	if s != "" {
-		switch s[len(s)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			s = s[:len(s)-1]
-		}
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || n == 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a memory size (4G, 512M, 1048576)", v)
-	}
-	return n * mult, nil
 }
 
 // fits refuses a run whose estimate exceeds limit (0: the machine's

@@ -126,17 +126,20 @@ var (
 	PairCalcT  = chare.NewType[PairCalc, Params]("openatom.PairCalc")
 	OrthoT     = chare.NewType[Ortho, Params]("openatom.Ortho")
 
-	mainReady = chare.NewEntry[struct{}](MainT, "Ready")
-	mainGS    = chare.NewEntry[[]float64](MainT, "GSpaceSums")
-	mainRS    = chare.NewEntry[[]float64](MainT, "RealSpaceSums")
-	mainRhoR  = chare.NewEntry[[]float64](MainT, "RhoRSums")
-	mainRhoG  = chare.NewEntry[[]float64](MainT, "RhoGSums")
-	mainOrtho = chare.NewEntry[[]float64](MainT, "OrthoReport")
+	mainReady    = chare.NewEntry[struct{}](MainT, "Ready")
+	mainGS       = chare.NewEntry[[]float64](MainT, "GSpaceSums")
+	mainRS       = chare.NewEntry[[]float64](MainT, "RealSpaceSums")
+	mainRhoR     = chare.NewEntry[[]float64](MainT, "RhoRSums")
+	mainRhoG     = chare.NewEntry[[]float64](MainT, "RhoGSums")
+	mainOrtho    = chare.NewEntry[[]float64](MainT, "OrthoReport")
+	mainBoundary = chare.NewEntry[struct{}](MainT, "AtBoundary")
+	mainCkptDone = chare.NewEntry[struct{}](MainT, "CheckpointDone")
 
 	gsSetup    = chare.NewEntry[Proxies](GSpaceT, "Setup")
 	gsStart    = chare.NewEntry[struct{}](GSpaceT, "Start")
 	gsBack     = chare.NewEntry[LinesMsg](GSpaceT, "Back")
 	gsBackward = chare.NewEntry[[]float64](GSpaceT, "Backward")
+	gsResume   = chare.NewEntry[struct{}](GSpaceT, "Resume")
 
 	rsSetup     = chare.NewEntry[Proxies](RealSpaceT, "Setup")
 	rsJoin      = chare.NewEntry[SectionMsg[RealSpace]](RealSpaceT, "JoinDensity")
@@ -263,6 +266,9 @@ func (g *GSpace) forward(ctx *chare.Ctx) {
 		}
 	}
 	for z := 0; z < n; z++ {
+		if g.P.DropTranspose && g.Step == 2 && s == 0 && chunk == 0 && z == 0 {
+			continue
+		}
 		rsLines.Send(ctx, g.Px.RS.At(s, z), LinesMsg{Step: int32(g.Step), From: int32(chunk), Vals: out[z]})
 	}
 	g.Got, g.BackIn = 0, make([][]float64, n)
@@ -357,6 +363,30 @@ func (g *GSpace) Backward(ctx *chare.Ctx, v []float64) {
 		return
 	}
 	g.Coef = rows // the reduction's result is the chunk's own
+	if g.P.lbStep(g.Step) {
+		ctx.AtSync()
+		return
+	}
+	g.afterLB(ctx)
+}
+
+// ResumeFromSync continues after a load-balancing step.
+func (g *GSpace) ResumeFromSync(ctx *chare.Ctx) { g.afterLB(ctx) }
+
+func (g *GSpace) afterLB(ctx *chare.Ctx) {
+	if k := g.P.CkptPeriod; k > 0 && g.Step > 0 && g.Step%k == 0 {
+		// a checkpoint at this step's end: once every chunk is here and
+		// Main has the step's reports, nothing is in flight
+		chare.Contribute(ctx, chare.Barrier, struct{}{}, mainBoundary.CallbackTo(MainT.MainProxy()))
+		return
+	}
+	g.Step++
+	g.forward(ctx)
+}
+
+// Resume starts the next step after a checkpoint (in this run, or in one
+// restarted from it).
+func (g *GSpace) Resume(ctx *chare.Ctx, _ struct{}) {
 	g.Step++
 	g.forward(ctx)
 }
@@ -419,8 +449,12 @@ func (r *RealSpace) Lines(ctx *chare.Ctx, m LinesMsg) {
 	f.plane2D(a, false)
 	ix := ctx.Index()
 	rho := chare.Float64s(n * n)
+	occ := occupation
+	if r.P.BrokenDensity && ix.C[0] == 0 {
+		occ /= 2
+	}
 	for i, v := range a {
-		rho[i] = occupation * (real(v)*real(v) + imag(v)*imag(v)) / volume
+		rho[i] = occ * (real(v)*real(v) + imag(v)*imag(v)) / volume
 	}
 	chare.ContributeSection(ctx, r.DensSec, chare.SumFloat64s, tagged(rho, ix.C[0] == 0, r.Step), rhoRDensity.CallbackTo(r.Px.RhoR.At(int(ix.C[1]))))
 }
@@ -459,6 +493,9 @@ func (r *RealSpace) Potential(ctx *chare.Ctx, m PlaneMsg) {
 		gsBack.Send(ctx, r.Px.GS.At(s, p), LinesMsg{Step: int32(r.Step), From: int32(z), Vals: vals})
 	}
 	r.Plane = nil
+	if r.P.lbStep(r.Step) {
+		ctx.AtSync() // idle until the next step's lines: nothing to resume
+	}
 	r.Step++
 }
 
@@ -727,6 +764,9 @@ func (c *PairCalc) Apply(ctx *chare.Ctx, m XMsg) {
 		s := int(ix.C[2])*g + b
 		chare.ContributeSection(ctx, c.RightSec[b], chare.SumFloat64s, tagged(row, ix.C[1] == 0, c.Seq),
 			gsBackward.CallbackTo(c.Px.GS.At(s, chunk)))
+	}
+	if c.Seq%2 == 1 && c.P.lbStep(c.Seq/2) {
+		ctx.AtSync() // the step's last work here: nothing to resume
 	}
 	c.Seq++
 	c.reset()

@@ -110,8 +110,8 @@ type ffts struct {
 	n    int
 	plan *fourier.CmplxFFT
 	line []complex128
-	// broken perturbs the forward transform (a wrong twiddle), for the
-	// tests that the invariants catch it.
+	// broken perturbs every transform (a wrong twiddle), for the tests
+	// that the invariants catch it.
 	broken bool
 }
 
@@ -128,7 +128,12 @@ func (f *ffts) forward(v []complex128) {
 }
 
 // inverse transforms v in place: Σ_k v_k e^{+2πi jk/N} (unnormalized).
-func (f *ffts) inverse(v []complex128) { f.plan.Sequence(v, v) }
+func (f *ffts) inverse(v []complex128) {
+	f.plan.Sequence(v, v)
+	if f.broken && len(v) > 1 {
+		v[1] *= complex(1.001*math.Cos(1e-3), -1.001*math.Sin(1e-3))
+	}
+}
 
 // plane2D transforms an N×N plane (row-major, a[x*N+y]) in place along
 // both axes, forward or inverse.

@@ -20,6 +20,14 @@ type Params struct {
 	Grain int
 	// Seed chooses the initial states' perturbation.
 	Seed uint64
+	// CkptPeriod, if set, takes a coordinated checkpoint at the end of
+	// every CkptPeriod-th step (the runtime's --ckpt-period N).
+	CkptPeriod int
+	// LBPeriod, if set, ends every LBPeriod-th step (but the last) with a
+	// load-balancing step of GSpace, RealSpace and PairCalc (AtSync). A
+	// run with a balancer (+balancer) and no period balances every
+	// DefaultLBPeriod steps.
+	LBPeriod int
 	// Progress prints the energy line every Progress steps (and the last).
 	Progress int
 	// MaxMemory, if set, refuses a run whose estimate is larger (bytes).
@@ -29,10 +37,12 @@ type Params struct {
 	NSCap int
 	NSTol float64
 	// For the tests that each invariant catches a broken kernel: a wrong
-	// twiddle in the forward FFTs, a Newton–Schulz iteration whose A
-	// update is skipped, a potential of 1 everywhere (the FFT round trip
-	// GS→RS→GS then returns ψ itself, checked to 1e-12).
-	BrokenFFT, SkipNSUpdate, UnitPotential bool
+	// twiddle in every FFT, a Newton–Schulz iteration whose Z update is
+	// skipped, a density that counts state 0 at half its occupation, a
+	// transpose message GSpace(0,0) does not send at step 2; and a
+	// potential of 1 everywhere (the FFT round trip GS→RS→GS then returns
+	// ψ itself, checked to 1e-12).
+	BrokenFFT, SkipNSUpdate, BrokenDensity, DropTranspose, UnitPotential bool
 }
 
 // DefaultParams: 32 states on a 16³ grid, 20 steps, 4 chunks, grain 8.
@@ -98,6 +108,15 @@ func (p Params) Validate() error {
 
 func (p Params) blocks() int { return p.States / p.Grain }
 
+// DefaultLBPeriod is the load-balancing period of a run with a balancer
+// and no --lb-period.
+const DefaultLBPeriod = 5
+
+// lbStep reports whether step k ends with a load-balancing step.
+func (p Params) lbStep(k int) bool {
+	return p.LBPeriod > 0 && k > 0 && k < p.Steps && k%p.LBPeriod == 0
+}
+
 // timeStep is the steepest-descent step: half the inverse of the largest
 // kinetic energy on the sphere, so every step stays close to
 // orthonormal and Newton–Schulz converges.
@@ -133,6 +152,7 @@ func Flags(p *Params) []chare.Flag {
 				p.Seed = n
 				return nil
 			}},
+		{Name: "--lb-period", Arg: "N", Usage: fmt.Sprintf("balance load (AtSync) at the end of every N-th step (default: every %d with +balancer, else never)", DefaultLBPeriod), Set: whole(&p.LBPeriod, 1, "steps")},
 		{Name: "--progress", Arg: "N", Usage: "print the energy line every N steps (default 1)", Set: whole(&p.Progress, 1, "steps")},
 		{Name: "--ns-cap", Arg: "N", Usage: "most Newton–Schulz iterations per orthonormalisation (default 40)", Set: whole(&p.NSCap, 1, "iterations")},
 		{Name: "--max-memory", Arg: "SIZE", Usage: "refuse a run whose estimated memory exceeds SIZE (4G, 512M; default: the machine's available memory)",

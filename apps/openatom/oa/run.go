@@ -39,6 +39,10 @@ type Main struct {
 	Steps []stepSums // by step (0: the initial orthonormalisation)
 	Done  int        // steps checked
 	Over  bool       // the last step was checked: the run is over
+	// Boundary is the step at whose end every GSpace waits for a
+	// checkpoint (0: none); it is taken once Main checked that step.
+	Boundary int
+	LastCkpt int // the step at whose end the last checkpoint was taken
 	// this process's own: a restart's clock starts again
 	start  time.Time `msgpack:"-"`
 	last   time.Time `msgpack:"-"`
@@ -48,6 +52,12 @@ type Main struct {
 
 // Init makes the arrays and sends each the others.
 func (m *Main) Init(ctx *chare.Ctx, p Params) {
+	if steps, every := chare.CheckpointPeriod(ctx); steps > 0 {
+		p.CkptPeriod = steps
+	} else if every > 0 {
+		ctx.Fail(chare.InputError{Err: fmt.Errorf("--ckpt-period %v: the OpenAtom proxy checkpoints every N steps (--ckpt-period N)", every)})
+		return
+	}
 	m.P = p
 	if !chare.StepRange(ctx, 1, p.Steps) {
 		return
@@ -180,11 +190,39 @@ func (m *Main) check(ctx *chare.Ctx, step int) {
 				k, e.Total, e.Kinetic, e.Hartree, e.Local, e.OrthoError, ns, m.stepMs[len(m.stepMs)-1])
 		}
 		m.Done++
+		m.checkpointIfDue(ctx)
 	}
 	if !m.Over {
 		m.Over = true
 		m.finish(ctx)
 	}
+}
+
+// AtBoundary: every GSpace finished step Boundary and waits for its
+// checkpoint.
+func (m *Main) AtBoundary(ctx *chare.Ctx, _ struct{}) {
+	m.Boundary = m.LastCkpt + m.P.CkptPeriod
+	m.checkpointIfDue(ctx)
+}
+
+func (m *Main) checkpointIfDue(ctx *chare.Ctx) {
+	if m.Boundary == 0 || m.Done <= m.Boundary {
+		return // the step's reports are still coming
+	}
+	printf(ctx, "[%d] CHECKPOINT at step %d\n", ctx.PE(), m.Boundary)
+	m.LastCkpt, m.Boundary = m.Boundary, 0
+	chare.Checkpoint(ctx, mainCkptDone.CallbackTo(MainT.MainProxy()))
+}
+
+// CheckpointDone resumes the steps after a checkpoint, in this run or in
+// one restarted from it.
+func (m *Main) CheckpointDone(ctx *chare.Ctx, _ struct{}) {
+	if m.start.IsZero() { // restarted: this process's clock starts now
+		m.start = time.Now()
+		m.last = m.start
+		chare.StepRange(ctx, m.Done, m.P.Steps)
+	}
+	gsResume.Broadcast(ctx, m.Px.GS, struct{}{})
 }
 
 // invariants checks Parseval per state, ⟨ψ|V|ψ⟩ through the round trip,
@@ -286,6 +324,9 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 	}
 	if cfg.PEs == 0 {
 		cfg.PEs = runtime.GOMAXPROCS(0)
+	}
+	if cfg.Balancer != "" && p.LBPeriod == 0 {
+		p.LBPeriod = DefaultLBPeriod
 	}
 	r := Report{Params: p, PEs: cfg.PEs}
 	if err := p.Validate(); err != nil {

@@ -778,3 +778,53 @@ func TestKillAProcessAtAStep(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "with several processes a kill is a process's SIGKILL at a step")
 }
+
+func buildOpenAtom(t *testing.T) string { return programs.Build(t, "../../apps/openatom", "openatom") }
+
+// openAtomEnergies is the OpenAtom proxy's energy line of its summary.
+func openAtomEnergies(t *testing.T, out string) string {
+	t.Helper()
+	var e []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "  energy: first step") {
+			e = append(e, l)
+		}
+	}
+	require.Len(t, e, 1, out)
+	return e[0]
+}
+
+// The OpenAtom proxy across processes ends with the one-process run's
+// energies, bitwise: on 2 processes of 2 PEs, with a process ended by
+// SIGKILL at a step (--kill) under each protocol, and with a process
+// killed by SIGKILL from outside mid-run and replaced.
+func TestOpenAtomOverProcesses(t *testing.T) {
+	cr, bin := buildCharmrun(t), buildOpenAtom(t)
+	params := []string{"8", "12", "12", "--grain", "4", "--chunks", "3", "--progress", "1"}
+	openatom := func(args ...string) string {
+		var out, errb bytes.Buffer
+		code := run(append(append(args, "--watchdog", "60s", bin), params...), &out, &errb)
+		require.Equal(t, 0, code, "%v: %s", args, errb.String())
+		return out.String()
+	}
+	want := openAtomEnergies(t, openatom("+p2"))
+	for _, args := range [][]string{
+		{"++n", "2", "++ppn", "2"},
+		{"++n", "2", "++ppn", "1", "--wire-check"},
+		{"++n", "2", "++ppn", "2", "--ft", "none", "--ckpt-period", "4", "--kill", "2@6"},
+		{"++n", "2", "++ppn", "1", "--ft", "camel", "--kill", "1@5"},
+		{"++n", "3", "++ppn", "1", "--ft", "scmel", "--kill", "2@9"},
+		{"++n", "2", "++ppn", "2", "--ft", "team", "--ckpt-period", "4", "--kill", "3@7"},
+		{"++n", "2", "++ppn", "2", "--ft", "camel", "--teams", "process", "--kill", "2@3"},
+	} {
+		out := openatom(args...)
+		require.Equal(t, want, openAtomEnergies(t, out), "%v", args)
+		require.Contains(t, out, " processes: ", "%v", args)
+	}
+	j := startJob(t, cr, bin, []string{"++n", "2", "++ppn", "1", "--ft", "camel", "--watchdog", "60s"}, params, "Step 6 ")
+	j.signal(t, 1, syscall.SIGKILL)
+	require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
+	require.Contains(t, j.err.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
+	require.Contains(t, j.out.String(), "fault tolerance: camel, 1 failures")
+	require.Equal(t, want, openAtomEnergies(t, j.out.String()))
+}

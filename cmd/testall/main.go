@@ -51,10 +51,10 @@ func tiers() []tier {
 		// the runtime: PEs, processes and networks run at once, and the
 		// detector looks at every access (LeanMD's package runs its
 		// recovery, migration and checkpoint cases; the plain tier all)
-		{name: "race", race: true, pkgs: []string{"./pe/...", "./chare", "./examples/...", "./cmd/charmrun", "./apps/leanmd/md", "./bench"}},
+		{name: "race", race: true, pkgs: []string{"./pe/...", "./chare", "./examples/...", "./cmd/charmrun", "./apps/leanmd/md", "./apps/openatom/...", "./bench"}},
 		// state machines, strategies, the deterministic simulator (one
 		// goroutine), LeanMD's every case and sweep: no detector
-		{name: "plain", pkgs: []string{"./internal/...", "./manager", "./recovery", "./ftlayer/...", "./ftsim", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/...", "./apps/leanmd/md"}},
+		{name: "plain", pkgs: []string{"./internal/...", "./manager", "./recovery", "./ftlayer/...", "./ftsim", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/...", "./apps/leanmd/md", "./apps/openatom/..."}},
 		// messages between PEs held back and reordered across channels,
 		// as between processes
 		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},

@@ -240,7 +240,7 @@ func (g *GSpace) Start(ctx *chare.Ctx, _ struct{}) {
 // RealSpace planes of this state.
 func (g *GSpace) forward(ctx *chare.Ctx) {
 	s, chunk := g.state(ctx)
-	if s == 0 && chunk == 0 {
+	if s == 0 && chunk == 0 && !g.P.StepInOrtho {
 		chare.AtStep(ctx, g.Step) // failures injected at this step happen now
 	}
 	n := g.P.Grid
@@ -975,6 +975,9 @@ func (o *Ortho) Residual(ctx *chare.Ctx, v []float64) {
 		o.A, o.B, o.C, o.RowIn, o.ColIn = nil, nil, nil, nil, nil
 		pcX.Multicast(ctx, o.PCSec, XMsg{Seq: int32(seq), X: t})
 		return
+	}
+	if i, j := o.ij(ctx); o.P.StepInOrtho && step >= 1 && iter == 0 && i == 0 && j == 0 {
+		chare.AtStep(ctx, step) // failures injected at this step happen now, mid-iteration
 	}
 	if iter+1 >= o.P.NSCap {
 		ctx.Fail(InvariantError{Step: step, What: fmt.Sprintf("Newton–Schulz did not converge within %d iterations: residual max|ZSZ − I| = %.3g (wanted %.0e)", o.P.NSCap, r, o.P.NSTol)})

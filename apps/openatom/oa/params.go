@@ -43,6 +43,12 @@ type Params struct {
 	// potential of 1 everywhere (the FFT round trip GS→RS→GS then returns
 	// ψ itself, checked to 1e-12).
 	BrokenFFT, SkipNSUpdate, BrokenDensity, DropTranspose, UnitPotential bool
+	// StepInOrtho, for the tests of failures in the middle of the
+	// Newton–Schulz iteration: step k is reported to the runtime
+	// (chare.AtStep, where --kill PE@k fires) by Ortho(0,0) after the
+	// first iteration of step k's orthonormalisation instead of as the
+	// step begins (steps 1 to Steps−1: the last has none).
+	StepInOrtho bool
 }
 
 // DefaultParams: 32 states on a 16³ grid, 20 steps, 4 chunks, grain 8.

@@ -52,14 +52,15 @@ type Main struct {
 
 // Init makes the arrays and sends each the others.
 func (m *Main) Init(ctx *chare.Ctx, p Params) {
-	if steps, every := chare.CheckpointPeriod(ctx); steps > 0 {
+	if steps, _ := chare.CheckpointPeriod(ctx); steps > 0 { // a period in time is refused by Run
 		p.CkptPeriod = steps
-	} else if every > 0 {
-		ctx.Fail(chare.InputError{Err: fmt.Errorf("--ckpt-period %v: the OpenAtom proxy checkpoints every N steps (--ckpt-period N)", every)})
-		return
 	}
 	m.P = p
-	if !chare.StepRange(ctx, 1, p.Steps) {
+	last := p.Steps
+	if p.StepInOrtho {
+		last-- // the last step has no orthonormalisation
+	}
+	if !chare.StepRange(ctx, 1, last) {
 		return
 	}
 	b := p.blocks()
@@ -218,6 +219,7 @@ func (m *Main) checkpointIfDue(ctx *chare.Ctx) {
 // one restarted from it.
 func (m *Main) CheckpointDone(ctx *chare.Ctx, _ struct{}) {
 	if m.start.IsZero() { // restarted: this process's clock starts now
+		m.report.Restarted = true
 		m.start = time.Now()
 		m.last = m.start
 		chare.StepRange(ctx, m.Done, m.P.Steps)
@@ -272,7 +274,7 @@ func (m *Main) finish(ctx *chare.Ctx) {
 	r.InitialNSIters = m.Steps[0].E.NSIters
 	r.StepMs = m.stepMs
 	if m.start.IsZero() {
-		m.start, r.Restarted = ctx.Started(), true
+		m.start = ctx.Started()
 	}
 	r.Wall = time.Since(m.start)
 	last := r.Energies[len(r.Energies)-1]
@@ -331,6 +333,9 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 	r := Report{Params: p, PEs: cfg.PEs}
 	if err := p.Validate(); err != nil {
 		return r, chare.InputError{Err: err}
+	}
+	if cfg.CkptEvery > 0 {
+		return r, chare.InputError{Err: fmt.Errorf("flag --ckpt-period %v: the OpenAtom proxy checkpoints every N steps (--ckpt-period N)", cfg.CkptEvery)}
 	}
 	if cfg.Restart == "" {
 		if err := fits(p, cfg.PEs, p.MaxMemory); err != nil {

@@ -1,0 +1,5 @@
+//go:build race
+
+package oa
+
+const raceOn = true

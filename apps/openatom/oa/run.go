@@ -50,6 +50,19 @@ type Main struct {
 	report Report    `msgpack:"-"`
 }
 
+// planeMajor places RealSpace plane-major: the linear index z·States + s
+// in blocks, so the states of a plane share a PE as far as the PE count
+// allows and RhoR(z), block-mapped, is with them — the density's
+// reductions and the potential's multicasts stay mostly within a PE,
+// and the transposes, state-major on the GSpace side, cross PEs (as in
+// OpenAtom, whose real-space map keeps a plane's states together for
+// the density and spreads a state's planes).
+var planeMajor = chare.RegisterMap("openatom.planes", func(ix chare.Index, bounds []int, n int) int {
+	states, planes := int64(bounds[0]), int64(bounds[1])
+	lin := int64(ix.C[1])*states + int64(ix.C[0])
+	return int(lin * int64(n) / (states * planes))
+})
+
 // Init makes the arrays and sends each the others.
 func (m *Main) Init(ctx *chare.Ctx, p Params) {
 	if steps, _ := chare.CheckpointPeriod(ctx); steps > 0 { // a period in time is refused by Run
@@ -66,7 +79,7 @@ func (m *Main) Init(ctx *chare.Ctx, p Params) {
 	b := p.blocks()
 	m.Steps = make([]stepSums, p.Steps+1)
 	m.Px = Proxies{
-		RS:    RealSpaceT.NewArray(ctx, []int{p.States, p.Grid}, p),
+		RS:    RealSpaceT.NewArray(ctx, []int{p.States, p.Grid}, p, planeMajor),
 		RhoR:  RhoRT.NewArray(ctx, []int{p.Grid}, p),
 		RhoG:  RhoGT.NewArray(ctx, []int{p.Grid}, p),
 		PC:    PairCalcT.NewArray(ctx, []int{p.Chunks, b, b}, p),

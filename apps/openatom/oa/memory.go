@@ -7,27 +7,25 @@ import (
 )
 
 // Memory a run needs at its peak, estimated from its parameters before it
-// starts (README: the formula and the runs behind it). Per state: its
-// coefficients in GSpace with Hψ and the messages of a pass (4 copies of
-// its P plane waves, 16 bytes each); its N planes in RealSpace, each
-// N² complex values while the potential is awaited, with the transposes
-// in flight (3 copies); the PairCalcs' copies of its chunks, left, right
-// and Hψ on the Λ pass, in each of the B blocks of its row and column
-// (6·B copies). Everything twice over the live heap: the Go runtime lets
-// the heap grow to twice what is live between collections.
+// starts: a fit of the peak resident set of runs on 2 PEs from 4 states
+// on 8³ to 128 on 32³ (README: the table), rounded up by a quarter so it
+// bounds them all. Per state and grid point: the state's real-space
+// planes, all alive between the density and the potential, and the
+// transposes (about 37 bytes a point); per state and plane: the
+// RealSpace element and its messages' fixed costs (about 20 KiB). Within
+// one process the multicasts share their payloads: the PairCalcs' copies
+// cost nothing there.
 const (
-	memBase      = 32 << 20 // the Go runtime, the program, the arrays' bookkeeping
-	memHeadroom  = 2
-	bytesComplex = 16
+	memBase          = 20 << 20 // the Go runtime, the program, the arrays' bookkeeping
+	memPerStatePoint = 37       // bytes
+	memPerStatePlane = 20 << 10 // bytes
 )
 
 // EstimateMemory is the memory, in bytes, a run of p needs at its peak.
 func EstimateMemory(p Params) uint64 {
-	g := NewGeometry(p.Grid, 1)
-	pts := uint64(g.Points())
-	n3 := uint64(p.Grid * p.Grid * p.Grid)
-	perState := bytesComplex * (4*pts + 3*n3 + 6*uint64(p.blocks())*pts)
-	return memBase + memHeadroom*uint64(p.States)*perState
+	ns, n := uint64(p.States), uint64(p.Grid)
+	need := memBase + ns*(memPerStatePoint*n*n*n+memPerStatePlane*n)
+	return need + need/4
 }
 
 // fits refuses a run whose estimate exceeds limit (0: the machine's

@@ -195,7 +195,8 @@ type GSpace struct {
 	BackIn   [][]float64 // by z
 	LeftSec  chare.SectionProxy[PairCalc]
 	RightSec chare.SectionProxy[PairCalc]
-	Seq      int // the pass whose result it waits for
+	Seq      int     // the pass whose result it waits for
+	tmp      scratch `msgpack:"-"`
 }
 
 func (g *GSpace) state(ctx *chare.Ctx) (s, p int) {
@@ -207,8 +208,8 @@ func (g *GSpace) state(ctx *chare.Ctx) (s, p int) {
 func (g *GSpace) Init(ctx *chare.Ctx, p Params) {
 	g.P = p
 	s, chunk := g.state(ctx)
-	geo := NewGeometry(p.Grid, p.Chunks)
-	basis := basisOrder(&geo)
+	geo := g.tmp.geometry(p)
+	basis := basisOrder(geo)
 	pts := geo.Points()
 	g.Coef = make([]float64, 0, 2*geo.ChunkPoints(chunk))
 	for _, l := range geo.ChunkLines(chunk) {
@@ -244,9 +245,9 @@ func (g *GSpace) forward(ctx *chare.Ctx) {
 		chare.AtStep(ctx, g.Step) // failures injected at this step happen now
 	}
 	n := g.P.Grid
-	geo := NewGeometry(n, g.P.Chunks)
+	geo := g.tmp.geometry(g.P)
 	lines := geo.ChunkLines(chunk)
-	f := newFFTs(n, g.P.BrokenFFT)
+	f := g.tmp.ffts(g.P)
 	out := make([][]float64, n)
 	for z := range out {
 		out[z] = make([]float64, 2*len(lines))
@@ -287,8 +288,8 @@ func (g *GSpace) Back(ctx *chare.Ctx, m LinesMsg) {
 	}
 	s, chunk := g.state(ctx)
 	n := g.P.Grid
-	geo := NewGeometry(n, g.P.Chunks)
-	f := newFFTs(n, g.P.BrokenFFT)
+	geo := g.tmp.geometry(g.P)
+	f := g.tmp.ffts(g.P)
 	c := cplx(g.Coef)
 	g.HPsi = make([]float64, len(g.Coef))
 	h := cplx(g.HPsi)
@@ -402,6 +403,7 @@ type RealSpace struct {
 	DensSec chare.SectionProxy[RealSpace]
 	Got     int
 	Plane   []float64 // ψ̃(x,y) = √Ω ψ, interleaved, kept until V comes
+	tmp     scratch   `msgpack:"-"`
 }
 
 // Init makes the plane.
@@ -436,7 +438,7 @@ func (r *RealSpace) Lines(ctx *chare.Ctx, m LinesMsg) {
 	if r.Got == 0 {
 		r.Plane = make([]float64, 2*n*n)
 	}
-	geo := NewGeometry(n, r.P.Chunks)
+	geo := r.tmp.geometry(r.P)
 	a := cplx(r.Plane)
 	for k, l := range geo.ChunkLines(int(m.From)) {
 		a[wrap(l.GX, n)*n+wrap(l.GY, n)] = complex(m.Vals[2*k], m.Vals[2*k+1])
@@ -445,7 +447,7 @@ func (r *RealSpace) Lines(ctx *chare.Ctx, m LinesMsg) {
 		return
 	}
 	r.Got = 0
-	f := newFFTs(n, r.P.BrokenFFT)
+	f := r.tmp.ffts(r.P)
 	f.plane2D(a, false)
 	ix := ctx.Index()
 	rho := chare.Float64s(n * n)
@@ -480,9 +482,9 @@ func (r *RealSpace) Potential(ctx *chare.Ctx, m PlaneMsg) {
 		a[i] = v * complex(m.V[i], 0)
 	}
 	chare.Contribute(ctx, chare.SumFloat64s, tagged(sums, s == 0 && z == 0, r.Step), mainRS.CallbackTo(MainT.MainProxy()))
-	f := newFFTs(n, r.P.BrokenFFT)
+	f := r.tmp.ffts(r.P)
 	f.plane2D(a, true)
-	geo := NewGeometry(n, r.P.Chunks)
+	geo := r.tmp.geometry(r.P)
 	for p := 0; p < r.P.Chunks; p++ {
 		lines := geo.ChunkLines(p)
 		vals := make([]float64, 2*len(lines))
@@ -509,6 +511,7 @@ type RhoR struct {
 	Step  int
 	Got   int
 	VRows []float64 // the potential's transform, gathered from RhoG
+	tmp   scratch   `msgpack:"-"`
 }
 
 // Init makes the plane.
@@ -537,7 +540,7 @@ func (r *RhoR) Density(ctx *chare.Ctx, v []float64) {
 		a[i] = complex(x, 0)
 	}
 	chare.Contribute(ctx, chare.SumFloat64s, tagged([]float64{charge, eloc}, z == 0, step), mainRhoR.CallbackTo(MainT.MainProxy()))
-	f := newFFTs(n, r.P.BrokenFFT)
+	f := r.tmp.ffts(r.P)
 	f.plane2D(a, true)
 	for j := 0; j < n; j++ {
 		row := make([]float64, 2*n)
@@ -560,7 +563,7 @@ func (r *RhoR) Rows(ctx *chare.Ctx, m LinesMsg) {
 		return
 	}
 	a := cplx(r.VRows)
-	f := newFFTs(n, r.P.BrokenFFT)
+	f := r.tmp.ffts(r.P)
 	f.plane2D(a, false)
 	z := int(ctx.Index().C[0])
 	v := make([]float64, n*n)
@@ -582,6 +585,7 @@ type RhoG struct {
 	Step int
 	Got  int
 	In   []float64 // by z: the density's row at that plane
+	tmp  scratch   `msgpack:"-"`
 }
 
 // Init makes the row.
@@ -612,7 +616,7 @@ func (r *RhoG) Rows(ctx *chare.Ctx, m LinesMsg) {
 	j := int(ctx.Index().C[0])
 	gx := signed(j, n)
 	in := cplx(r.In) // in[z*n+gy]
-	f := newFFTs(n, r.P.BrokenFFT)
+	f := r.tmp.ffts(r.P)
 	n3 := float64(n * n * n)
 	eh := 0.0
 	out := make([][]float64, n) // by z: the potential's row
@@ -1005,3 +1009,27 @@ func (e InvariantError) Error() string {
 }
 
 func cmplxAbs(c complex128) float64 { return math.Hypot(real(c), imag(c)) }
+
+// scratch is what a chare computes once from its parameters and keeps
+// for its life in this process (not its state: a migrated or restored
+// chare makes it again): the geometry and the FFT plans. Making them
+// per message was 45% of a step.
+type scratch struct {
+	geo *Geometry
+	fft *ffts
+}
+
+func (s *scratch) geometry(p Params) *Geometry {
+	if s.geo == nil {
+		g := NewGeometry(p.Grid, p.Chunks)
+		s.geo = &g
+	}
+	return s.geo
+}
+
+func (s *scratch) ffts(p Params) *ffts {
+	if s.fft == nil {
+		s.fft = newFFTs(p.Grid, p.BrokenFFT)
+	}
+	return s.fft
+}

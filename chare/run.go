@@ -1263,6 +1263,30 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	return res
 }
 
+// ExitCode reports a run's error the way Main does and gives the exit
+// code, for programs that run with their own arguments (RunWith): 0
+// without an error; 1, saying nothing, for another process's error that
+// process reports itself; otherwise the dump of what the PEs waited for
+// (a stall) and one line "program: error" on w, and 2 for bad input
+// (InputError), 3 for a stall (StallError), 1 for anything else.
+func ExitCode(w io.Writer, program string, err error) int {
+	if err == nil {
+		return 0
+	}
+	if ReportedElsewhere(err) {
+		return 1
+	}
+	io.WriteString(w, DumpOf(err))
+	fmt.Fprintf(w, "%s: %v\n", program, err)
+	switch {
+	case errors.As(err, new(InputError)):
+		return 2
+	case errors.As(err, new(*StallError)):
+		return 3
+	}
+	return 1
+}
+
 // Main is a program's whole main function: it parses the runtime flags from
 // os.Args, runs, prints the run's summary (Summary.WriteText) or reports
 // its error on stderr, and exits with the run's code (2 for bad flags).

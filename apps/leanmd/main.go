@@ -39,19 +39,8 @@ func run(args []string) int {
 	}
 	cfg.Notices = os.Stderr
 	r, err := md.Run(p, cfg, os.Stdout)
-	if err != nil && chare.ReportedElsewhere(err) {
-		return 1 // that process said what went wrong
-	}
 	if err != nil {
-		os.Stderr.WriteString(chare.DumpOf(err))
-		fmt.Fprintf(os.Stderr, "leanmd: %v\n", err)
-		switch {
-		case errors.As(err, new(chare.InputError)):
-			return 2
-		case errors.As(err, new(*chare.StallError)):
-			return 3
-		}
-		return 1
+		return chare.ExitCode(os.Stderr, "leanmd", err)
 	}
 	if r.Secondary || r.Checked {
 		return 0 // process 0 reports; a check runs nothing

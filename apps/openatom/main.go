@@ -42,19 +42,8 @@ func run(args []string) int {
 	}
 	cfg.Notices = os.Stderr
 	r, err := oa.Run(p, cfg, os.Stdout)
-	if err != nil && chare.ReportedElsewhere(err) {
-		return 1
-	}
 	if err != nil {
-		os.Stderr.WriteString(chare.DumpOf(err))
-		fmt.Fprintf(os.Stderr, "openatom: %v\n", err)
-		switch {
-		case errors.As(err, new(chare.InputError)):
-			return 2
-		case errors.As(err, new(*chare.StallError)):
-			return 3
-		}
-		return 1
+		return chare.ExitCode(os.Stderr, "openatom", err)
 	}
 	if r.Secondary || r.Checked {
 		return 0

@@ -11,13 +11,13 @@ import (
 	"io"
 	"math"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"time"
 	"unsafe"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/internal/stat"
 )
 
 // Params are LeanMD's arguments: `leanmd [X Y Z [steps [firstLB
@@ -397,7 +397,7 @@ func (m *Main) finish(ctx *chare.Ctx) {
 		value any
 	}{
 		{"atoms", r.Atoms}, {"cells", r.Cells}, {"computes", r.Computes}, {"steps", r.Params.Steps},
-		{"ms_per_step_mean", mean(r.StepMs)}, {"ms_per_step_median", median(r.StepMs)},
+		{"ms_per_step_mean", stat.Mean(r.StepMs)}, {"ms_per_step_median", stat.Median(r.StepMs)},
 		{"kinetic_energy_first", r.KE0}, {"kinetic_energy_last", r.KE1},
 		{"potential_energy_first", r.PE0}, {"potential_energy_last", r.PE1},
 		{"relative_energy_drift", r.RelDrift}, {"energy_ok", r.EnergyOK},
@@ -859,7 +859,7 @@ func (r Report) Summary(w io.Writer) {
 	if s := chare.ProcessSummary(r.Processes); s != "" {
 		fmt.Fprintf(w, "  %s\n", s)
 	}
-	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean(steps), median(steps))
+	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", stat.Mean(steps), stat.Median(steps))
 	if r.Restarted {
 		fmt.Fprintf(w, "  force kernel (%s): %.0f ms in all (the steps before the checkpoint included, on its PEs)\n", kernelKind(r.kernelLanes()), r.KernelMs)
 	} else {
@@ -886,28 +886,4 @@ func (r Report) KernelShare() float64 {
 }
 
 // MedianStepMs is the median time per step.
-func (r Report) MedianStepMs() float64 { return median(r.StepMs) }
-
-// median of the step times.
-func mean(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	var t float64
-	for _, x := range v {
-		t += x
-	}
-	return t / float64(len(v))
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+func (r Report) MedianStepMs() float64 { return stat.Median(r.StepMs) }

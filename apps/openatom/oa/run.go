@@ -5,10 +5,10 @@ import (
 	"io"
 	"math"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/internal/stat"
 )
 
 // StepEnergies are one step's energies (of the states at the start of
@@ -120,36 +120,30 @@ func (m *Main) at(ctx *chare.Ctx, step int, what string) *stepSums {
 
 // GSpaceSums: the kinetic energy, and per state Σ|c|² and ⟨ψ|V|ψ⟩.
 func (m *Main) GSpaceSums(ctx *chare.Ctx, v []float64) {
-	vals, step := untag(v)
-	if s := m.at(ctx, step, "g-space sums"); s != nil {
-		s.G = vals
-		m.check(ctx, step)
-	}
+	m.record(ctx, v, "g-space sums", func(s *stepSums, vals []float64) { s.G = vals })
 }
 
 // RealSpaceSums: per state ∫|ψ|² and ∫V|ψ|² on the grid.
 func (m *Main) RealSpaceSums(ctx *chare.Ctx, v []float64) {
-	vals, step := untag(v)
-	if s := m.at(ctx, step, "real-space sums"); s != nil {
-		s.R = vals
-		m.check(ctx, step)
-	}
+	m.record(ctx, v, "real-space sums", func(s *stepSums, vals []float64) { s.R = vals })
 }
 
 // RhoRSums: the total charge and the local energy.
 func (m *Main) RhoRSums(ctx *chare.Ctx, v []float64) {
-	vals, step := untag(v)
-	if s := m.at(ctx, step, "density sums"); s != nil {
-		s.RhoR = vals
-		m.check(ctx, step)
-	}
+	m.record(ctx, v, "density sums", func(s *stepSums, vals []float64) { s.RhoR = vals })
 }
 
 // RhoGSums: the Hartree energy.
 func (m *Main) RhoGSums(ctx *chare.Ctx, v []float64) {
+	m.record(ctx, v, "Hartree sums", func(s *stepSums, vals []float64) { s.RhoG = vals })
+}
+
+// record keeps a step's tagged reduction result and checks the steps
+// that are complete.
+func (m *Main) record(ctx *chare.Ctx, v []float64, what string, keep func(*stepSums, []float64)) {
 	vals, step := untag(v)
-	if s := m.at(ctx, step, "Hartree sums"); s != nil {
-		s.RhoG = vals
+	if s := m.at(ctx, step, what); s != nil {
+		keep(s, vals)
 		m.check(ctx, step)
 	}
 }
@@ -296,7 +290,7 @@ func (m *Main) finish(ctx *chare.Ctx) {
 		value any
 	}{
 		{"states", m.P.States}, {"grid", m.P.Grid}, {"steps", m.P.Steps},
-		{"ms_per_step_median", median(r.StepMs)},
+		{"ms_per_step_median", stat.Median(r.StepMs)},
 		{"energy_first", r.Energies[0].Total}, {"energy_last", last.Total},
 		{"ortho_error_max", r.maxOrthoError()},
 	} {
@@ -394,7 +388,7 @@ func (r Report) Summary(w io.Writer) {
 	if s := chare.ProcessSummary(r.Processes); s != "" {
 		fmt.Fprintf(w, "  %s\n", s)
 	}
-	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", mean(r.StepMs), median(r.StepMs))
+	fmt.Fprintf(w, "  time per step: mean %.3f ms, median %.3f ms\n", stat.Mean(r.StepMs), stat.Median(r.StepMs))
 	o := r.Ops.Ops
 	steps := float64(p.Steps)
 	fmt.Fprintf(w, "  traffic per step: point-to-point %.0f messages %.0f KiB, multicast %.0f (%.0f deliveries) %.0f KiB, reduction %.0f contributions %.0f KiB\n",
@@ -406,27 +400,4 @@ func (r Report) Summary(w io.Writer) {
 	first, last := r.Energies[0], r.Energies[len(r.Energies)-1]
 	fmt.Fprintf(w, "  energy: first step %.17g, last step %.17g\n", first.Total, last.Total)
 	fmt.Fprintf(w, "  orthonormality: max |ΨᴴΨ − I| %.2e; Newton–Schulz %d iterations at start\n", r.maxOrthoError(), r.InitialNSIters)
-}
-
-func mean(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	t := 0.0
-	for _, x := range v {
-		t += x
-	}
-	return t / float64(len(v))
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

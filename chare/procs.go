@@ -215,6 +215,7 @@ type processResult struct {
 	First   int             `msgpack:"f"`
 	PEs     []pe.Stats      `msgpack:"p"`
 	Ops     manager.Stats   `msgpack:"o"`
+	PEOps   []manager.Stats `msgpack:"po,omitempty"` // by local PE
 	Log     []ftlayer.Stats `msgpack:"l"`
 	Usage   []pe.Usage      `msgpack:"u,omitempty"`  // the usage sampler's, by local PE
 	Steps   []stepTime      `msgpack:"st,omitempty"` // the steps begun here

@@ -811,8 +811,11 @@ func WriteUsage(w io.Writer) { fmt.Fprintf(w, RuntimeUsage, runtime.GOMAXPROCS(0
 type Stats struct {
 	PEs []pe.Stats // envelopes per PE, runtime traffic included
 	// Ops sums, over PEs, what the program asked for: sends, multicasts,
-	// deliveries, broadcasts, contributions, with payload bytes.
-	Ops manager.Stats
+	// deliveries, broadcasts, contributions, with payload bytes; PEOps is
+	// the same by PE (each PE's last incarnation: Ops also counts what
+	// failures discarded).
+	Ops   manager.Stats
+	PEOps []manager.Stats
 	// FT is what fault tolerance did: failures, rollbacks, recovery time.
 	FT FTStats
 	// Events is how many events a deterministic run ran, and Trace a
@@ -1148,11 +1151,13 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	res.Stats.Events, res.Stats.Trace = node.Events(), node.Trace()
 	res.Stats.PEs = make([]pe.Stats, node.NumPEs())
+	res.Stats.PEOps = make([]manager.Stats, node.NumPEs())
 	mine := processResult{First: first, PEs: make([]pe.Stats, local), Usage: node.Usage(), Steps: rs.record.stepTimes(), Results: rs.record.reported()}
 	for i := first; i < first+local; i++ {
 		mine.PEs[i-first] = node.PE(i).Stats
 		m := manager.Of(node.PE(i))
 		mine.Ops.Add(m.Stats)
+		mine.PEOps = append(mine.PEOps, m.Stats)
 		mine.Log = append(mine.Log, m.FT().Stats())
 	}
 	var tparts []tracePart
@@ -1204,6 +1209,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	for _, pr := range results {
 		copy(res.Stats.PEs[pr.First:], pr.PEs)
+		copy(res.Stats.PEOps[pr.First:], pr.PEOps)
 		res.Stats.Ops.Add(pr.Ops)
 		for i, l := range pr.Log {
 			rs.sup.AddLog(pr.First+i, l)

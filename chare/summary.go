@@ -115,6 +115,13 @@ type SummaryPE struct {
 	Samples     uint64  `json:"samples"`
 	Handled     uint64  `json:"handled"` // envelopes dispatched
 	Sent        uint64  `json:"sent"`    // envelopes sent
+	// SentBytes is the payload bytes the PE's chares sent (sends,
+	// multicasts, contributions, broadcasts: what the program asked for);
+	// LogPeakBytes and LogAtCheckpointBytes the PE's message log, by the
+	// sum over kinds of its peaks, and of the largest its snapshots found.
+	SentBytes            uint64 `json:"sent_bytes"`
+	LogPeakBytes         uint64 `json:"log_peak_bytes"`
+	LogAtCheckpointBytes uint64 `json:"log_at_checkpoint_bytes"`
 }
 
 // SummaryFT is what fault tolerance did.
@@ -294,6 +301,16 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 		}
 		s.Messages.Envelopes += sent
 		p := SummaryPE{PE: i, Utilisation: -1, Samples: usage[i].Samples, Handled: st.Processed, Sent: sent}
+		if i < len(res.Stats.PEOps) {
+			o := res.Stats.PEOps[i]
+			p.SentBytes = o.P2PBytes + o.MulticastBytes + o.ReductionBytes + o.BroadcastBytes
+		}
+		if l := res.Stats.FT.PELog; i < len(l) {
+			for _, k := range l[i].Log {
+				p.LogPeakBytes += k.PeakBytes
+				p.LogAtCheckpointBytes += k.AtCheckpointBytes
+			}
+		}
 		if usage[i].Samples > 0 {
 			p.Utilisation = usage[i].Utilisation()
 		}
@@ -452,9 +469,51 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 		fmt.Fprintf(w, "  logged in all:  %d messages, %d bytes; determinants %d created, %d piggybacked; %d messages replayed\n",
 			ft.Logged.Count, ft.Logged.Bytes, ft.DetsCreated, ft.DetsPiggybacked, ft.Replayed)
 	}
+	if line := s.perPELine(); line != "" {
+		fmt.Fprintf(w, "  per PE (max/mean): %s\n", line)
+	}
 	if c := s.Checkpoints; c.Count > 0 {
 		fmt.Fprintf(w, "  checkpoints:    %d, %d bytes each (every PE's snapshot, held twice), %.1f ms each\n", c.Count, c.BytesEach, c.MsEach)
 	}
+}
+
+// perPELine is how unequal the PEs' sent bytes and logs are: the
+// largest over the mean, and which PE has it ("" for one PE).
+func (s *Summary) perPELine() string {
+	if len(s.PEs) < 2 {
+		return ""
+	}
+	var parts []string
+	for _, f := range []struct {
+		name string
+		of   func(SummaryPE) uint64
+	}{
+		{"bytes sent", func(p SummaryPE) uint64 { return p.SentBytes }},
+		{"log peak", func(p SummaryPE) uint64 { return p.LogPeakBytes }},
+		{"log at a checkpoint", func(p SummaryPE) uint64 { return p.LogAtCheckpointBytes }},
+	} {
+		if r, at, ok := imbalance(s.PEs, f.of); ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f (PE %d)", f.name, r, at))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// imbalance is the largest of the PEs' figures over their mean, and the
+// PE that has it (ok false when every figure is 0).
+func imbalance(pes []SummaryPE, of func(SummaryPE) uint64) (ratio float64, at int, ok bool) {
+	var sum, top uint64
+	for _, p := range pes {
+		v := of(p)
+		sum += v
+		if v > top {
+			top, at = v, p.PE
+		}
+	}
+	if sum == 0 {
+		return 0, 0, false
+	}
+	return float64(top) * float64(len(pes)) / float64(sum), at, true
 }
 
 // byKind writes messages and bytes of the four kinds and their sum.

@@ -93,6 +93,13 @@ func TestSummaryAsDataAndAsText(t *testing.T) {
 		require.GreaterOrEqual(t, p.Utilisation, 0.0)
 		require.LessOrEqual(t, p.Utilisation, 1.0)
 	}
+	var sent uint64
+	for _, p := range s.PEs {
+		require.Positive(t, p.SentBytes, "PE %d's chares sent", p.PE)
+		sent += p.SentBytes
+	}
+	m := s.Messages
+	require.Equal(t, m.P2P.Bytes+m.Multicasts.Bytes+m.Contributions.Bytes+m.Broadcasts.Bytes, sent, "the PEs' bytes add up to the run's")
 	require.Equal(t, "none", s.FaultTolerance.Protocol)
 	require.Len(t, s.Results, 2)
 	for i, want := range [][2]string{{"total", strconv.Itoa(21 * 6)}, {"steps", "[1,2,3]"}} {
@@ -108,7 +115,7 @@ func TestSummaryAsDataAndAsText(t *testing.T) {
 		fmt.Sprintf("steps 1..3: time per step: mean %.3f ms, median %.3f ms", s.Steps.MeanMs, s.Steps.MedianMs),
 		fmt.Sprintf("reduction:      %d contributions, %d bytes", s.Messages.Contributions.Count, s.Messages.Contributions.Bytes),
 		fmt.Sprintf("broadcast:      %d broadcasts", s.Messages.Broadcasts.Count),
-		"total: 126", "steps: [1,2,3]",
+		"total: 126", "steps: [1,2,3]", "per PE (max/mean): bytes sent ",
 	} {
 		require.Contains(t, text.String(), want)
 	}
@@ -117,6 +124,24 @@ func TestSummaryAsDataAndAsText(t *testing.T) {
 	for i, p := range s.PEs {
 		require.Equal(t, fmt.Sprintf("%.0f", 100*p.Utilisation), u[2+i])
 	}
+}
+
+// Under message logging each PE's log is in the summary too: the PEs'
+// peaks add up to the run's (the per-PE figure the text prints divided
+// by the PEs), and the text says how unequal they are.
+func TestEachPEsLogInTheSummary(t *testing.T) {
+	res := chare.Run(smMain, chare.Config{PEs: 3, FT: "scmel"})
+	require.NoError(t, res.Err)
+	s := res.Summary
+	var peak uint64
+	for _, p := range s.PEs {
+		require.Positive(t, p.LogPeakBytes, "PE %d logged what it sent", p.PE)
+		peak += p.LogPeakBytes
+	}
+	require.Equal(t, s.FaultTolerance.PeakLogPerPE.Total, peak/3)
+	var text strings.Builder
+	s.WriteText(&text)
+	require.Regexp(t, `per PE \(max/mean\): bytes sent \d\.\d\d \(PE \d\), log peak \d\.\d\d \(PE \d\)`, text.String())
 }
 
 // A deterministic run has no clock to sample: its PEs' utilisation is -1

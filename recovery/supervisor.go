@@ -44,6 +44,9 @@ type Stats struct {
 	// Teams, under team-based logging: each team's PEs and its PEs'
 	// statistics (Log's, by team).
 	Teams []TeamStats
+	// PELog is each PE's log statistics, by PE: its incarnations'
+	// counts summed, the largest of their peaks (Log sums the peaks).
+	PELog []ftlayer.Stats
 }
 
 // RecoveryStats is one recovery: of a PE or a team alone, or of every PE
@@ -669,6 +672,16 @@ func (s *Supervisor) AddLog(p int, st ftlayer.Stats) {
 	s.ft.Log.Add(st)
 	if s.teams.On() {
 		s.ft.Teams[s.teams.Of(int32(p))].Log.Add(st)
+	}
+	if p >= len(s.ft.PELog) {
+		s.ft.PELog = append(s.ft.PELog, make([]ftlayer.Stats, p+1-len(s.ft.PELog))...)
+	}
+	mine := &s.ft.PELog[p]
+	before := mine.Log
+	mine.Add(st)
+	for k := range mine.Log {
+		mine.Log[k].PeakBytes = max(before[k].PeakBytes, st.Log[k].PeakBytes)
+		mine.Log[k].AtCheckpointBytes = max(before[k].AtCheckpointBytes, st.Log[k].AtCheckpointBytes)
 	}
 }
 

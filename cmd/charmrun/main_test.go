@@ -188,10 +188,15 @@ func TestLeanMDOverProcesses(t *testing.T) {
 		require.Equal(t, c.summary[:1], strconv.Itoa(procs), "%v", c.args)
 		require.Len(t, s.PEs, s.Layout.PEs)
 		require.Equal(t, procs*ppn, s.Layout.PEs)
+		var sent uint64
 		for _, p := range s.PEs {
 			require.Positive(t, p.Samples, "%v: PE %d was sampled in its own process", c.args, p.PE)
 			require.Positive(t, p.Handled)
+			require.Positive(t, p.SentBytes, "%v: PE %d's bytes came from its process", c.args, p.PE)
+			sent += p.SentBytes
 		}
+		m := s.Messages
+		require.Equal(t, m.P2P.Bytes+m.Multicasts.Bytes+m.Contributions.Bytes+m.Broadcasts.Bytes, sent, "%v", c.args)
 		require.NotNil(t, s.Steps, "cell (0,0,0) began each step")
 		require.Equal(t, 21, s.Steps.Last)
 		res := map[string]string{}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -120,5 +122,41 @@ func TestFailuresAtRandomMomentsOfADeterministicRun(t *testing.T) {
 			require.NoError(t, err, "%s, %d PEs, seed %d, %v", ft, cfg.PEs, cfg.Seed, cfg.Kills)
 			require.Equal(t, base.Energies, r.Energies, "%s, %d PEs, seed %d, %v", ft, cfg.PEs, cfg.Seed, cfg.Kills)
 		}
+	}
+}
+
+// FT_LONG: every failure point of a small deterministic run — a PE
+// failing before each event in turn, under none, scmel and camel, with a
+// checkpoint in the middle — ends with the failure-free energies (the
+// simulator's sweeps, on OpenAtom's traffic; ftsim cannot import an
+// application, so the sweep lives here).
+func TestEveryFailurePointOfASmallRun(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("FT_LONG"))
+	if n == 0 {
+		t.Skip("FT_LONG: the exhaustive sweep (go run ./cmd/testall --long 1)")
+	}
+	if raceOn {
+		t.Skip("one goroutine runs it: the plain tier runs it without -race")
+	}
+	p := tiny(4, 8, 3, 2, 2)
+	p.CkptPeriod = 2
+	base := run(t, p, chare.Config{PEs: 3})
+	for _, ft := range []string{"none", "scmel", "camel"} {
+		cfg := chare.Config{PEs: 3, FT: ft, Deterministic: true, Seed: 5}
+		free := run(t, p, cfg)
+		require.Equal(t, base.Energies, free.Energies)
+		ran := 0
+		for ev := 1; ev <= free.Ops.Events; ev++ {
+			cfg.Kills = []chare.Kill{{PE: ev % cfg.PEs, Step: -1, Event: ev}}
+			r, err := Run(p, cfg, io.Discard)
+			var unfired *recovery.UnfiredError
+			if errors.As(err, &unfired) {
+				continue
+			}
+			require.NoError(t, err, "%s, event %d", ft, ev)
+			require.Equal(t, base.Energies, r.Energies, "%s, PE %d before event %d", ft, ev%cfg.PEs, ev)
+			ran++
+		}
+		t.Logf("%s: %d failure points of %d events", ft, ran, free.Ops.Events)
 	}
 }

@@ -214,8 +214,7 @@ func ReportedElsewhere(err error) bool {
 type processResult struct {
 	First   int             `msgpack:"f"`
 	PEs     []pe.Stats      `msgpack:"p"`
-	Ops     manager.Stats   `msgpack:"o"`
-	PEOps   []manager.Stats `msgpack:"po,omitempty"` // by local PE
+	PEOps   []manager.Stats `msgpack:"po"` // by local PE (the run's Ops are their sum)
 	Log     []ftlayer.Stats `msgpack:"l"`
 	Usage   []pe.Usage      `msgpack:"u,omitempty"`  // the usage sampler's, by local PE
 	Steps   []stepTime      `msgpack:"st,omitempty"` // the steps begun here

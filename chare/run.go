@@ -1156,7 +1156,6 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	for i := first; i < first+local; i++ {
 		mine.PEs[i-first] = node.PE(i).Stats
 		m := manager.Of(node.PE(i))
-		mine.Ops.Add(m.Stats)
 		mine.PEOps = append(mine.PEOps, m.Stats)
 		mine.Log = append(mine.Log, m.FT().Stats())
 	}
@@ -1210,7 +1209,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	for _, pr := range results {
 		copy(res.Stats.PEs[pr.First:], pr.PEs)
 		copy(res.Stats.PEOps[pr.First:], pr.PEOps)
-		res.Stats.Ops.Add(pr.Ops)
+		for _, o := range pr.PEOps {
+			res.Stats.Ops.Add(o)
+		}
 		for i, l := range pr.Log {
 			rs.sup.AddLog(pr.First+i, l)
 		}

@@ -421,8 +421,13 @@ func (r *RealSpace) JoinDensity(ctx *chare.Ctx, m SectionMsg[RealSpace]) {
 	r.ready(ctx)
 }
 
-func (r *RealSpace) ready(ctx *chare.Ctx) {
-	if r.Ready++; r.Ready == 2 {
+func (r *RealSpace) ready(ctx *chare.Ctx) { setUp(ctx, &r.Ready, 2) }
+
+// setUp counts one of the need things an element waits for before the
+// first step (the arrays, the section it reduces over); with the last it
+// joins its array's barrier to Main.
+func setUp(ctx *chare.Ctx, got *int, need int) {
+	if *got++; *got == need {
 		chare.Contribute(ctx, chare.Barrier, struct{}{}, mainReady.CallbackTo(MainT.MainProxy()))
 	}
 }
@@ -690,11 +695,7 @@ func (c *PairCalc) JoinOrtho(ctx *chare.Ctx, m SectionMsg[PairCalc]) {
 	c.ready(ctx)
 }
 
-func (c *PairCalc) ready(ctx *chare.Ctx) {
-	if c.Ready++; c.Ready == 2 {
-		chare.Contribute(ctx, chare.Barrier, struct{}{}, mainReady.CallbackTo(MainT.MainProxy()))
-	}
-}
+func (c *PairCalc) ready(ctx *chare.Ctx) { setUp(ctx, &c.Ready, 2) }
 
 // Pair receives one state's chunk; with the whole row and column it
 // computes the tiles and reduces them into Ortho.

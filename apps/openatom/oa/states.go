@@ -1,6 +1,9 @@
 package oa
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // The initial states are plane waves, real in real space: state 0 the
 // constant, then cos(g·r) and sin(g·r) for the g of the half sphere in
@@ -36,21 +39,10 @@ func basisOrder(g *Geometry) [][3]int {
 		}
 	}
 	key := func(h [3]int) [4]int { return [4]int{h[0]*h[0] + h[1]*h[1] + h[2]*h[2], h[2], h[1], h[0]} }
-	less := func(a, b [3]int) bool {
+	slices.SortFunc(hs, func(a, b [3]int) int {
 		ka, kb := key(a), key(b)
-		for i := range ka {
-			if ka[i] != kb[i] {
-				return ka[i] < kb[i]
-			}
-		}
-		return false
-	}
-	// insertion sort: at most a few thousand vectors, once per chare
-	for i := 1; i < len(hs); i++ {
-		for j := i; j > 0 && less(hs[j], hs[j-1]); j-- {
-			hs[j], hs[j-1] = hs[j-1], hs[j]
-		}
-	}
+		return slices.Compare(ka[:], kb[:])
+	})
 	return hs
 }
 

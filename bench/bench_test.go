@@ -82,9 +82,14 @@ type Pinger struct{ N int64 }
 var (
 	pingMain = chare.NewMainType[PingMain]("bench.PingMain")
 	pingers  = chare.NewType[Pinger, struct{}]("bench.Pinger")
-	pingBall = chare.NewEntry[Msg](pingers, "Ball")
-	pingDone = chare.NewEntry[int64](pingMain, "Done")
+	pingBall *chare.Entry[Pinger, Msg]
+	pingDone *chare.Entry[PingMain, int64]
 )
+
+func init() {
+	pingBall = chare.NewEntry(pingers, (*Pinger).Ball)
+	pingDone = chare.NewEntry(pingMain, (*PingMain).Done)
+}
 
 func (p *Pinger) Init(*chare.Ctx, struct{}) {}
 
@@ -254,10 +259,16 @@ type Streamer struct{ Got int }
 var (
 	streamMain = chare.NewMainType[StreamMain]("bench.StreamMain")
 	streamers  = chare.NewType[Streamer, struct{}]("bench.Streamer")
-	streamTick = chare.NewEntry[int](streamers, "Tick")
-	streamRecv = chare.NewEntry[Msg](streamers, "Recv")
-	streamDone = chare.NewEntry[struct{}](streamMain, "Done")
+	streamTick *chare.Entry[Streamer, int]
+	streamRecv *chare.Entry[Streamer, Msg]
+	streamDone *chare.Entry[StreamMain, struct{}]
 )
+
+func init() {
+	streamTick = chare.NewEntry(streamers, (*Streamer).Tick)
+	streamRecv = chare.NewEntry(streamers, (*Streamer).Recv)
+	streamDone = chare.NewEntry(streamMain, (*StreamMain).Done)
+}
 
 // Tick sends a burst of messages to this sender's receiver on the other PE
 // (like a producer loop on a channel), then re-arms itself with a local send
@@ -289,7 +300,7 @@ func (s *Streamer) Joins(ctx *chare.Ctx, _ struct{}) {
 	chare.Contribute(ctx, chare.Barrier, struct{}{}, streamDone.CallbackTo(streamMain.MainProxy()))
 }
 
-var streamJoin = chare.NewEntry[struct{}](streamers, "Joins")
+var streamJoin = chare.NewEntry(streamers, (*Streamer).Joins)
 
 func (m *StreamMain) Init(ctx *chare.Ctx, _ []string) {
 	per := benchN / streamPairs
@@ -411,9 +422,15 @@ type LocalPair struct{ Left int }
 var (
 	localMain = chare.NewMainType[LocalMain]("bench.LocalMain")
 	localT    = chare.NewType[LocalPair, struct{}]("bench.LocalPair")
-	localHop  = chare.NewEntry[*Msg](localT, "Hop")
-	localDone = chare.NewEntry[struct{}](localMain, "Done")
+	localHop  *chare.Entry[LocalPair, *Msg]
+	localDone *chare.Entry[LocalMain, struct{}]
 )
+
+func init() {
+	streamJoin = chare.NewEntry(streamers, (*Streamer).Joins)
+	localHop = chare.NewEntry(localT, (*LocalPair).Hop)
+	localDone = chare.NewEntry(localMain, (*LocalMain).Done)
+}
 
 func (l *LocalPair) Init(*chare.Ctx, struct{}) {}
 
@@ -458,9 +475,14 @@ type PingerP struct{ N int64 }
 var (
 	pingPMain = chare.NewMainType[PingPMain]("bench.PingPMain")
 	pingersP  = chare.NewType[PingerP, struct{}]("bench.PingerP")
-	pingBallP = chare.NewEntry[*Msg](pingersP, "Ball")
-	pingDoneP = chare.NewEntry[int64](pingPMain, "Done")
+	pingBallP *chare.Entry[PingerP, *Msg]
+	pingDoneP *chare.Entry[PingPMain, int64]
 )
+
+func init() {
+	pingBallP = chare.NewEntry(pingersP, (*PingerP).Ball)
+	pingDoneP = chare.NewEntry(pingPMain, (*PingPMain).Done)
+}
 
 func (p *PingerP) Init(*chare.Ctx, struct{}) {}
 

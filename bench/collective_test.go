@@ -26,12 +26,19 @@ type RedElem struct {
 var (
 	redMain    = chare.NewMainType[RedMain]("bench.RedMain")
 	redElems   = chare.NewType[RedElem, struct{}]("bench.RedElem")
-	redGo      = chare.NewEntry[int](redElems, "Go")
-	redGoP2P   = chare.NewEntry[int](redElems, "GoP2P")
-	redCollect = chare.NewEntry[[]float64](redElems, "Collect")
-	redResult  = chare.NewEntry[[]float64](redMain, "Result")
+	redGo      *chare.Entry[RedElem, int]
+	redGoP2P   *chare.Entry[RedElem, int]
+	redCollect *chare.Entry[RedElem, []float64]
+	redResult  *chare.Entry[RedMain, []float64]
 	redMode    string
 )
+
+func init() {
+	redGo = chare.NewEntry(redElems, (*RedElem).Go)
+	redGoP2P = chare.NewEntry(redElems, (*RedElem).GoP2P)
+	redCollect = chare.NewEntry(redElems, (*RedElem).Collect)
+	redResult = chare.NewEntry(redMain, (*RedMain).Result)
+}
 
 func (e *RedElem) Init(*chare.Ctx, struct{}) {}
 
@@ -123,11 +130,16 @@ type McElem struct{}
 var (
 	mcMain    = chare.NewMainType[McMain]("bench.McMain")
 	mcElems   = chare.NewType[McElem, struct{}]("bench.McElem")
-	mcRecv    = chare.NewEntry[[]float64](mcElems, "Recv")
-	mcAck     = chare.NewEntry[int](mcMain, "Ack")
+	mcRecv    *chare.Entry[McElem, []float64]
+	mcAck     *chare.Entry[McMain, int]
 	mcMode    string
 	mcPayload = make([]float64, 300) // 100 atoms' positions, as LeanMD sends
 )
+
+func init() {
+	mcRecv = chare.NewEntry(mcElems, (*McElem).Recv)
+	mcAck = chare.NewEntry(mcMain, (*McMain).Ack)
+}
 
 func (e *McElem) Init(*chare.Ctx, struct{}) {}
 

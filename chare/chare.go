@@ -16,11 +16,14 @@
 package chare
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
+	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
@@ -198,26 +201,74 @@ type EntryOption func(*entryInfo)
 // filled. It costs a goroutine per invocation.
 func Threaded() EntryOption { return func(e *entryInfo) { e.threaded = true } }
 
-// NewEntry registers the exported method of C named method as an entry
-// method taking an M. The method must have the signature
-// func (c *C) Method(ctx *chare.Ctx, msg M); it is looked up once, here, and
-// called directly afterwards (no reflection per message). Binding by name
-// lets a method send to its own entry without an initialization cycle:
+// NewEntry registers method, a method expression of C such as
+// (*Block).Ghost, as an entry method taking an M: a misspelt method or a
+// wrong message type is a compile error. The entry is named after the
+// method (type.Method), the same in every process of a job.
 //
-//	var Pass = chare.NewEntry[Token](Ring, "Pass")
-func NewEntry[M any, C any, A any](t *Type[C, A], method string, opts ...EntryOption) *Entry[C, M] {
+// Go forbids a package-level variable whose initializer refers to a
+// method that refers back to the variable (an "initialization cycle"),
+// and an entry method usually sends to entries of its own type: declare
+// entries as variables and register them in an init function,
+//
+//	var ghost *chare.Entry[Block, Ghost]
+//
+//	func init() { ghost = chare.NewEntry(blocks, (*Block).Ghost) }
+//
+// (an entry none of whose methods refers back may be a package-level
+// var with its initializer, as in examples/hello).
+func NewEntry[C any, A any, M any](t *Type[C, A], method func(*C, *Ctx, M), opts ...EntryOption) *Entry[C, M] {
+	name, err := methodName[C](method)
+	if err != nil {
+		panic("chare.NewEntry: " + err.Error())
+	}
+	return NewEntryFunc(t, name, method, opts...)
+}
+
+// methodName is the name of fn, a method expression of C's ((*C).Name
+// or C.Name), from its symbol; an error if fn is not one (a function
+// literal, another type's method).
+func methodName[C any](fn any) (string, error) {
+	v := reflect.ValueOf(fn)
+	if v.IsNil() {
+		return "", errors.New("a nil method")
+	}
+	ptr, val := reflect.TypeFor[*C](), reflect.TypeFor[C]()
+	sym := ""
+	if f := runtime.FuncForPC(v.Pointer()); f != nil {
+		sym = f.Name()
+	}
+	i := strings.LastIndex(sym, ").")
+	name := ""
+	if i >= 0 {
+		name = sym[i+2:]
+	}
+	if _, ok := ptr.MethodByName(name); name == "" || !ok {
+		return "", fmt.Errorf("%s is not a method expression of %s (such as (*%s).Method); to register a function, name it with NewEntryFunc", sym, ptr, val.Name())
+	}
+	return name, nil
+}
+
+// NewEntryNamed registers the exported method of C named method as an
+// entry method taking an M, looked up by reflection: a misspelt name or
+// a wrong type panics when the program starts. Prefer NewEntry, which
+// the compiler checks; this form is for names that come from data (a
+// tool registering what a file lists).
+func NewEntryNamed[M any, C any, A any](t *Type[C, A], method string, opts ...EntryOption) *Entry[C, M] {
 	mt, ok := reflect.TypeFor[*C]().MethodByName(method)
 	if !ok {
-		panic(fmt.Sprintf("chare.NewEntry: %s has no exported method %s", reflect.TypeFor[*C](), method))
+		panic(fmt.Sprintf("chare.NewEntryNamed: %s has no exported method %s", reflect.TypeFor[*C](), method))
 	}
 	fn, ok := mt.Func.Interface().(func(*C, *Ctx, M))
 	if !ok {
-		panic(fmt.Sprintf("chare.NewEntry: %s.%s is %s, want func(*Ctx, %s)", reflect.TypeFor[*C](), method, mt.Type, reflect.TypeFor[M]()))
+		panic(fmt.Sprintf("chare.NewEntryNamed: %s.%s is %s, want func(*Ctx, %s)", reflect.TypeFor[*C](), method, mt.Type, reflect.TypeFor[M]()))
 	}
 	return NewEntryFunc(t, method, fn, opts...)
 }
 
-// NewEntryFunc registers fn as entry method name of t.
+// NewEntryFunc registers fn as entry method name of t: a function that
+// is not a method of C (a closure, a method of another type), named by
+// the caller.
 func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *Ctx, M), opts ...EntryOption) *Entry[C, M] {
 	full := t.info.name + "." + name
 	codec := manager.MsgpackCodec[M]()

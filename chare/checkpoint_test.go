@@ -31,10 +31,16 @@ var (
 	ckMain     = chare.NewMainType[CkMain]("ck.Main")
 	ckElemT    = chare.NewType[CkElem, int64]("ck.Elem")
 	ckFixedT   = chare.NewType[CkFixed, string]("ck.Fixed", chare.NotMigratable())
-	ckBump     = chare.NewEntry[int64](ckElemT, "Bump")
-	ckBarrier  = chare.NewEntry[struct{}](ckMain, "Barrier")
-	ckCkptDone = chare.NewEntry[struct{}](ckMain, "CheckpointDone")
+	ckBump     *chare.Entry[CkElem, int64]
+	ckBarrier  *chare.Entry[CkMain, struct{}]
+	ckCkptDone *chare.Entry[CkMain, struct{}]
 )
+
+func init() {
+	ckBump = chare.NewEntry(ckElemT, (*CkElem).Bump)
+	ckBarrier = chare.NewEntry(ckMain, (*CkMain).Barrier)
+	ckCkptDone = chare.NewEntry(ckMain, (*CkMain).CheckpointDone)
+}
 
 func (m *CkMain) Init(ctx *chare.Ctx, _ []string) {
 	m.Arr = ckElemT.NewArray(ctx, []int{4, 5}, 10)
@@ -146,12 +152,19 @@ type CkSparse struct{ V int64 }
 var (
 	ckSecMain  = chare.NewMainType[CkSecMain]("cksec.Main")
 	ckSparseT  = chare.NewType[CkSparse, int64]("cksec.Sparse")
-	ckSecGo    = chare.NewEntry[struct{}](ckSecMain, "Go")
-	ckSecCkpt  = chare.NewEntry[struct{}](ckSecMain, "Checkpointed")
-	ckSecSum   = chare.NewEntry[int64](ckSecMain, "Sum")
-	ckSparsePg = chare.NewEntry[chare.SectionProxy[CkSparse]](ckSparseT, "Ping")
+	ckSecGo    *chare.Entry[CkSecMain, struct{}]
+	ckSecCkpt  *chare.Entry[CkSecMain, struct{}]
+	ckSecSum   *chare.Entry[CkSecMain, int64]
+	ckSparsePg *chare.Entry[CkSparse, chare.SectionProxy[CkSparse]]
 	ckSecOut   int64
 )
+
+func init() {
+	ckSecGo = chare.NewEntry(ckSecMain, (*CkSecMain).Go)
+	ckSecCkpt = chare.NewEntry(ckSecMain, (*CkSecMain).Checkpointed)
+	ckSecSum = chare.NewEntry(ckSecMain, (*CkSecMain).Sum)
+	ckSparsePg = chare.NewEntry(ckSparseT, (*CkSparse).Ping)
+}
 
 func (m *CkSecMain) Init(ctx *chare.Ctx, _ []string) {
 	m.S = ckSparseT.NewSparseArray(ctx, []int{16})

@@ -21,13 +21,22 @@ var (
 	errMain    = chare.NewMainType[ErrMain]("errors.Main")
 	victims    = chare.NewType[Victim, struct{}]("errors.Victim")
 	sparseVics = chare.NewType[Victim, struct{}]("errors.SparseVictim")
-	poke       = chare.NewEntry[int](victims, "Poke")
-	pokeSparse = chare.NewEntry[int](sparseVics, "Poke")
-	boom       = chare.NewEntry[string](victims, "Boom")
-	mixed      = chare.NewEntry[int](victims, "Mixed")
-	mainGotInt = chare.NewEntry[int64](errMain, "GotInt")
-	mainGotAlt = chare.NewEntry[int64](errMain, "GotAlt")
+	poke       *chare.Entry[Victim, int]
+	pokeSparse *chare.Entry[Victim, int]
+	boom       *chare.Entry[Victim, string]
+	mixed      *chare.Entry[Victim, int]
+	mainGotInt *chare.Entry[ErrMain, int64]
+	mainGotAlt *chare.Entry[ErrMain, int64]
 )
+
+func init() {
+	poke = chare.NewEntry(victims, (*Victim).Poke)
+	pokeSparse = chare.NewEntry(sparseVics, (*Victim).Poke)
+	boom = chare.NewEntry(victims, (*Victim).Boom)
+	mixed = chare.NewEntry(victims, (*Victim).Mixed)
+	mainGotInt = chare.NewEntry(errMain, (*ErrMain).GotInt)
+	mainGotAlt = chare.NewEntry(errMain, (*ErrMain).GotAlt)
+}
 
 func (v *Victim) Init(*chare.Ctx, struct{}) {}
 

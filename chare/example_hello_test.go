@@ -16,10 +16,15 @@ type HelloMain struct{}
 var (
 	helloMain  = chare.NewMainType[HelloMain]("example.HelloMain")
 	greeters   = chare.NewType[Greeter, struct{}]("example.Greeter")
-	sayHello   = chare.NewEntry[string](greeters, "SayHello")
-	helloDone  = chare.NewEntry[[]string](helloMain, "Done")
+	sayHello   *chare.Entry[Greeter, string]
+	helloDone  *chare.Entry[HelloMain, []string]
 	concatStrs = chare.Concat[string]()
 )
+
+func init() {
+	sayHello = chare.NewEntry(greeters, (*Greeter).SayHello)
+	helloDone = chare.NewEntry(helloMain, (*HelloMain).Done)
+}
 
 func (m *HelloMain) Init(ctx *chare.Ctx, args []string) {
 	arr := greeters.NewArray(ctx, []int{5}, struct{}{})

@@ -21,9 +21,14 @@ type Token struct {
 var (
 	ringMain = chare.NewMainType[RingMain]("example.RingMain")
 	ringNode = chare.NewType[RingNode, int]("example.RingNode")
-	passTok  = chare.NewEntry[Token](ringNode, "Pass")
-	ringDone = chare.NewEntry[Token](ringMain, "Done")
+	passTok  *chare.Entry[RingNode, Token]
+	ringDone *chare.Entry[RingMain, Token]
 )
+
+func init() {
+	passTok = chare.NewEntry(ringNode, (*RingNode).Pass)
+	ringDone = chare.NewEntry(ringMain, (*RingMain).Done)
+}
 
 func (m *RingMain) Init(ctx *chare.Ctx, args []string) {
 	ring := ringNode.NewArray(ctx, []int{7}, 7)
@@ -67,8 +72,12 @@ type Summer struct{}
 var (
 	sumMain  = chare.NewMainType[SumMain]("example.SumMain")
 	summers  = chare.NewType[Summer, struct{}]("example.Summer")
-	startSum = chare.NewEntry[chare.Callback[[]float64]](summers, "Start")
+	startSum *chare.Entry[Summer, chare.Callback[[]float64]]
 )
+
+func init() {
+	startSum = chare.NewEntry(summers, (*Summer).Start)
+}
 
 func (s *Summer) Init(*chare.Ctx, struct{}) {}
 
@@ -106,9 +115,14 @@ type Cellish struct {
 var (
 	secMain   = chare.NewMainType[SecMain]("example.SecMain")
 	cellishes = chare.NewType[Cellish, struct{}]("example.Cellish")
-	scale     = chare.NewEntry[ScaleMsg](cellishes, "Scale")
-	secDone   = chare.NewEntry[int64](secMain, "Done")
+	scale     *chare.Entry[Cellish, ScaleMsg]
+	secDone   *chare.Entry[SecMain, int64]
 )
+
+func init() {
+	scale = chare.NewEntry(cellishes, (*Cellish).Scale)
+	secDone = chare.NewEntry(secMain, (*SecMain).Done)
+}
 
 type ScaleMsg struct {
 	Factor int64
@@ -163,9 +177,14 @@ type Wanderer struct {
 var (
 	migMain  = chare.NewMainType[MigMain]("example.MigMain")
 	wanderer = chare.NewType[Wanderer, struct{}]("example.Wanderer")
-	visit    = chare.NewEntry[int](wanderer, "Visit")
-	migDone  = chare.NewEntry[[2]int](migMain, "Done")
+	visit    *chare.Entry[Wanderer, int]
+	migDone  *chare.Entry[MigMain, [2]int]
 )
+
+func init() {
+	visit = chare.NewEntry(wanderer, (*Wanderer).Visit)
+	migDone = chare.NewEntry(migMain, (*MigMain).Done)
+}
 
 func (w *Wanderer) Init(*chare.Ctx, struct{}) {}
 
@@ -216,8 +235,12 @@ type QuietWorker struct{ Seen int }
 var (
 	quietMain   = chare.NewMainType[QuietMain]("example.QuietMain")
 	quietWorker = chare.NewType[QuietWorker, struct{}]("example.QuietWorker")
-	quietToken  = chare.NewEntry[int](quietWorker, "Token")
+	quietToken  *chare.Entry[QuietWorker, int]
 )
+
+func init() {
+	quietToken = chare.NewEntry(quietWorker, (*QuietWorker).Token)
+}
 
 func (m *QuietMain) Init(ctx *chare.Ctx, args []string) {
 	chare.EndWhenQuiet(ctx) // the run ends once nothing is left to do

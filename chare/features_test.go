@@ -46,21 +46,36 @@ var (
 	sparseT    = chare.NewType[Sparse6, int64]("feat.Sparse6")
 	syncT      = chare.NewType[Syncer, struct{}]("feat.Syncer")
 	packedT    = chare.NewType[Packed, int64]("feat.Packed")
-	grpHello   = chare.NewEntry[int64](groupT, "Hello")
-	spContrib  = chare.NewEntry[sparseRound](sparseT, "Contrib")
-	spDie      = chare.NewEntry[int](sparseT, "Die")
-	syncStep   = chare.NewEntry[int](syncT, "Step")
-	syncBcast  = chare.NewEntry[int](syncT, "Numbered")
-	syncReport = chare.NewEntry[struct{}](syncT, "Report")
-	packMove   = chare.NewEntry[int](packedT, "Move")
-	packShow   = chare.NewEntry[struct{}](packedT, "Show")
-	mainInt    = chare.NewEntry[int64](featMain, "Int")
-	mainStr    = chare.NewEntry[string](featMain, "Str")
-	mainStrs   = chare.NewEntry[[]string](featMain, "Strs")
+	grpHello   *chare.Entry[GroupMember, int64]
+	spContrib  *chare.Entry[Sparse6, sparseRound]
+	spDie      *chare.Entry[Sparse6, int]
+	syncStep   *chare.Entry[Syncer, int]
+	syncBcast  *chare.Entry[Syncer, int]
+	syncReport *chare.Entry[Syncer, struct{}]
+	packMove   *chare.Entry[Packed, int]
+	packShow   *chare.Entry[Packed, struct{}]
+	mainInt    *chare.Entry[FeatMain, int64]
+	mainStr    *chare.Entry[FeatMain, string]
+	mainStrs   *chare.Entry[FeatMain, []string]
 	concatStr  = chare.Concat[string]()
-	mainDone   = chare.NewEntry[struct{}](featMain, "Done")
+	mainDone   *chare.Entry[FeatMain, struct{}]
 	setOfInts  = chare.Set[int64]()
 )
+
+func init() {
+	grpHello = chare.NewEntry(groupT, (*GroupMember).Hello)
+	spContrib = chare.NewEntry(sparseT, (*Sparse6).Contrib)
+	spDie = chare.NewEntry(sparseT, (*Sparse6).Die)
+	syncStep = chare.NewEntry(syncT, (*Syncer).Step)
+	syncBcast = chare.NewEntry(syncT, (*Syncer).Numbered)
+	syncReport = chare.NewEntry(syncT, (*Syncer).Report)
+	packMove = chare.NewEntry(packedT, (*Packed).Move)
+	packShow = chare.NewEntry(packedT, (*Packed).Show)
+	mainInt = chare.NewEntry(featMain, (*FeatMain).Int)
+	mainStr = chare.NewEntry(featMain, (*FeatMain).Str)
+	mainStrs = chare.NewEntry(featMain, (*FeatMain).Strs)
+	mainDone = chare.NewEntry(featMain, (*FeatMain).Done)
+}
 
 func (g *GroupMember) Init(ctx *chare.Ctx, n int) { g.PE = ctx.PE() }
 
@@ -253,7 +268,7 @@ func (m *FeatMain) Init(ctx *chare.Ctx, args []string) {
 	}
 }
 
-var grpSetFuture = chare.NewEntry[chare.Future[string]](groupT, "SetFuture")
+var grpSetFuture = chare.NewEntry(groupT, (*GroupMember).SetFuture)
 
 // SetFuture fills a future main waits on, from another PE (and, with
 // several processes, another process).

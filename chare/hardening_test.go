@@ -35,11 +35,16 @@ type hkGoMsg struct {
 var (
 	hkMain    = chare.NewMainType[HkMain]("hk.Main")
 	hkElemT   = chare.NewType[HkElem, int]("hk.Elem")
-	hkGo      = chare.NewEntry[hkGoMsg](hkElemT, "Go")
-	hkDone    = chare.NewEntry[int64](hkMain, "Done")
+	hkGo      *chare.Entry[HkElem, hkGoMsg]
+	hkDone    *chare.Entry[HkMain, int64]
 	hkEntered chan struct{} // closed once element 1 is blocked
 	hkRelease chan struct{}
 )
+
+func init() {
+	hkGo = chare.NewEntry(hkElemT, (*HkElem).Go)
+	hkDone = chare.NewEntry(hkMain, (*HkMain).Done)
+}
 
 func (m *HkMain) Init(ctx *chare.Ctx, args []string) {
 	arr := hkElemT.NewArray(ctx, []int{6}, 0)
@@ -188,8 +193,12 @@ type LostElem struct{}
 var (
 	lostMain  = chare.NewMainType[LostMain]("hk.LostMain")
 	lostElemT = chare.NewType[LostElem, struct{}]("hk.LostElem")
-	lostPass  = chare.NewEntry[int](lostElemT, "Pass")
+	lostPass  *chare.Entry[LostElem, int]
 )
+
+func init() {
+	lostPass = chare.NewEntry(lostElemT, (*LostElem).Pass)
+}
 
 func (m *LostMain) Init(ctx *chare.Ctx, args []string) {
 	if len(args) > 0 && args[0] == "quiet-ends" {
@@ -290,4 +299,22 @@ func TestStateThatWouldNotSurviveIsRefusedAtRegistration(t *testing.T) {
 	// for their state)
 	require.NotContains(t, panicOf(func() { chare.NewType[HkSkipped, struct{}]("hk.skipped") }), "would not survive")
 	require.NotContains(t, panicOf(func() { chare.NewType[HkPacked, struct{}]("hk.packed") }), "would not survive")
+}
+
+// NewEntry names an entry after its method expression, so the compiler
+// checks the method and its message type; a function literal (which has
+// no such name) is refused at registration, pointing to NewEntryFunc.
+func TestEntriesAreNamedAfterTheirMethods(t *testing.T) {
+	require.Equal(t, "hk.LostElem.Pass", lostPass.Name())
+	msg := func() (msg string) {
+		defer func() { msg = fmt.Sprint(recover()) }()
+		chare.NewEntry(lostElemT, func(*LostElem, *chare.Ctx, int) {})
+		return ""
+	}()
+	require.Contains(t, msg, "chare.NewEntry: ")
+	require.Contains(t, msg, "is not a method expression of *chare_test.LostElem (such as (*LostElem).Method); to register a function, name it with NewEntryFunc")
+	// the string form, for names that come from data, is checked at start-up
+	require.PanicsWithValue(t, "chare.NewEntryNamed: *chare_test.LostElem has no exported method Pas", func() {
+		chare.NewEntryNamed[int](lostElemT, "Pas")
+	})
 }

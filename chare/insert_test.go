@@ -24,11 +24,17 @@ var (
 	insMain      = chare.NewMainType[InsMain]("ins.Main")
 	insInserterT = chare.NewType[InsInserter, chare.ArrayProxy[InsElem]]("ins.Inserter")
 	insElemT     = chare.NewType[InsElem, int64]("ins.Elem")
-	insInserted  = chare.NewEntry[struct{}](insMain, "Inserted")
-	insSum       = chare.NewEntry[int64](insMain, "Sum")
-	insCount     = chare.NewEntry[struct{}](insElemT, "Count")
+	insInserted  *chare.Entry[InsMain, struct{}]
+	insSum       *chare.Entry[InsMain, int64]
+	insCount     *chare.Entry[InsElem, struct{}]
 	insOut       int64
 )
+
+func init() {
+	insInserted = chare.NewEntry(insMain, (*InsMain).Inserted)
+	insSum = chare.NewEntry(insMain, (*InsMain).Sum)
+	insCount = chare.NewEntry(insElemT, (*InsElem).Count)
+}
 
 const insPerPE = 40
 

@@ -42,13 +42,22 @@ type perTok struct{ From, It int }
 var (
 	perMainT = chare.NewMainTypeOf[PerMain, perParams]("lbperiodic.Main")
 	perElemT = chare.NewType[PerElem, perParams]("lbperiodic.Elem")
-	perNext  = chare.NewEntry[int](perElemT, "Next")
-	perTokE  = chare.NewEntry[perTok](perElemT, "Token")
-	perDone  = chare.NewEntry[int64](perMainT, "Finished")
-	perCount = chare.NewEntry[struct{}](perElemT, "Count")
-	perIter  = chare.NewEntry[struct{}](perMainT, "Iterated")
-	perQuiet = chare.NewEntry[struct{}](perMainT, "Quiet")
+	perNext  *chare.Entry[PerElem, int]
+	perTokE  *chare.Entry[PerElem, perTok]
+	perDone  *chare.Entry[PerMain, int64]
+	perCount *chare.Entry[PerElem, struct{}]
+	perIter  *chare.Entry[PerMain, struct{}]
+	perQuiet *chare.Entry[PerMain, struct{}]
 )
+
+func init() {
+	perNext = chare.NewEntry(perElemT, (*PerElem).Next)
+	perTokE = chare.NewEntry(perElemT, (*PerElem).Token)
+	perDone = chare.NewEntry(perMainT, (*PerMain).Finished)
+	perCount = chare.NewEntry(perElemT, (*PerElem).Count)
+	perIter = chare.NewEntry(perMainT, (*PerMain).Iterated)
+	perQuiet = chare.NewEntry(perMainT, (*PerMain).Quiet)
+}
 
 func (m *PerMain) Init(ctx *chare.Ctx, p perParams) {
 	m.P = p

@@ -69,19 +69,34 @@ var (
 	lbsMainT   = chare.NewMainTypeOf[LBSMain, lbsParams]("lbstress.Main")
 	lbsElemT   = chare.NewType[LBSElem, lbsParams]("lbstress.Elem")
 	lbsPumpT   = chare.NewType[LBSPump, lbsParams]("lbstress.Pump")
-	lbsGo      = chare.NewEntry[lbsRound](lbsElemT, "Go")
-	lbsHitE    = chare.NewEntry[lbsHit](lbsElemT, "Hit")
-	lbsBcast   = chare.NewEntry[lbsHit](lbsElemT, "Bcast")
-	lbsMcast   = chare.NewEntry[lbsMcastMsg](lbsElemT, "Mcast")
-	lbsSecSum  = chare.NewEntry[int64](lbsMainT, "SecSum")
-	lbsReport  = chare.NewEntry[chare.Callback[[]int64]](lbsElemT, "Report")
-	lbsPumpGo  = chare.NewEntry[lbsRound](lbsPumpT, "Go")
-	lbsChunkE  = chare.NewEntry[lbsChunk](lbsPumpT, "Chunk")
-	lbsResumed = chare.NewEntry[int64](lbsMainT, "AllResumed")
-	lbsPumpedE = chare.NewEntry[int64](lbsMainT, "PumpDone")
-	lbsQuiet   = chare.NewEntry[struct{}](lbsMainT, "Quiet")
-	lbsTotals  = chare.NewEntry[[]int64](lbsMainT, "Totals")
+	lbsGo      *chare.Entry[LBSElem, lbsRound]
+	lbsHitE    *chare.Entry[LBSElem, lbsHit]
+	lbsBcast   *chare.Entry[LBSElem, lbsHit]
+	lbsMcast   *chare.Entry[LBSElem, lbsMcastMsg]
+	lbsSecSum  *chare.Entry[LBSMain, int64]
+	lbsReport  *chare.Entry[LBSElem, chare.Callback[[]int64]]
+	lbsPumpGo  *chare.Entry[LBSPump, lbsRound]
+	lbsChunkE  *chare.Entry[LBSPump, lbsChunk]
+	lbsResumed *chare.Entry[LBSMain, int64]
+	lbsPumpedE *chare.Entry[LBSMain, int64]
+	lbsQuiet   *chare.Entry[LBSMain, struct{}]
+	lbsTotals  *chare.Entry[LBSMain, []int64]
 )
+
+func init() {
+	lbsGo = chare.NewEntry(lbsElemT, (*LBSElem).Go)
+	lbsHitE = chare.NewEntry(lbsElemT, (*LBSElem).Hit)
+	lbsBcast = chare.NewEntry(lbsElemT, (*LBSElem).Bcast)
+	lbsMcast = chare.NewEntry(lbsElemT, (*LBSElem).Mcast)
+	lbsSecSum = chare.NewEntry(lbsMainT, (*LBSMain).SecSum)
+	lbsReport = chare.NewEntry(lbsElemT, (*LBSElem).Report)
+	lbsPumpGo = chare.NewEntry(lbsPumpT, (*LBSPump).Go)
+	lbsChunkE = chare.NewEntry(lbsPumpT, (*LBSPump).Chunk)
+	lbsResumed = chare.NewEntry(lbsMainT, (*LBSMain).AllResumed)
+	lbsPumpedE = chare.NewEntry(lbsMainT, (*LBSMain).PumpDone)
+	lbsQuiet = chare.NewEntry(lbsMainT, (*LBSMain).Quiet)
+	lbsTotals = chare.NewEntry(lbsMainT, (*LBSMain).Totals)
+}
 
 func (m *LBSMain) Init(ctx *chare.Ctx, p lbsParams) {
 	m.P = p

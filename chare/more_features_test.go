@@ -22,11 +22,11 @@ type Placed struct {
 var (
 	moreMain  = chare.NewMainType[MoreMain]("more.Main")
 	placedT   = chare.NewType[Placed, struct{}]("more.Placed")
-	placedGo  = chare.NewEntry[int](placedT, "Go")
-	placedSec = chare.NewEntry[chare.SectionProxy[Placed]](placedT, "InSection")
-	placedRes = chare.NewEntry[string](placedT, "Result")
-	moreStr   = chare.NewEntry[string](moreMain, "Str")
-	moreInt   = chare.NewEntry[int64](moreMain, "Int")
+	placedGo  *chare.Entry[Placed, int]
+	placedSec *chare.Entry[Placed, chare.SectionProxy[Placed]]
+	placedRes *chare.Entry[Placed, string]
+	moreStr   *chare.Entry[MoreMain, string]
+	moreInt   *chare.Entry[MoreMain, int64]
 
 	// Everything on the last PE: index i goes to PE n-1.
 	lastPE = chare.RegisterMap("more.lastPE", func(ix chare.Index, bounds []int, n int) int { return n - 1 })
@@ -36,6 +36,14 @@ var (
 	// Canonical: string join, whose order matters.
 	joinStr = chare.NewReducer("join", func(a, b string) string { return a + "," + b }, false)
 )
+
+func init() {
+	placedGo = chare.NewEntry(placedT, (*Placed).Go)
+	placedSec = chare.NewEntry(placedT, (*Placed).InSection)
+	placedRes = chare.NewEntry(placedT, (*Placed).Result)
+	moreStr = chare.NewEntry(moreMain, (*MoreMain).Str)
+	moreInt = chare.NewEntry(moreMain, (*MoreMain).Int)
+}
 
 func (p *Placed) Init(*chare.Ctx, struct{}) {}
 

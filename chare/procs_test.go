@@ -88,9 +88,14 @@ var (
 	crashHow   string // read on every process: set from the program's name
 	crashMain  = chare.NewMainType[CrashMain]("procs.CrashMain")
 	crasherT   = chare.NewType[Crasher, struct{}]("procs.Crasher")
-	crashNow   = chare.NewEntry[int](crasherT, "Now")
-	crashAlive = chare.NewEntry[int](crasherT, "Alive")
+	crashNow   *chare.Entry[Crasher, int]
+	crashAlive *chare.Entry[Crasher, int]
 )
+
+func init() {
+	crashNow = chare.NewEntry(crasherT, (*Crasher).Now)
+	crashAlive = chare.NewEntry(crasherT, (*Crasher).Alive)
+}
 
 func (m *CrashMain) Init(ctx *chare.Ctx, _ []string) {
 	g := crasherT.NewGroup(ctx, struct{}{})

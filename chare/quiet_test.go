@@ -28,12 +28,19 @@ type QtA struct{ V int64 }
 var (
 	qtMain    = chare.NewMainType[QtMain]("qt.Main")
 	qtAT      = chare.NewType[QtA, int64]("qt.A")
-	qtStep    = chare.NewEntry[int](qtAT, "Step")
-	qtSum     = chare.NewEntry[int64](qtMain, "Sum")
-	qtResume  = chare.NewEntry[struct{}](qtMain, "Resume")
-	qtQuiet   = chare.NewEntry[struct{}](qtMain, "Quiet")
+	qtStep    *chare.Entry[QtA, int]
+	qtSum     *chare.Entry[QtMain, int64]
+	qtResume  *chare.Entry[QtMain, struct{}]
+	qtQuiet   *chare.Entry[QtMain, struct{}]
 	qtResults []int64 // what the last run's main summed, and its own QD callbacks
 )
+
+func init() {
+	qtStep = chare.NewEntry(qtAT, (*QtA).Step)
+	qtSum = chare.NewEntry(qtMain, (*QtMain).Sum)
+	qtResume = chare.NewEntry(qtMain, (*QtMain).Resume)
+	qtQuiet = chare.NewEntry(qtMain, (*QtMain).Quiet)
+}
 
 const qtSteps = 5
 

@@ -25,13 +25,21 @@ type HopMain struct {
 var (
 	hopMain  = chare.NewMainType[HopMain]("hop.Main")
 	hopperT  = chare.NewType[Hopper, struct{}]("hop.Hopper")
-	hopGo    = chare.NewEntry[struct{}](hopperT, "Hop")
-	hopPing  = chare.NewEntry[struct{}](hopperT, "Ping")
-	hopSec   = chare.NewEntry[chare.SectionProxy[Hopper]](hopperT, "InSection")
-	hopDone  = chare.NewEntry[struct{}](hopMain, "Done")
-	hopSum   = chare.NewEntry[int64](hopMain, "Sum")
+	hopGo    *chare.Entry[Hopper, struct{}]
+	hopPing  *chare.Entry[Hopper, struct{}]
+	hopSec   *chare.Entry[Hopper, chare.SectionProxy[Hopper]]
+	hopDone  *chare.Entry[HopMain, struct{}]
+	hopSum   *chare.Entry[HopMain, int64]
 	hopTotal int64
 )
+
+func init() {
+	hopGo = chare.NewEntry(hopperT, (*Hopper).Hop)
+	hopPing = chare.NewEntry(hopperT, (*Hopper).Ping)
+	hopSec = chare.NewEntry(hopperT, (*Hopper).InSection)
+	hopDone = chare.NewEntry(hopMain, (*HopMain).Done)
+	hopSum = chare.NewEntry(hopMain, (*HopMain).Sum)
+}
 
 func (h *Hopper) Init(ctx *chare.Ctx, _ struct{}) {}
 
@@ -114,11 +122,17 @@ type ListenMain struct {
 var (
 	listenMain  = chare.NewMainType[ListenMain]("listen.Main")
 	listenerT   = chare.NewType[Listener, struct{}]("listen.Listener")
-	listenHear  = chare.NewEntry[chare.SectionProxy[Listener]](listenerT, "Hear")
-	listenReady = chare.NewEntry[struct{}](listenMain, "Ready")
-	listenSum   = chare.NewEntry[int64](listenMain, "Sum")
+	listenHear  *chare.Entry[Listener, chare.SectionProxy[Listener]]
+	listenReady *chare.Entry[ListenMain, struct{}]
+	listenSum   *chare.Entry[ListenMain, int64]
 	listenLog   []string // entries run on PE 0, in order
 )
+
+func init() {
+	listenHear = chare.NewEntry(listenerT, (*Listener).Hear)
+	listenReady = chare.NewEntry(listenMain, (*ListenMain).Ready)
+	listenSum = chare.NewEntry(listenMain, (*ListenMain).Sum)
+}
 
 func (l *Listener) Init(ctx *chare.Ctx, _ struct{}) {
 	chare.Contribute(ctx, chare.Barrier, struct{}{}, listenReady.CallbackTo(listenMain.MainProxy()))

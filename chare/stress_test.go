@@ -54,12 +54,20 @@ type HitMsg struct {
 var (
 	stressMain  = chare.NewMainType[StressMain]("stress.Main")
 	stressElems = chare.NewType[StressElem, struct{}]("stress.Elem")
-	stressGo    = chare.NewEntry[GoMsg](stressElems, "Go")
-	stressHit   = chare.NewEntry[HitMsg](stressElems, "Hit")
-	stressRep   = chare.NewEntry[chare.Callback[[]int64]](stressElems, "Report")
-	stressRed   = chare.NewEntry[float64](stressMain, "RedDone")
-	stressSecR  = chare.NewEntry[int64](stressMain, "SecDone")
+	stressGo    *chare.Entry[StressElem, GoMsg]
+	stressHit   *chare.Entry[StressElem, HitMsg]
+	stressRep   *chare.Entry[StressElem, chare.Callback[[]int64]]
+	stressRed   *chare.Entry[StressMain, float64]
+	stressSecR  *chare.Entry[StressMain, int64]
 )
+
+func init() {
+	stressGo = chare.NewEntry(stressElems, (*StressElem).Go)
+	stressHit = chare.NewEntry(stressElems, (*StressElem).Hit)
+	stressRep = chare.NewEntry(stressElems, (*StressElem).Report)
+	stressRed = chare.NewEntry(stressMain, (*StressMain).RedDone)
+	stressSecR = chare.NewEntry(stressMain, (*StressMain).SecDone)
+}
 
 func linearOf(ix chare.Index) uint32 { return uint32(ix.C[0])*stressY + uint32(ix.C[1]) }
 

@@ -29,9 +29,14 @@ type SmElem struct{}
 var (
 	smMain = chare.NewMainType[SmMain]("sm.Main")
 	smElem = chare.NewType[SmElem, struct{}]("sm.Elem")
-	smWork = chare.NewEntry[int](smElem, "Work")
-	smSum  = chare.NewEntry[int64](smMain, "Sum")
+	smWork *chare.Entry[SmElem, int]
+	smSum  *chare.Entry[SmMain, int64]
 )
+
+func init() {
+	smWork = chare.NewEntry(smElem, (*SmElem).Work)
+	smSum = chare.NewEntry(smMain, (*SmMain).Sum)
+}
 
 func (m *SmMain) Init(ctx *chare.Ctx, _ []string) {
 	m.Arr = smElem.NewArray(ctx, []int{6}, struct{}{})
@@ -218,8 +223,12 @@ type SmPrinter struct{ SmMain }
 
 var (
 	smPrinter    = chare.NewMainType[SmPrinter]("sm.Printer")
-	smPrinterSum = chare.NewEntry[int64](smPrinter, "Sum")
+	smPrinterSum *chare.Entry[SmPrinter, int64]
 )
+
+func init() {
+	smPrinterSum = chare.NewEntry(smPrinter, (*SmPrinter).Sum)
+}
 
 func (m *SmPrinter) Init(ctx *chare.Ctx, _ []string) {
 	m.Arr = smElem.NewArray(ctx, []int{4}, struct{}{})
@@ -242,7 +251,7 @@ func (m *SmPrinter) Sum(ctx *chare.Ctx, v int64) {
 	ctx.Exit(0)
 }
 
-var smWorkTo = chare.NewEntry[chare.Callback[int64]](smElem, "WorkTo")
+var smWorkTo = chare.NewEntry(smElem, (*SmElem).WorkTo)
 
 func (e *SmElem) WorkTo(ctx *chare.Ctx, cb chare.Callback[int64]) {
 	for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {

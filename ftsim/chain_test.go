@@ -65,16 +65,26 @@ const chainElems = 8
 var (
 	chainMain    = chare.NewMainTypeOf[ChainMain, MixArgs]("ftsim.chain.Main")
 	chainET      = chare.NewType[ChainE, struct{}]("ftsim.chain.E")
-	chainGo      = chare.NewEntry[int](chainET, "Go")
-	chainRecv    = chare.NewEntry[chainMsg](chainET, "Recv")
-	chainTick    = chare.NewEntry[chainTickMsg](chainET, "Tick")
-	chainReport  = chare.NewEntry[struct{}](chainET, "Report")
-	chainDone    = chare.NewEntry[int64](chainMain, "Done")
-	chainLogs    = chare.NewEntry[[]ChainLog](chainMain, "Logs")
-	chainResume  = chare.NewEntry[struct{}](chainMain, "Resume")
+	chainGo      *chare.Entry[ChainE, int]
+	chainRecv    *chare.Entry[ChainE, chainMsg]
+	chainTick    *chare.Entry[ChainE, chainTickMsg]
+	chainReport  *chare.Entry[ChainE, struct{}]
+	chainDone    *chare.Entry[ChainMain, int64]
+	chainLogs    *chare.Entry[ChainMain, []ChainLog]
+	chainResume  *chare.Entry[ChainMain, struct{}]
 	chainConcat  = chare.Concat[ChainLog]()
 	chainTargets = [...]int{1, 3}
 )
+
+func init() {
+	chainGo = chare.NewEntry(chainET, (*ChainE).Go)
+	chainRecv = chare.NewEntry(chainET, (*ChainE).Recv)
+	chainTick = chare.NewEntry(chainET, (*ChainE).Tick)
+	chainReport = chare.NewEntry(chainET, (*ChainE).Report)
+	chainDone = chare.NewEntry(chainMain, (*ChainMain).Done)
+	chainLogs = chare.NewEntry(chainMain, (*ChainMain).Logs)
+	chainResume = chare.NewEntry(chainMain, (*ChainMain).Resume)
+}
 
 func chainMix(h, v uint64) uint64 {
 	h ^= v + 0x9e3779b97f4a7c15 + h<<6 + h>>2

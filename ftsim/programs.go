@@ -55,14 +55,24 @@ var (
 	Mix       = chare.NewMainTypeOf[MixMain, MixArgs]("ftsim.mix.Main")
 	mixAT     = chare.NewType[MixA, chare.ArrayProxy[MixS]]("ftsim.mix.A")
 	mixST     = chare.NewType[MixS, int64]("ftsim.mix.S")
-	mixAStep  = chare.NewEntry[int](mixAT, "Step")
-	mixATouch = chare.NewEntry[mixTouch](mixAT, "Touch")
-	mixSBump  = chare.NewEntry[int](mixST, "Bump")
-	mixASum   = chare.NewEntry[int64](Mix, "ASum")
-	mixSSum   = chare.NewEntry[int64](Mix, "SSum")
-	mixSecSum = chare.NewEntry[int64](Mix, "SecSum")
-	mixResume = chare.NewEntry[struct{}](Mix, "Resume")
+	mixAStep  *chare.Entry[MixA, int]
+	mixATouch *chare.Entry[MixA, mixTouch]
+	mixSBump  *chare.Entry[MixS, int]
+	mixASum   *chare.Entry[MixMain, int64]
+	mixSSum   *chare.Entry[MixMain, int64]
+	mixSecSum *chare.Entry[MixMain, int64]
+	mixResume *chare.Entry[MixMain, struct{}]
 )
+
+func init() {
+	mixAStep = chare.NewEntry(mixAT, (*MixA).Step)
+	mixATouch = chare.NewEntry(mixAT, (*MixA).Touch)
+	mixSBump = chare.NewEntry(mixST, (*MixS).Bump)
+	mixASum = chare.NewEntry(Mix, (*MixMain).ASum)
+	mixSSum = chare.NewEntry(Mix, (*MixMain).SSum)
+	mixSecSum = chare.NewEntry(Mix, (*MixMain).SecSum)
+	mixResume = chare.NewEntry(Mix, (*MixMain).Resume)
+}
 
 func mixSIndex(i int) chare.Index { j := i % 6; return chare.Idx(j%4, j/2) }
 

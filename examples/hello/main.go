@@ -22,12 +22,17 @@ type Greeter struct{}
 var (
 	mainType = chare.NewMainType[Main]("hello.Main")
 	greeters = chare.NewType[Greeter, string]("hello.Greeter")
-	greet    = chare.NewEntry[int](greeters, "Greet")
-	done     = chare.NewEntry[[]string](mainType, "Done")
+	greet    *chare.Entry[Greeter, int]
+	done     *chare.Entry[Main, []string]
 	// gather collects the greetings in index order; reducers are declared
 	// at package level, like types and entries, so every process knows them
 	gather = chare.Concat[string]()
 )
+
+func init() {
+	greet = chare.NewEntry(greeters, (*Greeter).Greet)
+	done = chare.NewEntry(mainType, (*Main).Done)
+}
 
 // Init is main's constructor: args are the program's arguments after the
 // runtime's flags.

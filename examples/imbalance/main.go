@@ -131,12 +131,19 @@ type LeftMsg struct {
 var (
 	mainType = chare.NewMainType[Main]("imbalance.Main")
 	blocks   = chare.NewType[Block, Params]("imbalance.Block")
-	start    = chare.NewEntry[int](blocks, "Start")
-	stepDone = chare.NewEntry[struct{}](mainType, "StepDone")
-	fromLeft = chare.NewEntry[LeftMsg](blocks, "FromLeft")
-	done     = chare.NewEntry[[]int64](mainType, "Done")
+	start    *chare.Entry[Block, int]
+	stepDone *chare.Entry[Main, struct{}]
+	fromLeft *chare.Entry[Block, LeftMsg]
+	done     *chare.Entry[Main, []int64]
 	gather   = chare.Concat[int64]()
 )
+
+func init() {
+	start = chare.NewEntry(blocks, (*Block).Start)
+	stepDone = chare.NewEntry(mainType, (*Main).StepDone)
+	fromLeft = chare.NewEntry(blocks, (*Block).FromLeft)
+	done = chare.NewEntry(mainType, (*Main).Done)
+}
 
 // Init reads [blocks [steps [lbPeriod [work]]]].
 func (m *Main) Init(ctx *chare.Ctx, args []string) {

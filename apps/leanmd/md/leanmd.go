@@ -268,20 +268,34 @@ var (
 	CellT    = chare.NewType[Cell, Params]("leanmd.Cell", chare.NotMigratable())
 	ComputeT = chare.NewType[Compute, ComputeArgs]("leanmd.Compute")
 
-	mainRun       = chare.NewEntry[struct{}](MainT, "Run")
-	mainCellFin   = chare.NewEntry[[]chare.Indexed[CellFinal]](MainT, "CellsDone")
-	mainCompFin   = chare.NewEntry[[]float64](MainT, "ComputesDone")
-	mainStepTimes = chare.NewEntry[[]float64](MainT, "StepTimes")
+	mainRun       *chare.Entry[Main, struct{}]
+	mainCellFin   *chare.Entry[Main, []chare.Indexed[CellFinal]]
+	mainCompFin   *chare.Entry[Main, []float64]
+	mainStepTimes *chare.Entry[Main, []float64]
 
-	cellCreate    = chare.NewEntry[SetupMsg](CellT, "CreateComputes")
-	cellRun       = chare.NewEntry[struct{}](CellT, "Run")
-	cellForces    = chare.NewEntry[[]float64](CellT, "ReduceForces")
-	cellParticles = chare.NewEntry[ParticlesMsg](CellT, "ReceiveParticles")
-	cellCkptStart = chare.NewEntry[struct{}](CellT, "StartCheckpoint")
-	cellCkptDone  = chare.NewEntry[struct{}](CellT, "CheckpointDone")
-	computeForces = chare.NewEntry[PositionsMsg](ComputeT, "CalculateForces")
+	cellCreate    *chare.Entry[Cell, SetupMsg]
+	cellRun       *chare.Entry[Cell, struct{}]
+	cellForces    *chare.Entry[Cell, []float64]
+	cellParticles *chare.Entry[Cell, ParticlesMsg]
+	cellCkptStart *chare.Entry[Cell, struct{}]
+	cellCkptDone  *chare.Entry[Cell, struct{}]
+	computeForces *chare.Entry[Compute, PositionsMsg]
 	cellFinalSet  = chare.Set[CellFinal]()
 )
+
+func init() {
+	mainRun = chare.NewEntry(MainT, (*Main).Run)
+	mainCellFin = chare.NewEntry(MainT, (*Main).CellsDone)
+	mainCompFin = chare.NewEntry(MainT, (*Main).ComputesDone)
+	mainStepTimes = chare.NewEntry(MainT, (*Main).StepTimes)
+	cellCreate = chare.NewEntry(CellT, (*Cell).CreateComputes)
+	cellRun = chare.NewEntry(CellT, (*Cell).Run)
+	cellForces = chare.NewEntry(CellT, (*Cell).ReduceForces)
+	cellParticles = chare.NewEntry(CellT, (*Cell).ReceiveParticles)
+	cellCkptStart = chare.NewEntry(CellT, (*Cell).StartCheckpoint)
+	cellCkptDone = chare.NewEntry(CellT, (*Cell).CheckpointDone)
+	computeForces = chare.NewEntry(ComputeT, (*Compute).CalculateForces)
+}
 
 // printf prints to the run's output (chare.Config.Stdout).
 func printf(ctx *chare.Ctx, format string, args ...any) { fmt.Fprintf(ctx.Out(), format, args...) }

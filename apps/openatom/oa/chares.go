@@ -126,43 +126,76 @@ var (
 	PairCalcT  = chare.NewType[PairCalc, Params]("openatom.PairCalc")
 	OrthoT     = chare.NewType[Ortho, Params]("openatom.Ortho")
 
-	mainReady    = chare.NewEntry[struct{}](MainT, "Ready")
-	mainGS       = chare.NewEntry[[]float64](MainT, "GSpaceSums")
-	mainRS       = chare.NewEntry[[]float64](MainT, "RealSpaceSums")
-	mainRhoR     = chare.NewEntry[[]float64](MainT, "RhoRSums")
-	mainRhoG     = chare.NewEntry[[]float64](MainT, "RhoGSums")
-	mainOrtho    = chare.NewEntry[[]float64](MainT, "OrthoReport")
-	mainBoundary = chare.NewEntry[struct{}](MainT, "AtBoundary")
-	mainCkptDone = chare.NewEntry[struct{}](MainT, "CheckpointDone")
+	mainReady    *chare.Entry[Main, struct{}]
+	mainGS       *chare.Entry[Main, []float64]
+	mainRS       *chare.Entry[Main, []float64]
+	mainRhoR     *chare.Entry[Main, []float64]
+	mainRhoG     *chare.Entry[Main, []float64]
+	mainOrtho    *chare.Entry[Main, []float64]
+	mainBoundary *chare.Entry[Main, struct{}]
+	mainCkptDone *chare.Entry[Main, struct{}]
 
-	gsSetup    = chare.NewEntry[Proxies](GSpaceT, "Setup")
-	gsStart    = chare.NewEntry[struct{}](GSpaceT, "Start")
-	gsBack     = chare.NewEntry[LinesMsg](GSpaceT, "Back")
-	gsBackward = chare.NewEntry[[]float64](GSpaceT, "Backward")
-	gsResume   = chare.NewEntry[struct{}](GSpaceT, "Resume")
+	gsSetup    *chare.Entry[GSpace, Proxies]
+	gsStart    *chare.Entry[GSpace, struct{}]
+	gsBack     *chare.Entry[GSpace, LinesMsg]
+	gsBackward *chare.Entry[GSpace, []float64]
+	gsResume   *chare.Entry[GSpace, struct{}]
 
-	rsSetup     = chare.NewEntry[Proxies](RealSpaceT, "Setup")
-	rsJoin      = chare.NewEntry[SectionMsg[RealSpace]](RealSpaceT, "JoinDensity")
-	rsLines     = chare.NewEntry[LinesMsg](RealSpaceT, "Lines")
-	rsPotential = chare.NewEntry[PlaneMsg](RealSpaceT, "Potential")
+	rsSetup     *chare.Entry[RealSpace, Proxies]
+	rsJoin      *chare.Entry[RealSpace, SectionMsg[RealSpace]]
+	rsLines     *chare.Entry[RealSpace, LinesMsg]
+	rsPotential *chare.Entry[RealSpace, PlaneMsg]
 
-	rhoRSetup   = chare.NewEntry[Proxies](RhoRT, "Setup")
-	rhoRDensity = chare.NewEntry[[]float64](RhoRT, "Density")
-	rhoRRows    = chare.NewEntry[LinesMsg](RhoRT, "Rows")
+	rhoRSetup   *chare.Entry[RhoR, Proxies]
+	rhoRDensity *chare.Entry[RhoR, []float64]
+	rhoRRows    *chare.Entry[RhoR, LinesMsg]
 
-	rhoGSetup = chare.NewEntry[Proxies](RhoGT, "Setup")
-	rhoGRows  = chare.NewEntry[LinesMsg](RhoGT, "Rows")
+	rhoGSetup *chare.Entry[RhoG, Proxies]
+	rhoGRows  *chare.Entry[RhoG, LinesMsg]
 
-	pcSetup = chare.NewEntry[Proxies](PairCalcT, "Setup")
-	pcJoin  = chare.NewEntry[SectionMsg[PairCalc]](PairCalcT, "JoinOrtho")
-	pcPair  = chare.NewEntry[PairMsg](PairCalcT, "Pair")
-	pcX     = chare.NewEntry[XMsg](PairCalcT, "Apply")
+	pcSetup *chare.Entry[PairCalc, Proxies]
+	pcJoin  *chare.Entry[PairCalc, SectionMsg[PairCalc]]
+	pcPair  *chare.Entry[PairCalc, PairMsg]
+	pcX     *chare.Entry[PairCalc, XMsg]
 
-	orthoSetup    = chare.NewEntry[Proxies](OrthoT, "Setup")
-	orthoTiles    = chare.NewEntry[[]float64](OrthoT, "Tiles")
-	orthoNS       = chare.NewEntry[NSMsg](OrthoT, "Operand")
-	orthoResidual = chare.NewEntry[[]float64](OrthoT, "Residual")
+	orthoSetup    *chare.Entry[Ortho, Proxies]
+	orthoTiles    *chare.Entry[Ortho, []float64]
+	orthoNS       *chare.Entry[Ortho, NSMsg]
+	orthoResidual *chare.Entry[Ortho, []float64]
 )
+
+func init() {
+	mainReady = chare.NewEntry(MainT, (*Main).Ready)
+	mainGS = chare.NewEntry(MainT, (*Main).GSpaceSums)
+	mainRS = chare.NewEntry(MainT, (*Main).RealSpaceSums)
+	mainRhoR = chare.NewEntry(MainT, (*Main).RhoRSums)
+	mainRhoG = chare.NewEntry(MainT, (*Main).RhoGSums)
+	mainOrtho = chare.NewEntry(MainT, (*Main).OrthoReport)
+	mainBoundary = chare.NewEntry(MainT, (*Main).AtBoundary)
+	mainCkptDone = chare.NewEntry(MainT, (*Main).CheckpointDone)
+	gsSetup = chare.NewEntry(GSpaceT, (*GSpace).Setup)
+	gsStart = chare.NewEntry(GSpaceT, (*GSpace).Start)
+	gsBack = chare.NewEntry(GSpaceT, (*GSpace).Back)
+	gsBackward = chare.NewEntry(GSpaceT, (*GSpace).Backward)
+	gsResume = chare.NewEntry(GSpaceT, (*GSpace).Resume)
+	rsSetup = chare.NewEntry(RealSpaceT, (*RealSpace).Setup)
+	rsJoin = chare.NewEntry(RealSpaceT, (*RealSpace).JoinDensity)
+	rsLines = chare.NewEntry(RealSpaceT, (*RealSpace).Lines)
+	rsPotential = chare.NewEntry(RealSpaceT, (*RealSpace).Potential)
+	rhoRSetup = chare.NewEntry(RhoRT, (*RhoR).Setup)
+	rhoRDensity = chare.NewEntry(RhoRT, (*RhoR).Density)
+	rhoRRows = chare.NewEntry(RhoRT, (*RhoR).Rows)
+	rhoGSetup = chare.NewEntry(RhoGT, (*RhoG).Setup)
+	rhoGRows = chare.NewEntry(RhoGT, (*RhoG).Rows)
+	pcSetup = chare.NewEntry(PairCalcT, (*PairCalc).Setup)
+	pcJoin = chare.NewEntry(PairCalcT, (*PairCalc).JoinOrtho)
+	pcPair = chare.NewEntry(PairCalcT, (*PairCalc).Pair)
+	pcX = chare.NewEntry(PairCalcT, (*PairCalc).Apply)
+	orthoSetup = chare.NewEntry(OrthoT, (*Ortho).Setup)
+	orthoTiles = chare.NewEntry(OrthoT, (*Ortho).Tiles)
+	orthoNS = chare.NewEntry(OrthoT, (*Ortho).Operand)
+	orthoResidual = chare.NewEntry(OrthoT, (*Ortho).Residual)
+}
 
 // The arrays that say they are set up before the first step: six, one
 // barrier each.

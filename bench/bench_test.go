@@ -427,7 +427,6 @@ var (
 )
 
 func init() {
-	streamJoin = chare.NewEntry(streamers, (*Streamer).Joins)
 	localHop = chare.NewEntry(localT, (*LocalPair).Hop)
 	localDone = chare.NewEntry(localMain, (*LocalMain).Done)
 }

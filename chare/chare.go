@@ -98,6 +98,7 @@ func lookupType(id uint32) *typeInfo {
 func sealRegistries() {
 	chareTypes.Seal()
 	entries.Seal()
+	continuations.Seal()
 	manager.SealRegistries()
 }
 
@@ -372,7 +373,7 @@ func (h *host) Construct(m *manager.Manager, e *manager.Element, arg manager.Laz
 func (h *host) guard(m *manager.Manager, e *manager.Element, what string, f func(ctx *Ctx)) {
 	ctx := &h.ctx
 	saved := *ctx // entry methods nest when one creates an array
-	ctx.m, ctx.e, ctx.th = m, e, nil
+	ctx.m, ctx.e, ctx.th, ctx.hasRef = m, e, nil, false
 	defer func() {
 		if r := recover(); r != nil {
 			m.Fail(fmt.Errorf("%s: %s panicked: %v\n%s", identity(m, e), what, r, debug.Stack()))

@@ -20,6 +20,10 @@ type Ctx struct {
 	m  *manager.Manager
 	e  *manager.Element
 	th *thread
+	// the reference number the entry put its message under (Gather.Put):
+	// unset again when the call returns, with the rest of the Ctx
+	ref    int64
+	hasRef bool
 }
 
 // PE is the PE running the entry method.

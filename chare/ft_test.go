@@ -1,6 +1,7 @@
 package chare_test
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,13 +23,19 @@ func TestKillFlagsAndFiles(t *testing.T) {
 		err  string
 	}{
 		{[]string{"--kill", "1"}, `flag --kill: "1": want PE@STEP`},
-		{[]string{"--kill", "a@3"}, `flag --kill: "a@3": want PE@STEP with whole numbers`},
+		{[]string{"--kill", "a@3"}, `flag --kill: "a@3": PE "a" is not a PE number`},
+		{[]string{"--kill", "1@3x"}, `flag --kill: "1@3x": "3x" is neither a step (a whole number) nor a time after the start (2.5s, 300ms)`},
 		{[]string{"--kill-file", filepath.Join(t.TempDir(), "none")}, "flag --kill-file: open"},
 	} {
 		_, err := chare.ParseFlags(c.args)
 		require.ErrorContains(t, err, c.err, c.args)
 	}
-	res := chare.Run(ckMain, chare.Config{PEs: 2, Kills: []chare.Kill{{PE: 2, Step: 1}}})
+	// a kill at a step, in a program that reports none, says what to do
+	res := chare.Run(helloMain, chare.Config{PEs: 2, Stdout: io.Discard, Kills: []chare.Kill{{PE: 1, Step: 5}}})
+	require.Equal(t, 2, res.Code)
+	require.ErrorContains(t, res.Err, "flag --kill: PE 1 at step 5 never happened: the run ended first (after ")
+	require.ErrorContains(t, res.Err, "; the program reports no steps (chare.AtStep): kill at a time instead, --kill 1@")
+	res = chare.Run(ckMain, chare.Config{PEs: 2, Kills: []chare.Kill{{PE: 2, Step: 1}}})
 	require.Equal(t, 2, res.Code)
 	require.ErrorContains(t, res.Err, "flag --kill: PE 2, but the run has 2 PEs (0..1)")
 	res = chare.Run(ckMain, chare.Config{PEs: 2, FT: "camel", CkptEvery: time.Second})

@@ -201,7 +201,10 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --teams-alpha A, --teams-beta B
                          --teams auto's cost weights: A·logged share + B·rollback
                          share (defaults 0.23, 0.124)
-  --kill PE@STEP         inject a failure: PE fails when the program begins STEP
+  --kill PE@STEP, --kill PE@TIME
+                         inject a failure: PE fails when the program begins
+                         STEP (chare.AtStep), or TIME after the start (2.5s,
+                         300ms: any program)
   --kill-file F          failures from F: lines "PE SECONDS" (Charm++'s +killFile)
                          or "PE @STEP". Under --ft none every PE rolls back to
                          the last checkpoint; under scmel and camel the failed
@@ -276,6 +279,9 @@ type Flag struct {
 	Arg   string // the value's name in the usage ("N"); empty for a boolean flag
 	Usage string
 	Set   func(value string) error // value is "" for a boolean flag
+	// boolValue: a boolean flag that also takes -name=value (Go's flag
+	// package's booleans: -v=false)
+	boolValue bool
 }
 
 // ParseFlags takes the runtime flags out of args (Charm++ spellings and Go
@@ -308,8 +314,13 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 			if k, v, ok := strings.Cut(a, "="); ok {
 				name, val, hasVal = k, v, true
 			}
-		} else if strings.HasPrefix(a, "+p") && len(a) > 2 {
-			name, val, hasVal = "+p", a[2:], true
+		} else if strings.HasPrefix(a, "+p") && len(a) > 2 && a[2] >= '0' && a[2] <= '9' {
+			name, val, hasVal = "+p", a[2:], true // +p4 (+ppn is not +p with "pn")
+		} else if strings.HasPrefix(a, "-") {
+			// a program's Go-style flag: -name=value
+			if k, v, ok := strings.Cut(a, "="); ok && findFlag(own, k) != nil {
+				name, val, hasVal = k, v, true
+			}
 		}
 		value := func() (string, error) {
 			if hasVal {
@@ -522,8 +533,10 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 					if v, err = value(); err != nil {
 						return cfg, err
 					}
-				} else if hasVal {
+				} else if hasVal && !f.boolValue {
 					return cfg, fmt.Errorf("flag %s takes no value", name)
+				} else if hasVal {
+					v = val // a Go boolean flag: -v=false
 				}
 				if err := f.Set(v); err != nil {
 					return cfg, fmt.Errorf("flag %s: %w", name, err)
@@ -531,7 +544,12 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				continue
 			}
 			if strings.HasPrefix(a, "+") || (strings.HasPrefix(a, "--") && len(a) > 2) {
-				return cfg, fmt.Errorf("unknown runtime flag %s (see --help)", a)
+				hint := didYouMean(name, own)
+				if hint == "" && strings.HasPrefix(a, "+p") {
+					_, err := num("+p", a[2:], 1, MaxPEs) // +pmany: a PE count, mistyped
+					return cfg, err
+				}
+				return cfg, fmt.Errorf("unknown runtime flag %s (%ssee --help)", a, hint)
 			}
 			cfg.Args = append(cfg.Args, a)
 		}
@@ -997,8 +1015,8 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: a deterministic run is one process", cfg.Procs)}}
 		}
 		for _, k := range cfg.Kills {
-			if k.Step < 0 || k.Checkpoint > 0 {
-				return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: kill %v: with several processes a kill is a process's SIGKILL at a step (--kill PE@STEP kills the process holding the PE)", cfg.Procs, k)}}
+			if k.Checkpoint > 0 || k.Simulated() {
+				return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: kill %v: with several processes a kill is a process's SIGKILL at a step or a time (--kill PE@STEP, PE@TIME kill the process holding the PE)", cfg.Procs, k)}}
 			}
 		}
 	}
@@ -1025,14 +1043,19 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		opt.BuddyStride = pcfg.LocalPEs // checkpoint copies in another process
 		pcfg.Remote = job
 		pcfg.Chaos = 0
-		rs.sup.KillProcesses(func(k recovery.Kill) {
+		holder := func(k recovery.Kill) int {
 			for r := range cfg.Procs {
 				if first, n := cluster.Block(cfg.PEs, cfg.Procs, r); k.PE >= first && k.PE < first+n {
-					job.KillProcess(r, fmt.Sprintf("--kill %d@%d: process %d holds PE %d", k.PE, k.Step, r, k.PE))
-					return
+					return r
 				}
 			}
-		}, job.Replacement())
+			return -1
+		}
+		rs.sup.KillProcesses(func(k recovery.Kill) {
+			if r := holder(k); r >= 0 {
+				job.KillProcess(r, fmt.Sprintf("--kill %v: process %d holds PE %d", k, r, k.PE))
+			}
+		}, func(k recovery.Kill) bool { return holder(k) == job.Rank() }, job.Replacement())
 	}
 	teams, stride, err := chooseTeams(cfg, spec, opt.BuddyStride)
 	if err != nil {
@@ -1297,6 +1320,7 @@ func ExitCode(w io.Writer, program string, err error) int {
 // Main is a program's whole main function: it parses the runtime flags from
 // os.Args, runs, prints the run's summary (Summary.WriteText) or reports
 // its error on stderr, and exits with the run's code (2 for bad flags).
+// A program with flags of its own uses MainWith.
 func Main[C any](main *Type[C, []string]) {
 	prog := filepath.Base(os.Args[0])
 	cfg, err := ParseFlags(os.Args[1:])
@@ -1309,9 +1333,14 @@ func Main[C any](main *Type[C, []string]) {
 		os.Exit(2)
 	}
 	cfg.Notices = os.Stderr
-	res := Run(main, cfg)
+	os.Exit(finish(prog, Run(main, cfg)))
+}
+
+// finish reports a run the way Main does and gives its exit code: the
+// summary on stdout, or the error (and the dump of a stall) on stderr.
+func finish(prog string, res Result) int {
 	if res.Err != nil && ReportedElsewhere(res.Err) {
-		os.Exit(max(res.Code, 1))
+		return max(res.Code, 1)
 	}
 	if res.Err == nil && res.Summary != nil {
 		res.Summary.WriteText(os.Stdout)
@@ -1323,5 +1352,5 @@ func Main[C any](main *Type[C, []string]) {
 			res.Code = 1
 		}
 	}
-	os.Exit(res.Code)
+	return res.Code
 }

@@ -49,19 +49,31 @@ func (k Kill) String() string {
 	return fmt.Sprintf("PE %d after %v", k.PE, k.After)
 }
 
-// ParseKill reads --kill's value: PE@STEP.
+// ParseKill reads --kill's value: PE@STEP (at the step the program
+// reports with AtStep) or PE@TIME (a duration after the start: 1@2.5s,
+// 0@300ms), which fits any program.
 func ParseKill(v string) (Kill, error) {
 	p, s, ok := strings.Cut(v, "@")
 	if !ok {
-		return Kill{}, fmt.Errorf("flag --kill: %q: want PE@STEP", v)
+		return Kill{}, fmt.Errorf("flag --kill: %q: want PE@STEP or PE@TIME (1@20, 1@2.5s)", v)
 	}
-	pe, err1 := strconv.Atoi(p)
-	step, err2 := strconv.Atoi(s)
-	if err1 != nil || err2 != nil || pe < 0 || step < 0 {
-		return Kill{}, fmt.Errorf("flag --kill: %q: want PE@STEP with whole numbers", v)
+	pe, err := strconv.Atoi(p)
+	if err != nil || pe < 0 {
+		return Kill{}, fmt.Errorf("flag --kill: %q: PE %q is not a PE number", v, p)
 	}
-	return Kill{PE: pe, Step: step}, nil
+	if step, err := strconv.Atoi(s); err == nil && step >= 0 {
+		return Kill{PE: pe, Step: step}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > maxKillDelay {
+		return Kill{}, fmt.Errorf("flag --kill: %q: %q is neither a step (a whole number) nor a time after the start (2.5s, 300ms)", v, s)
+	}
+	return Kill{PE: pe, Step: -1, After: d}, nil
 }
+
+// maxKillDelay bounds a kill's time after the start (a typo of a unit
+// should not wait a year).
+const maxKillDelay = 1e9 * time.Second
 
 // ParseKillFile reads a kill file: one failure per line, "PE SECONDS"
 // (Charm++'s +killFile format: seconds after the start, fractions allowed)

@@ -201,15 +201,18 @@ func (s *Supervisor) Begin(node *pe.Node, initial [][]pe.Envelope) {
 // KillProcesses makes the injected failures, in a job of several
 // processes, SIGKILLs of the processes holding the PEs named (kill), as a
 // crash would end them: the job replaces them and recovers as from any
-// loss. They fire where the program reports its steps (AtStep). A
-// replacement process injects none: its kills were its first
-// incarnation's.
-func (s *Supervisor) KillProcesses(kill func(Kill), replacement bool) {
+// loss. They fire where the program reports its steps (AtStep), or at
+// their time. A replacement process injects none: its kills were its
+// first incarnation's.
+//
+// A kill at a time is this process's only if it holds the PE (mine): the
+// process that does kills itself then, the others leave it to it.
+func (s *Supervisor) KillProcesses(kill func(Kill), mine func(Kill) bool, replacement bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.killProcess = kill
-	if replacement {
-		for i := range s.fired {
+	for i, k := range s.kills {
+		if replacement || (k.timed() && !mine(k)) {
 			s.fired[i] = true
 		}
 	}
@@ -617,12 +620,12 @@ func (s *Supervisor) StepRange(first, last int) error {
 func (s *Supervisor) Unfired() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.killProcess != nil && !s.sawStep {
-		return nil // another process reported the steps and fired them
-	}
 	for i, k := range s.kills {
+		if s.killProcess != nil && !s.sawStep && !k.timed() {
+			continue // another process reported the steps and fired them
+		}
 		if !s.fired[i] {
-			return &UnfiredError{Kill: k, After: time.Since(s.start).Round(time.Millisecond)}
+			return &UnfiredError{Kill: k, After: time.Since(s.start).Round(time.Millisecond), NoSteps: k.Step >= 0 && k.Checkpoint == 0 && !s.sawStep}
 		}
 	}
 	return nil
@@ -633,10 +636,16 @@ func (s *Supervisor) Unfired() error {
 type UnfiredError struct {
 	Kill  Kill
 	After time.Duration
+	// NoSteps: the kill was at a step and the program reported none
+	NoSteps bool
 }
 
 func (e *UnfiredError) Error() string {
-	return fmt.Sprintf("flag --kill: %v never happened: the run ended first (after %v)", e.Kill, e.After)
+	msg := fmt.Sprintf("flag --kill: %v never happened: the run ended first (after %v)", e.Kill, e.After)
+	if e.NoSteps {
+		msg += fmt.Sprintf("; the program reports no steps (chare.AtStep): kill at a time instead, --kill %d@%v", e.Kill.PE, max(e.After/2, time.Millisecond))
+	}
+	return msg
 }
 
 // restored: the program resumes from the checkpoint it rolled back to

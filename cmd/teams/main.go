@@ -24,11 +24,20 @@ import (
 	"github.com/charmgo/charmgo/loadbalance"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "teams: %v\n", err)
-		os.Exit(2)
+func main() { os.Exit(exitCode(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// exitCode runs the command: 0 when it worked or --help was asked for
+// (the usage is printed), 2 with one line on errw otherwise.
+func exitCode(args []string, out, errw io.Writer) int {
+	err := run(args, out)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	if err != nil {
+		fmt.Fprintf(errw, "teams: %v\n", err)
+		return 2
+	}
+	return 0
 }
 
 func run(args []string, out io.Writer) error {

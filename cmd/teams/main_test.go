@@ -84,6 +84,17 @@ func TestTeamsBadInput(t *testing.T) {
 	}
 }
 
+// --help prints the usage and exits 0; a bad flag exits 2 with one line.
+func TestTeamsHelpExitsZero(t *testing.T) {
+	var out, errw strings.Builder
+	require.Equal(t, 0, exitCode([]string{"--help"}, &out, &errw))
+	require.Contains(t, out.String(), "-stats string")
+	require.Empty(t, errw.String())
+	out.Reset()
+	require.Equal(t, 2, exitCode([]string{"--bogus"}, &out, &errw))
+	require.Equal(t, "teams: flag provided but not defined: -bogus\n", errw.String())
+}
+
 func TestRanges(t *testing.T) {
 	require.Equal(t, "0-3,8,10-11", ranges([]int{0, 1, 2, 3, 8, 10, 11}))
 	require.Equal(t, "5", ranges([]int{5}))

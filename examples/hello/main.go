@@ -2,11 +2,13 @@
 // greeters, broadcasts to them, and gathers their greetings (in index order)
 // with a reduction whose callback is main.
 //
-//	go run ./examples/hello            # all cores
+//	go run ./examples/hello            # all cores, 8 greeters
 //	go run ./examples/hello +p3 10     # 3 PEs, 10 greeters
+//	go run ./examples/hello --help
 package main
 
 import (
+	"flag"
 	"fmt"
 	"strconv"
 
@@ -20,7 +22,7 @@ type Main struct{}
 type Greeter struct{}
 
 var (
-	mainType = chare.NewMainType[Main]("hello.Main")
+	mainType = chare.NewMainTypeOf[Main, int]("hello.Main")
 	greeters = chare.NewType[Greeter, string]("hello.Greeter")
 	greet    *chare.Entry[Greeter, int]
 	done     *chare.Entry[Main, []string]
@@ -34,18 +36,8 @@ func init() {
 	done = chare.NewEntry(mainType, (*Main).Done)
 }
 
-// Init is main's constructor: args are the program's arguments after the
-// runtime's flags.
-func (m *Main) Init(ctx *chare.Ctx, args []string) {
-	n := 8
-	if len(args) > 0 {
-		v, err := strconv.Atoi(args[0])
-		if err != nil || v < 1 {
-			ctx.Fail(fmt.Errorf("argument 1: %q is not a positive number of greeters", args[0]))
-			return
-		}
-		n = v
-	}
+// Init is main's constructor: n is the number of greeters.
+func (m *Main) Init(ctx *chare.Ctx, n int) {
 	fmt.Printf("hello: %d greeters on %d PEs\n", n, ctx.NumPEs())
 	arr := greeters.NewArray(ctx, []int{n}, "hello")
 	greet.Broadcast(ctx, arr, 2026)
@@ -68,4 +60,25 @@ func (m *Main) Done(ctx *chare.Ctx, all []string) {
 	ctx.Exit(0)
 }
 
-func main() { chare.Main(mainType) }
+// greetersArg reads the command line's arguments: [greeters].
+func greetersArg(args []string) (int, error) {
+	switch len(args) {
+	case 0:
+		return 8, nil
+	case 1:
+		v, err := strconv.Atoi(args[0])
+		if err != nil || v < 1 {
+			return 0, fmt.Errorf("argument 1: %q is not a positive number of greeters", args[0])
+		}
+		return v, nil
+	}
+	return 0, fmt.Errorf("%d arguments: hello takes one, the number of greeters", len(args))
+}
+
+func main() {
+	fs := flag.NewFlagSet("hello", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: hello [greeters]: greeters (default 8) say hello, gathered in index order by a reduction to main")
+	}
+	chare.MainWith(mainType, fs, greetersArg)
+}

@@ -8,11 +8,22 @@ import (
 )
 
 func TestHelloRuns(t *testing.T) {
-	for _, args := range [][]string{nil, {"3"}} {
-		res := chare.Run(mainType, chare.Config{PEs: 2, Args: args, WireCheck: true})
+	for _, n := range []int{8, 3} {
+		res := chare.RunWith(mainType, n, chare.Config{PEs: 2, WireCheck: true})
 		require.NoError(t, res.Err)
 		require.Equal(t, 0, res.Code)
 	}
-	res := chare.Run(mainType, chare.Config{PEs: 2, Args: []string{"-4"}})
-	require.ErrorContains(t, res.Err, `argument 1: "-4" is not a positive number of greeters`)
+}
+
+func TestHelloArguments(t *testing.T) {
+	n, err := greetersArg(nil)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	n, err = greetersArg([]string{"3"})
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	_, err = greetersArg([]string{"-4"})
+	require.EqualError(t, err, `argument 1: "-4" is not a positive number of greeters`)
+	_, err = greetersArg([]string{"1", "2"})
+	require.EqualError(t, err, "2 arguments: hello takes one, the number of greeters")
 }

@@ -15,9 +15,11 @@
 //	go run ./examples/imbalance                       # no balancer: the bump's PEs hold everyone up
 //	go run ./examples/imbalance +p2 +balancer greedyrefine +LBDebug 1
 //	go run ./examples/imbalance +p2 64 200 10 20000   # blocks, steps, steps between balancing, work unit
+//	go run ./examples/imbalance --help
 package main
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"slices"
@@ -113,12 +115,17 @@ type Main struct {
 
 // Block is one element of the ring.
 type Block struct {
-	P       Params
-	X       uint64
-	Step    int
-	Allowed int            // steps main has started
-	Left    map[int]uint64 // the left neighbour's value for each step not run yet
-	Waiting bool           // at AtSync
+	P    Params
+	X    uint64
+	Step int
+	In   chare.Gather[StepIn] // what each step waits for, by step
+}
+
+// StepIn is one of the two things a step waits for: main's start, or
+// (Left) the left neighbour's value X.
+type StepIn struct {
+	Left bool
+	X    uint64
 }
 
 // LeftMsg carries a block's value after step Step-1 to its right
@@ -129,12 +136,13 @@ type LeftMsg struct {
 }
 
 var (
-	mainType = chare.NewMainType[Main]("imbalance.Main")
+	mainType = chare.NewMainTypeOf[Main, Params]("imbalance.Main")
 	blocks   = chare.NewType[Block, Params]("imbalance.Block")
 	start    *chare.Entry[Block, int]
 	stepDone *chare.Entry[Main, struct{}]
 	fromLeft *chare.Entry[Block, LeftMsg]
 	done     *chare.Entry[Main, []int64]
+	runStep  *chare.Continuation[Block, StepIn]
 	gather   = chare.Concat[int64]()
 )
 
@@ -143,31 +151,33 @@ func init() {
 	stepDone = chare.NewEntry(mainType, (*Main).StepDone)
 	fromLeft = chare.NewEntry(blocks, (*Block).FromLeft)
 	done = chare.NewEntry(mainType, (*Main).Done)
+	runStep = chare.NewContinuation(blocks, (*Block).Run)
 }
 
-// Init reads [blocks [steps [lbPeriod [work]]]].
-func (m *Main) Init(ctx *chare.Ctx, args []string) {
+// ParseArgs reads the command line's arguments, [blocks [steps [lbPeriod
+// [work]]]], over the defaults.
+func ParseArgs(args []string) (Params, error) {
 	p := DefaultParams()
 	dst := []*int{&p.Blocks, &p.Steps, &p.LBPeriod, &p.Work}
 	names := []string{"blocks", "steps", "lbPeriod", "work"}
 	if len(args) > len(dst) {
-		ctx.Fail(fmt.Errorf("usage: imbalance [blocks [steps [lbPeriod [work]]]]: %d arguments", len(args)))
-		return
+		return p, fmt.Errorf("%d arguments: imbalance takes at most 4 (see --help)", len(args))
 	}
 	for i, a := range args {
 		v, err := strconv.Atoi(a)
 		if err != nil || v < 1 {
-			ctx.Fail(fmt.Errorf("argument %d (%s): %q is not a positive whole number", i+1, names[i], a))
-			return
+			return p, fmt.Errorf("argument %d (%s): %q is not a positive whole number", i+1, names[i], a)
 		}
 		*dst[i] = v
 	}
 	if p.Blocks < 2 {
-		ctx.Fail(fmt.Errorf("argument 1 (blocks): a ring needs at least 2 blocks"))
-		return
+		return p, fmt.Errorf("argument 1 (blocks): a ring needs at least 2 blocks")
 	}
-	m.run(ctx, p)
+	return p, nil
 }
+
+// Init runs the workload p.
+func (m *Main) Init(ctx *chare.Ctx, p Params) { m.run(ctx, p) }
 
 func (m *Main) run(ctx *chare.Ctx, p Params) {
 	m.P = p
@@ -232,9 +242,10 @@ func (m *Main) MedianMs() float64 {
 	return s[len(s)/2]
 }
 
-// Init is a block's constructor.
+// Init is a block's constructor: it waits for step 0.
 func (b *Block) Init(ctx *chare.Ctx, p Params) {
-	b.P, b.X, b.Left = p, initial(int(ctx.Index().C[0])), map[int]uint64{}
+	b.P, b.X = p, initial(int(ctx.Index().C[0]))
+	chare.When(ctx, &b.In, 0, 2, runStep)
 }
 
 // Start lets the block run step s (the first gives it its left
@@ -242,48 +253,50 @@ func (b *Block) Init(ctx *chare.Ctx, p Params) {
 func (b *Block) Start(ctx *chare.Ctx, s int) {
 	if s == 0 {
 		i := int(ctx.Index().C[0])
-		b.Left[0] = initial((i + b.P.Blocks - 1) % b.P.Blocks)
+		b.In.Put(ctx, 0, StepIn{Left: true, X: initial((i + b.P.Blocks - 1) % b.P.Blocks)})
 	}
-	b.Allowed = max(b.Allowed, s+1)
-	b.advance(ctx)
+	b.In.Put(ctx, int64(s), StepIn{})
 }
 
 // FromLeft takes the left neighbour's value for a step.
 func (b *Block) FromLeft(ctx *chare.Ctx, m LeftMsg) {
-	b.Left[m.Step] = m.X
-	b.advance(ctx)
+	b.In.Put(ctx, int64(m.Step), StepIn{Left: true, X: m.X})
 }
 
 // ResumeFromSync goes on after a balancing step.
-func (b *Block) ResumeFromSync(ctx *chare.Ctx) {
-	b.Waiting = false
-	b.advance(ctx)
-}
+func (b *Block) ResumeFromSync(ctx *chare.Ctx) { chare.When(ctx, &b.In, int64(b.Step), 2, runStep) }
 
-// advance runs every step whose input is here, until AtSync or the end.
-func (b *Block) advance(ctx *chare.Ctx) {
+// Run runs a step, once main started it and the left neighbour's value
+// is in; then it waits for the next, unless it is time for AtSync.
+func (b *Block) Run(ctx *chare.Ctx, in []StepIn) {
 	i := int(ctx.Index().C[0])
-	right := chare.ThisArray[Block](ctx).At((i + 1) % b.P.Blocks)
-	for !b.Waiting && b.Step < b.Allowed {
-		left, ok := b.Left[b.Step]
-		if !ok {
-			return
-		}
-		delete(b.Left, b.Step)
-		b.X = lcgRun(b.X^left, b.P.WorkOf(i, b.Step))
-		fromLeft.Send(ctx, right, LeftMsg{Step: b.Step + 1, X: b.X})
-		b.Step++
-		if b.Step == b.P.Steps {
-			chare.Contribute(ctx, gather, int64(b.X), done.CallbackTo(mainType.MainProxy()))
-			return
-		}
-		chare.Contribute(ctx, chare.Barrier, struct{}{}, stepDone.CallbackTo(mainType.MainProxy()))
-		if b.Step%b.P.LBPeriod == 0 {
-			b.Waiting = true
-			ctx.AtSync()
-			return
-		}
+	left := in[0].X
+	if !in[0].Left {
+		left = in[1].X
 	}
+	b.X = lcgRun(b.X^left, b.P.WorkOf(i, b.Step))
+	fromLeft.Send(ctx, chare.ThisArray[Block](ctx).At((i+1)%b.P.Blocks), LeftMsg{Step: b.Step + 1, X: b.X})
+	b.Step++
+	if b.Step == b.P.Steps {
+		chare.Contribute(ctx, gather, int64(b.X), done.CallbackTo(mainType.MainProxy()))
+		return
+	}
+	chare.Contribute(ctx, chare.Barrier, struct{}{}, stepDone.CallbackTo(mainType.MainProxy()))
+	if b.Step%b.P.LBPeriod == 0 {
+		ctx.AtSync()
+		return
+	}
+	chare.When(ctx, &b.In, int64(b.Step), 2, runStep)
 }
 
-func main() { chare.Main(mainType) }
+func main() {
+	fs := flag.NewFlagSet("imbalance", flag.ContinueOnError)
+	fs.Usage = func() {
+		d := DefaultParams()
+		fmt.Fprintf(fs.Output(), "usage: imbalance [blocks [steps [lbPeriod [work]]]]: a ring of blocks whose work follows a drifting bump\n"+
+			"  blocks    elements of the ring (default %d)\n  steps     steps to run (default %d)\n"+
+			"  lbPeriod  steps between AtSync, where a balancer (+balancer) may move blocks (default %d)\n"+
+			"  work      LCG steps of a block at the bottom of the bump, a step (default %d)\n", d.Blocks, d.Steps, d.LBPeriod, d.Work)
+	}
+	chare.MainWith(mainType, fs, ParseArgs)
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,7 +25,8 @@ func TestTheDefaultWorkloadIsImbalancedOnTwoPEs(t *testing.T) {
 // Every balancer ends with the model's values, on 1 to 3 PEs; the first
 // run is checked by main itself (exit 0), the others against it too.
 func TestEveryBalancerPassesTheCheck(t *testing.T) {
-	args := []string{"24", "30", "5", "500"}
+	p, err := ParseArgs([]string{"24", "30", "5", "500"})
+	require.NoError(t, err)
 	var first []int64
 	for _, c := range []chare.Config{
 		{PEs: 1},
@@ -36,8 +36,8 @@ func TestEveryBalancerPassesTheCheck(t *testing.T) {
 		{PEs: 3, Balancer: "rotate"},
 	} {
 		var out bytes.Buffer
-		c.Args, c.Stdout = args, &out
-		res := chare.Run(mainType, c)
+		c.Stdout = &out
+		res := chare.RunWith(mainType, p, c)
 		require.NoError(t, res.Err, "%+v", c)
 		require.Equal(t, 0, res.Code)
 		m := res.Main.(*Main)
@@ -55,14 +55,13 @@ func TestEveryBalancerPassesTheCheck(t *testing.T) {
 }
 
 func TestBadArguments(t *testing.T) {
-	for args, want := range map[string][]string{
+	for want, args := range map[string][]string{
 		`argument 2 (steps): "x" is not a positive whole number`: {"8", "x"},
-		"usage: imbalance":               {"1", "2", "3", "4", "5"},
-		"a ring needs at least 2 blocks": {"1"},
+		"5 arguments: imbalance takes at most 4 (see --help)":    {"1", "2", "3", "4", "5"},
+		"a ring needs at least 2 blocks":                         {"1"},
 	} {
-		res := chare.Run(mainType, chare.Config{PEs: 1, Args: want, Stdout: io.Discard})
-		assert.ErrorContains(t, res.Err, args)
-		assert.NotEqual(t, 0, res.Code)
+		_, err := ParseArgs(args)
+		assert.ErrorContains(t, err, want)
 	}
 }
 
@@ -76,7 +75,7 @@ func TestMainPrintsTheRunSummary(t *testing.T) {
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestMainPrintsTheRunSummary$")
-	cmd.Env = append(os.Environ(), asMainEnv+"=+p2 +balancer greedyrefine 16 30 5 2000")
+	cmd.Env = append(os.Environ(), asMainEnv+"=+p2 +balancer greedyrefine 16 30 5 20000")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	for _, want := range []string{"check passed", "\nSummary\n", "2 PEs in one process", "PE utilisation: mean", "point-to-point:", "load balancing (greedyrefine):"} {

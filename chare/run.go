@@ -1053,7 +1053,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		}
 		rs.sup.KillProcesses(func(k recovery.Kill) {
 			if r := holder(k); r >= 0 {
-				job.KillProcess(r, fmt.Sprintf("--kill %v: process %d holds PE %d", k, r, k.PE))
+				job.KillProcess(r, fmt.Sprintf("--kill %s: process %d holds PE %d", k.Flag(), r, k.PE))
 			}
 		}, func(k recovery.Kill) bool { return holder(k) == job.Rank() }, job.Replacement())
 	}

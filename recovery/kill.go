@@ -49,6 +49,18 @@ func (k Kill) String() string {
 	return fmt.Sprintf("PE %d after %v", k.PE, k.After)
 }
 
+// Flag is k as --kill spells it (PE@STEP, PE@TIME), or as String says it
+// for kills no flag makes.
+func (k Kill) Flag() string {
+	switch {
+	case k.Simulated() || k.Checkpoint > 0:
+		return k.String()
+	case k.Step >= 0:
+		return fmt.Sprintf("%d@%d", k.PE, k.Step)
+	}
+	return fmt.Sprintf("%d@%v", k.PE, k.After)
+}
+
 // ParseKill reads --kill's value: PE@STEP (at the step the program
 // reports with AtStep) or PE@TIME (a duration after the start: 1@2.5s,
 // 0@300ms), which fits any program.

@@ -30,6 +30,7 @@ func TestParseKillFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Kill{PE: 1, Step: -1, After: 2500 * time.Millisecond}, k)
 	require.Equal(t, "PE 1 after 2.5s", k.String())
+	require.Equal(t, "1@2.5s", k.Flag())
 	for v, want := range map[string]string{
 		"3@-1":      `"-1" is neither a step (a whole number) nor a time after the start (2.5s, 300ms)`,
 		"3@-2s":     `"-2s" is neither a step`,

@@ -752,8 +752,7 @@ func TestTraceOverProcesses(t *testing.T) {
 // --kill PE@STEP with several processes is a real failure: the process
 // holding the PE ends itself by SIGKILL when the program begins the step,
 // charmrun replaces it, and the job ends with the failure-free results;
-// the replacement does not kill itself again. A kill that is not at a
-// step is refused by name.
+// the replacement does not kill itself again.
 func TestKillAProcessAtAStep(t *testing.T) {
 	bin := buildLeanMD(t)
 	leanmd := func(args ...string) (string, string, int) {
@@ -777,11 +776,26 @@ func TestKillAProcessAtAStep(t *testing.T) {
 		require.Equal(t, 1, s.FaultTolerance.Failures, ft)
 		require.Positive(t, s.FaultTolerance.RecoveryMs, ft)
 	}
-	timed := filepath.Join(t.TempDir(), "kills")
-	require.NoError(t, os.WriteFile(timed, []byte("1 0.5\n"), 0o644))
-	_, errs, code := leanmd("++n", "2", "++ppn", "1", "--kill-file", timed)
-	require.Equal(t, 2, code)
-	require.Contains(t, errs, "with several processes a kill is a process's SIGKILL at a step")
+}
+
+func buildJacobi2D(t *testing.T) string { return programs.Build(t, "../../examples/jacobi2d", "jacobi2d") }
+
+// --kill PE@TIME with several processes, in a program that reports no
+// steps (jacobi2d): the process holding the PE ends itself by SIGKILL at
+// the time, once; charmrun replaces it and the job ends with every cell
+// bitwise the serial computation's (the program checks it: exit 0).
+func TestKillAProcessAtATime(t *testing.T) {
+	bin := buildJacobi2D(t)
+	for _, ft := range []string{"none", "camel"} {
+		var out, errb bytes.Buffer
+		code := run([]string{"++n", "2", "++ppn", "1", "--ft", ft, "--ckpt-period", "500", "--kill", "1@150ms", "--watchdog", "60s",
+			bin, "-blocks", "4", "-size", "8", "-iters", "8000", "-lb-period", "0", "-progress", "0"}, &out, &errb)
+		errs := errb.String()
+		require.Equal(t, 0, code, "%s: %s", ft, errs)
+		require.Contains(t, out.String(), "check passed: every cell equals the serial computation's", ft)
+		require.Equal(t, 1, strings.Count(errs, "ends itself by SIGKILL: --kill 1@150ms: process 1 holds PE 1"), "%s, once: %s", ft, errs)
+		require.Contains(t, errs, "charmrun: process 1 was killed by SIGKILL; starting its replacement")
+	}
 }
 
 func buildOpenAtom(t *testing.T) string { return programs.Build(t, "../../apps/openatom", "openatom") }

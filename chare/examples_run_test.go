@@ -48,6 +48,9 @@ func TestExamplesAcrossPEsAndWireCheck(t *testing.T) {
 		{"reduction", func(c chare.Config) chare.Result { return chare.Run(sumMain, c) }, "count 100, sum 4950, tenth 495.0, err <nil>\n"},
 		{"section", func(c chare.Config) chare.Result { return chare.Run(secMain, c) }, "section sum 880\n"},
 		{"migration", func(c chare.Config) chare.Result { return chare.Run(migMain, c) }, "received 200 messages, sum 20100\n"},
+		{"future", func(c chare.Config) chare.Result { return chare.Run(askMain, c) }, "the oracle says 42 (<nil>)\n"},
+		{"gather", func(c chare.Config) chare.Result { return chare.Run(waitMain, c) }, "round 1: notes from 0, 1, 2\nround 2: notes from 0, 1, 2\n"},
+		{"relay", func(c chare.Config) chare.Result { return chare.Run(ftMain, c) }, "after 20 laps the sum is 1673221797022101840\n"},
 	}
 	for _, p := range progs {
 		for _, pes := range []int{1, 2, 3, 5} {

@@ -778,7 +778,9 @@ func TestKillAProcessAtAStep(t *testing.T) {
 	}
 }
 
-func buildJacobi2D(t *testing.T) string { return programs.Build(t, "../../examples/jacobi2d", "jacobi2d") }
+func buildJacobi2D(t *testing.T) string {
+	return programs.Build(t, "../../examples/jacobi2d", "jacobi2d")
+}
 
 // --kill PE@TIME with several processes, in a program that reports no
 // steps (jacobi2d): the process holding the PE ends itself by SIGKILL at

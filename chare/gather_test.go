@@ -50,17 +50,21 @@ func init() { gtStep = NewContinuation(gtElemT, (*gtElem).Step) }
 
 // Every order of six messages (two for each of refs 1 to 3), every moment
 // the element starts waiting and every moment it resumes after its pause
-// (at AtSync) give the same continuations in the same order; and the
-// Gather travels, with what it holds, through msgpack (a migration, a
-// checkpoint) at every point.
+// (at AtSync) give the same continuations in the same order; and, in
+// every fourth order, the Gather travels with what it holds through
+// msgpack (a migration, a checkpoint) after every event.
 func TestGatherRunsContinuationsInRefOrderWhateverTheArrivalOrder(t *testing.T) {
 	msgs := []gtMsg{{1, 0}, {1, 1}, {2, 0}, {2, 1}, {3, 0}, {3, 1}}
 	want := []string{"1:[0 1]", "2:[0 1]", "3:[0 1]"}
-	runs := 0
+	runs, n := 0, 0
 	for perm := range permutations(len(msgs)) {
+		n++
 		for start := 0; start <= len(msgs); start++ {
 			for resume := 0; resume <= len(msgs); resume++ {
 				for _, travel := range []bool{false, true} {
+					if travel && n%4 != 0 {
+						continue // (packing after every event is the cost: every fourth order)
+					}
 					got := runGather(t, msgs, perm, start, resume, travel)
 					require.Equal(t, want, got, "order %v, start after %d, resume %d after the pause, travel %v", perm, start, resume, travel)
 					runs++
@@ -68,7 +72,7 @@ func TestGatherRunsContinuationsInRefOrderWhateverTheArrivalOrder(t *testing.T) 
 			}
 		}
 	}
-	require.Equal(t, 720*7*7*2, runs)
+	require.Equal(t, 720*7*7+180*7*7, runs)
 }
 
 // runGather puts msgs in the order perm, starting the element (When for

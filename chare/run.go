@@ -1293,6 +1293,26 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	return res
 }
 
+// Reports says whether this process reports the run RunWith returned,
+// for a program that writes its own report from its main chare (LeanMD,
+// the OpenAtom proxy): not if the run failed (err), was only checked
+// (CheckEnv: nothing ran), or ran in a process other than the job's
+// first, which reports nothing and only passes on its exit code (err
+// when it is not 0).
+func (res Result) Reports(program string) (bool, error) {
+	switch {
+	case res.Err != nil:
+		return false, res.Err
+	case res.Checked:
+		return false, nil
+	case res.Process != 0 && res.Code != 0:
+		return false, fmt.Errorf("%s exited with code %d", program, res.Code)
+	case res.Process != 0:
+		return false, nil
+	}
+	return true, nil
+}
+
 // ExitCode reports a run's error the way Main does and gives the exit
 // code, for programs that run with their own arguments (RunWith): 0
 // without an error; 1, saying nothing, for another process's error that

@@ -177,9 +177,7 @@ func ParseArgs(args []string) (Params, error) {
 }
 
 // Init runs the workload p.
-func (m *Main) Init(ctx *chare.Ctx, p Params) { m.run(ctx, p) }
-
-func (m *Main) run(ctx *chare.Ctx, p Params) {
+func (m *Main) Init(ctx *chare.Ctx, p Params) {
 	m.P = p
 	fmt.Fprintf(ctx.Out(), "imbalance: %d blocks on %d PEs, %d steps, AtSync every %d; work per block from %d to %d LCG steps (block map: initial PE load max/avg %.2f)\n",
 		p.Blocks, ctx.NumPEs(), p.Steps, p.LBPeriod, p.WorkOf(p.Blocks/4+p.Blocks/2, 0), p.WorkOf(p.Blocks/4, 0), p.initialMaxAvg(ctx.NumPEs()))

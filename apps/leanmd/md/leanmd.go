@@ -831,22 +831,10 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 		r = m.report
 		r.PEs = cfg.PEs
 	}
-	r.Ops = res.Stats
-	r.Processes = res.Processes
-	r.Runtime = res.Summary
-	if res.Err != nil {
-		return r, res.Err
-	}
-	if res.Checked {
-		r.Checked = true
-		return r, nil
-	}
-	if res.Process != 0 {
-		r.Secondary = true
-		if res.Code != 0 {
-			return r, fmt.Errorf("leanmd exited with code %d", res.Code)
-		}
-		return r, nil
+	r.Ops, r.Processes, r.Runtime = res.Stats, res.Processes, res.Summary
+	r.Checked, r.Secondary = res.Checked, res.Process != 0
+	if reports, err := res.Reports("leanmd"); !reports {
+		return r, err
 	}
 	if r.StepMs == nil {
 		return r, fmt.Errorf("the run went quiet before the simulation finished (a deadlock): %d multicasts, %d deliveries, %d contributions",

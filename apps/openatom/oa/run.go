@@ -356,19 +356,9 @@ func Run(p Params, cfg chare.Config, w io.Writer) (Report, error) {
 		r.PEs = cfg.PEs
 	}
 	r.Ops, r.Processes, r.Runtime = res.Stats, res.Processes, res.Summary
-	if res.Err != nil {
-		return r, res.Err
-	}
-	if res.Checked {
-		r.Checked = true
-		return r, nil
-	}
-	if res.Process != 0 {
-		r.Secondary = true
-		if res.Code != 0 {
-			return r, fmt.Errorf("openatom exited with code %d", res.Code)
-		}
-		return r, nil
+	r.Checked, r.Secondary = res.Checked, res.Process != 0
+	if reports, err := res.Reports("openatom"); !reports {
+		return r, err
 	}
 	if r.Energies == nil {
 		return r, fmt.Errorf("the run went quiet before its last step (a deadlock): %d point-to-point sends, %d multicasts, %d contributions",

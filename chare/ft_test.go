@@ -70,7 +70,8 @@ func TestFTFlag(t *testing.T) {
 		{[]string{"--ft=SCMEL"}, "scmel", ""},
 		{[]string{"+ft", "none"}, "none", ""},
 		{[]string{"--ft", "team"}, "team", ""},
-		{[]string{"--ft", "mcml"}, "", `flag --ft: unknown protocol "mcml" (want none, scmel, camel, team)`},
+		{[]string{"--ft", "mcml"}, "", `flag --ft: mcml is a log limit on scmel or team: --ft scmel --log-limit SIZE`},
+		{[]string{"--ft", "pcml"}, "", `flag --ft: unknown protocol "pcml" (want none, scmel, camel, team)`},
 		{[]string{"--ft", "team", "--teams", "0"}, "", "flag --teams: 0 is out of range (want 1 to 1048576)"},
 		{[]string{"--ft", "team", "--teams", "two"}, "", `flag --teams: "two" is neither a number of PEs per team, process nor auto`},
 		{[]string{"--ft", "team", "--teams", "auto", "--teams-alpha", "0.5", "--teams-beta", "0.2"}, "team", ""},
@@ -85,6 +86,47 @@ func TestFTFlag(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.Equal(t, c.want, cfg.FT)
+	}
+}
+
+// --log-limit and --log-limit-strategy: sizes as --max-memory reads
+// them; a limit on a protocol that does not bound its log, a strategy
+// without a limit and a limit across processes are refused, each in one
+// line naming the flag.
+func TestLogLimitFlags(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		limit uint64
+		err   string
+	}{
+		{[]string{"--ft", "scmel", "--log-limit", "64M"}, 64 << 20, ""},
+		{[]string{"--ft", "team", "--log-limit=512K", "--log-limit-strategy", "heaviest"}, 512 << 10, ""},
+		{[]string{"--log-limit", "1000"}, 1000, ""},
+		{[]string{"--log-limit", "0"}, 0, `flag --log-limit: "0" is not a size in bytes above zero (64M, 512K, 1G)`},
+		{[]string{"--log-limit", "lots"}, 0, `flag --log-limit: "lots" is not a size in bytes above zero (64M, 512K, 1G)`},
+		{[]string{"--log-limit-strategy", "lightest"}, 0, `flag --log-limit-strategy: unknown strategy "lightest" (want heaviest)`},
+		{[]string{"--log-limit"}, 0, "flag --log-limit needs a value"},
+	} {
+		cfg, err := chare.ParseFlags(c.args)
+		if c.err != "" {
+			require.EqualError(t, err, c.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, c.limit, cfg.LogLimit)
+	}
+	for _, c := range []struct {
+		cfg chare.Config
+		err string
+	}{
+		{chare.Config{PEs: 2, FT: "camel", LogLimit: 1 << 20}, "flag --log-limit: --ft camel does not bound its log (a limit is for --ft scmel and team)"},
+		{chare.Config{PEs: 2, LogLimit: 1 << 20}, "flag --log-limit: --ft none does not bound its log (a limit is for --ft scmel and team)"},
+		{chare.Config{PEs: 2, FT: "scmel", LogLimitStrategy: "heaviest"}, "flag --log-limit-strategy: no --log-limit to apply it to"},
+		{chare.Config{PEs: 2, FT: "scmel", LogLimit: 1 << 20, Procs: 2}, "flag --log-limit: one process only so far (++n 2): a rollback set across processes is not implemented"},
+	} {
+		res := chare.Run(ckMain, c.cfg)
+		require.Equal(t, 2, res.Code, c.err)
+		require.EqualError(t, res.Err, c.err)
 	}
 }
 
@@ -120,9 +162,10 @@ func TestRuntimeFlagTableMatchesTheParser(t *testing.T) {
 	values := map[string]string{"+p": "2", "--pes": "2", "-pes": "2", "--branching": "3", "+balancer": "rotate", "--lb": "none",
 		"--balancer": "RotateLB", "--spin": "5", "--ckpt-period": "4", "+ckptPeriod": "4", "--ckpt-dir": t.TempDir(),
 		"--ft": "camel", "+ft": "none", "--kill": "1@3", "--kill-file": writeTemp(t, "1 @3\n"), "+killFile": writeTemp(t, "0 2\n"),
-		"--watchdog": "3s", "--restart": "dir", "+restart": "dir", "--teams": "2", "--teams-alpha": "0.3", "--teams-beta": "0.1"}
+		"--watchdog": "3s", "--restart": "dir", "+restart": "dir", "--teams": "2", "--teams-alpha": "0.3", "--teams-beta": "0.1",
+		"--log-limit": "64M", "--log-limit-strategy": "heaviest"}
 	for _, name := range []string{"+p", "--pes", "-pes", "--wire-check", "--branching", "+balancer", "--lb", "--balancer", "--spin",
-		"--ckpt-period", "+ckptPeriod", "--ckpt-dir", "--ft", "+ft", "--teams", "--teams-alpha", "--teams-beta", "--kill", "--kill-file", "+killFile", "--watchdog", "--restart", "+restart"} {
+		"--ckpt-period", "+ckptPeriod", "--ckpt-dir", "--ft", "+ft", "--teams", "--teams-alpha", "--teams-beta", "--log-limit", "--log-limit-strategy", "--kill", "--kill-file", "+killFile", "--watchdog", "--restart", "+restart"} {
 		known, takes := chare.RuntimeFlag(name)
 		require.True(t, known, name)
 		args := []string{name}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/ftlayer/mcml"
 	"github.com/charmgo/charmgo/ftlayer/teams"
 	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/charmgo/charmgo/manager"
@@ -91,6 +92,15 @@ type Config struct {
 	// TeamsAlpha and TeamsBeta weigh logging and rollback in --teams
 	// auto's cost (α·L + β·R; defaults 0.23 and 0.124).
 	TeamsAlpha, TeamsBeta float64
+	// LogLimit bounds each PE's message log, in bytes (--log-limit; 0:
+	// unbounded), under scmel and team: memory-constrained message
+	// logging (MCML, papers/002). Past it a PE stops logging on the
+	// channel LogLimitStrategy chooses, and a failure of that channel's
+	// receiver rolls it back too.
+	LogLimit uint64
+	// LogLimitStrategy chooses that channel: "heaviest" (the default:
+	// the channel whose logged messages take the most bytes).
+	LogLimitStrategy string
 	// Notices receives one line per failure and recovery (default: none).
 	Notices io.Writer
 	// Watchdog ends the run with exit code 3 and a dump of every PE once
@@ -201,6 +211,13 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --teams-alpha A, --teams-beta B
                          --teams auto's cost weights: A·logged share + B·rollback
                          share (defaults 0.23, 0.124)
+  --log-limit SIZE       bound each PE's message log (64M, 512K; scmel and team,
+                         one process): past it the PE stops logging on a channel,
+                         and a failure of its receiver rolls the PE back too
+                         (memory-constrained message logging, papers/002)
+  --log-limit-strategy heaviest
+                         the channel to stop logging on: heaviest (default: the
+                         one whose logged messages take the most bytes)
   --kill PE@STEP, --kill PE@TIME
                          inject a failure: PE fails when the program begins
                          STEP (chare.AtStep), or TIME after the start (2.5s,
@@ -255,7 +272,7 @@ var runtimeFlags = map[string]bool{
 	"+p": true, "--pes": true, "-pes": true, "--wire-check": false, "--branching": true,
 	"+balancer": true, "--lb": true, "--balancer": true, "--spin": true,
 	"+LBDebug": true, "+LBDump": true, "+LBUseCpuTime": false, "+LBOff": false, "+LBPeriod": true, "+LBTolerance": true,
-	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true, "--teams": true, "--teams-alpha": true, "--teams-beta": true,
+	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true, "--teams": true, "--teams-alpha": true, "--teams-beta": true, "--log-limit": true, "--log-limit-strategy": true,
 	"--kill": true, "--kill-file": true, "+killFile": true, "--watchdog": true, "--transport-chaos": true,
 	"--restart": true, "+restart": true, "++n": true, "++ppn": true, "--rendezvous": true, "--rendezvous-dir": true,
 	"--listen": true, "--connect-timeout": true, "--heartbeat-timeout": true, "--log-level": true,
@@ -483,6 +500,19 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 					_, err = num(name, v, 1, 1<<20)
 				}
 				cfg.Teams = v
+			}
+		case "--log-limit":
+			if v, err = value(); err == nil {
+				if cfg.LogLimit, err = ParseSize(v); err != nil || cfg.LogLimit == 0 {
+					err = fmt.Errorf("flag --log-limit: %q is not a size in bytes above zero (64M, 512K, 1G)", v)
+				}
+			}
+		case "--log-limit-strategy":
+			if v, err = value(); err == nil {
+				if err = validLimitStrategy(v); err != nil {
+					err = fmt.Errorf("flag --log-limit-strategy: %w", err)
+				}
+				cfg.LogLimitStrategy = v
 			}
 		case "--teams-alpha", "--teams-beta":
 			if v, err = value(); err == nil {
@@ -733,6 +763,17 @@ func watchdogFlag(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// validLimitStrategy checks --log-limit-strategy's name.
+func validLimitStrategy(name string) error {
+	if name != (mcml.Heaviest{}).Name() {
+		return fmt.Errorf("unknown strategy %q (want heaviest)", name)
+	}
+	return nil
+}
+
+// limitStrategy is --log-limit-strategy's strategy.
+func limitStrategy(string) mcml.Strategy { return mcml.Heaviest{} }
+
 // chooseTeams makes the teams --teams asks for (the zero Teams when the
 // protocol has none), and the checkpoint buddies' stride that keeps each
 // PE's second snapshot copy in another team (and, as stride asked, in
@@ -816,6 +857,9 @@ func autoTeams(cfg Config) func(rows [][]uint64) ([]int32, error) {
 
 func protocolName(v string) (string, error) {
 	spec, err := ftlayer.LookupProtocol(v)
+	if err != nil && strings.EqualFold(v, "mcml") {
+		return "", fmt.Errorf("flag --ft: mcml is a log limit on scmel or team: --ft scmel --log-limit SIZE")
+	}
 	if err != nil {
 		return "", fmt.Errorf("flag --ft: %w", err)
 	}
@@ -962,6 +1006,17 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if cfg.CkptSteps < 0 || cfg.CkptEvery < 0 {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period: negative period")}}
 	}
+	if cfg.LogLimit > 0 && !spec.LogLimit {
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: --ft %s does not bound its log (a limit is for --ft scmel and team)", spec.Name)}}
+	}
+	if cfg.LogLimitStrategy != "" {
+		if err := validLimitStrategy(cfg.LogLimitStrategy); err != nil {
+			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit-strategy: %w", err)}}
+		}
+		if cfg.LogLimit == 0 {
+			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit-strategy: no --log-limit to apply it to")}}
+		}
+	}
 	if cfg.Teams != "" && !spec.Teams && !spec.WithTeams {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --teams: --ft %s logs no teams (teams are for --ft team and camel)", spec.Name)}}
 	}
@@ -990,7 +1045,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	newManager := func(p *pe.PE) *manager.Manager { return manager.New(p, &host{run: rs}, opt) }
 	rs.sup = recovery.New(recovery.Config{PEs: cfg.PEs, Protocol: spec, Kills: cfg.Kills, Notices: cfg.Notices,
-		RestartDir: cfg.Restart, RestartEpoch: restart.Epoch, NewManager: newManager})
+		RestartDir: cfg.Restart, RestartEpoch: restart.Epoch, NewManager: newManager, LogLimit: cfg.LogLimit > 0})
 	limit := watchdogLimit(cfg)
 	var res Result
 	if v := os.Getenv("CHARMGO_TRANSPORT_CHAOS"); v != "" && cfg.TransportChaos == 0 && !cfg.Deterministic {
@@ -1013,6 +1068,8 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		switch {
 		case cfg.Deterministic:
 			return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: a deterministic run is one process", cfg.Procs)}}
+		case cfg.LogLimit > 0:
+			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: one process only so far (++n %d): a rollback set across processes is not implemented", cfg.Procs)}}
 		}
 		for _, k := range cfg.Kills {
 			if k.Checkpoint > 0 || k.Simulated() {
@@ -1063,8 +1120,14 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	opt.BuddyStride = stride
 	rs.sup.SetTeams(teams)
+	balances := len(balancerNames(cfg.Balancer)) > 0
 	opt.FT = func(me, n int, t ftlayer.Trees, net func(int, *ftlayer.Packet)) ftlayer.Hook {
-		return spec.NewHook(me, n, t, net, rs.sup.Teams()) // (--teams auto: the teams of the last checkpoint)
+		hc := ftlayer.HookConfig{Teams: rs.sup.Teams()} // (--teams auto: the teams of the last checkpoint)
+		if cfg.LogLimit > 0 {
+			hc.Limit = ftlayer.LogLimit{Bytes: cfg.LogLimit, Strategy: limitStrategy(cfg.LogLimitStrategy), Gate: rs.sup.Gate(),
+				Exempt: balances && (me == 0 || me == hc.Teams.WitnessOf(0, n))}
+		}
+		return spec.NewHook(me, n, t, net, hc)
 	}
 	if cfg.Teams == "auto" {
 		opt.Regroup = autoTeams(cfg)

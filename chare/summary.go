@@ -117,8 +117,9 @@ type SummaryPE struct {
 	Sent        uint64  `json:"sent"`    // envelopes sent
 	// SentBytes is the payload bytes the PE's chares sent (sends,
 	// multicasts, contributions, broadcasts: what the program asked for);
-	// LogPeakBytes and LogAtCheckpointBytes the PE's message log, by the
-	// sum over kinds of its peaks, and of the largest its snapshots found.
+	// LogPeakBytes is the most the PE's message log held at once, and
+	// LogAtCheckpointBytes the sum over kinds of the largest its
+	// snapshots found.
 	SentBytes            uint64 `json:"sent_bytes"`
 	LogPeakBytes         uint64 `json:"log_peak_bytes"`
 	LogAtCheckpointBytes uint64 `json:"log_at_checkpoint_bytes"`
@@ -144,6 +145,29 @@ type SummaryFT struct {
 	DetsPiggybacked      uint64        `json:"determinants_piggybacked"`
 	Replayed             uint64        `json:"replayed"`
 	Teams                []SummaryTeam `json:"teams,omitempty"`
+	// LogLimit is what a log limit (--log-limit: MCML) did.
+	LogLimit *SummaryLogLimit `json:"log_limit,omitempty"`
+}
+
+// SummaryLogLimit is what a bound on each PE's log did: the bound, the
+// strategy, the channels turned off (counted again after each
+// checkpoint, which turns them on), the messages sent on them unlogged,
+// the sends that found a log over the bound and could not bring it under
+// (nothing left to turn off, or not while a recovery or a checkpoint was
+// under way), and the largest peak of one PE's log.
+type SummaryLogLimit struct {
+	Bytes         uint64       `json:"bytes"`
+	Strategy      string       `json:"strategy"`
+	ChannelsOff   uint64       `json:"channels_turned_off"`
+	Unlogged      SummaryCount `json:"unlogged"`
+	OverLimit     uint64       `json:"sends_over_limit"`
+	LargestPeakPE uint64       `json:"largest_pe_peak_bytes"`
+	// ExpectedSet and ExpectedChain are the rollback set (PEs) and chain
+	// a failure of a PE would have had, on average over every PE at every
+	// step (runs of up to 128 PEs); LargestSet the largest of them.
+	ExpectedSet   float64 `json:"expected_rollback_set"`
+	ExpectedChain float64 `json:"expected_rollback_chain"`
+	LargestSet    int     `json:"largest_rollback_set"`
 }
 
 // SummaryKinds is a figure by the kind of message: point to point,
@@ -168,6 +192,11 @@ type SummaryRecovery struct {
 	Failures   int     `json:"failures"`
 	PEs        int     `json:"pes_rolled_back"`
 	RecoveryMs float64 `json:"recovery_ms"`
+	// Set is the PEs a recovery alone rolled back (none for a global
+	// rollback) and Chain the longest chain of channels not logged that
+	// brought a PE into it (a log limit).
+	Set   []int32 `json:"rollback_set,omitempty"`
+	Chain int     `json:"rollback_chain,omitempty"`
 }
 
 // SummaryTeam is one team's logging: what it sent other teams (logged)
@@ -306,8 +335,8 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 			p.SentBytes = o.P2PBytes + o.MulticastBytes + o.ReductionBytes + o.BroadcastBytes
 		}
 		if l := res.Stats.FT.PELog; i < len(l) {
+			p.LogPeakBytes = l[i].PeakTotal
 			for _, k := range l[i].Log {
-				p.LogPeakBytes += k.PeakBytes
 				p.LogAtCheckpointBytes += k.AtCheckpointBytes
 			}
 		}
@@ -328,7 +357,16 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 		s.FaultTolerance.Protocol = cmp.Or(cfg.FT, "none")
 	}
 	for _, rc := range ft.Recoveries {
-		s.FaultTolerance.Recoveries = append(s.FaultTolerance.Recoveries, SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery)})
+		s.FaultTolerance.Recoveries = append(s.FaultTolerance.Recoveries, SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery), Set: rc.Set, Chain: rc.Chain})
+	}
+	if cfg.LogLimit > 0 {
+		ll := &SummaryLogLimit{Bytes: cfg.LogLimit, Strategy: cmp.Or(cfg.LogLimitStrategy, "heaviest"), ChannelsOff: l.ChannelsOff,
+			Unlogged: SummaryCount{l.Unlogged.TotalMsgs, l.Unlogged.TotalBytes}, OverLimit: l.OverLimit,
+			ExpectedSet: ft.Expected.MeanSet, ExpectedChain: ft.Expected.MeanChain, LargestSet: ft.Expected.MaxSet}
+		for _, p := range s.PEs {
+			ll.LargestPeakPE = max(ll.LargestPeakPE, p.LogPeakBytes)
+		}
+		s.FaultTolerance.LogLimit = ll
 	}
 	for _, t := range ft.Teams {
 		msgs := func(x ftlayer.LogStats) uint64 { return x.TotalMsgs }
@@ -452,7 +490,22 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 			if i == len(ft.Recoveries)-1 {
 				sep = "\n"
 			}
-			fmt.Fprintf(w, " %d failure(s), %d PEs rolled back, %.1f ms%s", rc.Failures, rc.PEs, rc.RecoveryMs, sep)
+			set := ""
+			if len(rc.Set) > 0 {
+				set = " " + ftlayer.PEList(rc.Set)
+				if rc.Chain > 0 {
+					set += fmt.Sprintf(" (chain %d)", rc.Chain)
+				}
+			}
+			fmt.Fprintf(w, " %d failure(s), %d PEs rolled back%s, %.1f ms%s", rc.Failures, rc.PEs, set, rc.RecoveryMs, sep)
+		}
+	}
+	if ll := ft.LogLimit; ll != nil {
+		fmt.Fprintf(w, "  log limit:      %d bytes a PE (%s): %d channels turned off, %d messages (%d bytes) sent on them unlogged, %d sends over the limit; largest PE peak %d bytes\n",
+			ll.Bytes, ll.Strategy, ll.ChannelsOff, ll.Unlogged.Count, ll.Unlogged.Bytes, ll.OverLimit, ll.LargestPeakPE)
+		if ll.ExpectedSet > 0 {
+			fmt.Fprintf(w, "  a failure would have rolled back %.2f PEs on average (%.0f%%; chain %.2f), at most %d, over every PE at every step\n",
+				ll.ExpectedSet, 100*ll.ExpectedSet/float64(max(len(s.PEs), 1)), ll.ExpectedChain, ll.LargestSet)
 		}
 	}
 	for _, t := range ft.Teams {

@@ -149,6 +149,35 @@ func TestEachPEsLogInTheSummary(t *testing.T) {
 	require.Regexp(t, `per PE \(max/mean\): bytes sent \d\.\d\d \(PE \d\), log peak \d\.\d\d \(PE \d\)`, text.String())
 }
 
+// Under a log limit the summary says what it did: the channels turned
+// off, what went on them unlogged, each PE's largest log (under the
+// limit: no failure, no send found it over), and the rollback set a
+// failure would have had at each step; as data and as text.
+func TestTheLogLimitInTheSummary(t *testing.T) {
+	res := chare.Run(smMain, chare.Config{PEs: 3, FT: "scmel", LogLimit: 64})
+	require.NoError(t, res.Err)
+	ll := res.Summary.FaultTolerance.LogLimit
+	require.NotNil(t, ll)
+	require.Equal(t, uint64(64), ll.Bytes)
+	require.Equal(t, "heaviest", ll.Strategy)
+	require.Positive(t, ll.ChannelsOff)
+	require.Equal(t, res.Stats.FT.ChannelsOffGranted, ll.ChannelsOff)
+	require.Positive(t, ll.Unlogged.Count)
+	require.Positive(t, ll.Unlogged.Bytes)
+	require.LessOrEqual(t, ll.LargestPeakPE, uint64(64))
+	require.GreaterOrEqual(t, ll.ExpectedSet, 1.0)
+	require.LessOrEqual(t, ll.ExpectedSet, 3.0)
+	require.LessOrEqual(t, ll.LargestSet, 3)
+	var text strings.Builder
+	res.Summary.WriteText(&text)
+	require.Regexp(t, `log limit: +64 bytes a PE \(heaviest\): \d+ channels turned off, \d+ messages \(\d+ bytes\) sent on them unlogged`, text.String())
+	require.Regexp(t, `a failure would have rolled back \d\.\d\d PEs on average`, text.String())
+
+	res = chare.Run(smMain, chare.Config{PEs: 3, FT: "scmel"})
+	require.NoError(t, res.Err)
+	require.Nil(t, res.Summary.FaultTolerance.LogLimit, "no limit, no block")
+}
+
 // A deterministic run has no clock to sample: its PEs' utilisation is -1
 // and the text leaves the line out; a run that could not write its JSON
 // ends with an error naming the flag.

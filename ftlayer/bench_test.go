@@ -18,7 +18,12 @@ type benchHops struct {
 
 func newBenchHops(b *testing.B, proto string) *benchHops {
 	t := &testing.T{}
-	h := newHopNet(t, 7, 2, proto)
+	c := HookConfig{}
+	if proto == "scmel+limit" {
+		// a limit never reached: what the machinery costs when it is on
+		proto, c.Limit = "scmel", LogLimit{Bytes: 1 << 40}
+	}
+	h := newHopNetWith(t, 7, 2, proto, c)
 	if t.Failed() {
 		b.Fatal("hop net")
 	}
@@ -64,10 +69,11 @@ func (n *benchHops) checkpoint() {
 // binary tree (root → 2 children → 4 grandchildren, reported per
 // delivery), a reduction's partials up it and its result at the root
 // (reported per partial). "none" is the hook the runtime runs without
-// message logging.
+// message logging; "scmel+limit" is SCMEL under a log limit it never
+// reaches (--log-limit: MCML's machinery alone).
 func BenchmarkPerMessage(b *testing.B) {
 	payload := make([]byte, 64)
-	for _, proto := range []string{"none", "scmel", "camel"} {
+	for _, proto := range []string{"none", "scmel", "scmel+limit", "camel"} {
 		if proto == "none" {
 			b.Run("none/p2p", func(b *testing.B) {
 				var hk Hook = NopHook{}

@@ -130,7 +130,9 @@ type Causal struct {
 	coll    colls
 	msgLog  []logEntry // sent since the checkpoint (sender-based log)
 	logSeq  uint64
-	rx      hopMsg // the record of the envelope ReceiveHop handles (see keep)
+	// logBytes: what the log holds now, every kind (Stats.PeakTotal)
+	logBytes uint64
+	rx       hopMsg // the record of the envelope ReceiveHop handles (see keep)
 	// relLog: the partials in msgLog that an acknowledgement releases
 	// (releases), by group, in the order sent: a release takes a prefix
 	// instead of scanning the whole log. Released entries stay in msgLog,
@@ -217,6 +219,17 @@ type Causal struct {
 	// volume: the payload bytes this PE sent each PE since TakeVolume
 	// (the row of the communication matrix teams are chosen from)
 	volume []uint64
+
+	// lim: MCML's log limit (nil: none; see limit.go)
+	lim *logLimit
+	// rb: the rollback this incarnation recovers in (nil: none, or a
+	// team's); collectFrom and replayFrom: how many PEs send it their
+	// determinants and replay to it
+	rb                      *rollbackSet
+	collectFrom, replayFrom int
+	// failSet: the PEs rolling back with those in failing (nil: their
+	// team)
+	failSet []int32
 }
 
 // upSent is the determinants an unlogged partial carried (see upKept).
@@ -232,9 +245,10 @@ type checkpointMark struct {
 	detLog      int
 }
 
-func newCausal(me int32, n int, t Trees, camel bool) *Causal {
+func newCausal(me int32, n int, t Trees, camel bool, lim LogLimit) *Causal {
 	return &Causal{me: me, n: n, camel: camel, incMap: make([]uint32, n), sendCSN: make([]uint64, n), detTop: make([]uint64, n),
-		recv: make([]window, n), coll: colls{me: me, t: t, state: map[uint64]*groupState{}}, batchAcks: true}
+		recv: make([]window, n), coll: colls{me: me, t: t, state: map[uint64]*groupState{}}, batchAcks: true,
+		lim: newLogLimit(lim, int(me), n)}
 }
 
 // withTeams puts s's PE in teams (see Causal.teams).
@@ -263,14 +277,7 @@ func (s *Causal) TakeVolume() []uint64 {
 // Witness is the first PE after this one (cyclically) outside its team:
 // it never rolls back with this PE (see Hook.Witness); -1 if there is
 // none.
-func (s *Causal) Witness() int {
-	for d := int32(1); d < int32(s.n); d++ {
-		if p := (s.me + d) % int32(s.n); !s.teams.Same(p, s.me) {
-			return int(p)
-		}
-	}
-	return -1
-}
+func (s *Causal) Witness() int { return s.teams.WitnessOf(s.me, s.n) }
 
 // outside is the number of PEs in other teams than this one's: those a
 // recovery hears from.
@@ -297,6 +304,7 @@ func restartCausal(s *Causal, ck Counters, inc uint32) *Causal {
 	s.detsFrom = make([]bool, s.n)
 	s.lastRecorded = ck.RSN
 	s.stats.RolledBack = 1
+	s.collectFrom, s.replayFrom = s.outside(), s.outside()
 	return s
 }
 
@@ -318,7 +326,7 @@ func (s *Causal) Snapshot() Counters {
 // Recovering reports whether this PE is still replaying.
 func (s *Causal) Recovering() bool { return s.recovering }
 
-func (s *Causal) collecting() bool { return s.recovering && s.detsIn < s.outside() }
+func (s *Causal) collecting() bool { return s.recovering && s.detsIn < s.collectFrom }
 
 // Phase names where this PE's recovery stands: "collecting" determinants,
 // "replaying" logged messages, or "" when it is not recovering.
@@ -353,7 +361,18 @@ func (s *Causal) log(m *Message) {
 	}
 }
 
-func (s *Causal) countLog(m *Message, in bool) { count(&s.logged[m.Kind], m, in) }
+func (s *Causal) countLog(m *Message, in bool) {
+	count(&s.logged[m.Kind], m, in)
+	if in {
+		s.logBytes += m.bytes()
+		s.stats.PeakTotal = max(s.stats.PeakTotal, s.logBytes)
+	} else {
+		s.logBytes -= min(s.logBytes, m.bytes())
+	}
+	if s.lim != nil {
+		s.countChannel(m, in)
+	}
+}
 
 func count(l *LogStats, m *Message, in bool) {
 	b := m.bytes()
@@ -893,6 +912,9 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 		// holder may be in one team).
 		s.rsn++
 		s.detBuf = append(s.detBuf, Det{Sender: m.Sender, Recver: s.me, Group: m.Group, SSN: m.Num, RSN: s.rsn})
+		if s.lim != nil {
+			s.lim.own = append(s.lim.own, s.detBuf[len(s.detBuf)-1])
+		}
 		s.carryStale = true
 		s.stats.DetsCreated++
 		if len(m.Dets) > 0 {
@@ -907,6 +929,9 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 			d.Group, d.SSN = m.Group, m.Num
 		}
 		s.detBuf = append(s.detBuf, d)
+		if s.lim != nil {
+			s.lim.own = append(s.lim.own, d)
+		}
 		s.carryStale = true
 		s.stats.DetsCreated++
 	}
@@ -1384,9 +1409,11 @@ func (s *Causal) Next() []Action {
 // messages): were it declared recovered earlier, a peer failing next
 // could lose determinants only this PE's lost copy held.
 func (s *Causal) endRecovery(out []Action) []Action {
-	if s.recovering && !s.collecting() && s.replayedIn >= s.outside() && len(s.held)+len(s.heldRec) == 0 && s.rsn >= s.lastRecorded {
+	if s.recovering && !s.collecting() && s.replayedIn >= s.replayFrom && len(s.held)+len(s.heldRec) == 0 && s.rsn >= s.lastRecorded {
 		s.recovering = false
 		s.recorded, s.detSeen, s.byRound = nil, nil, nil
+		// a later failure of a fellow is another failure
+		s.rb = nil
 		out, _ = s.reduced(s.deferred, out) // their groups were checked when they came
 		s.deferred = nil
 	}
@@ -1401,6 +1428,9 @@ func (s *Causal) Prepare() Counters {
 	}
 	s.mark = checkpointMark{logSeq: s.logSeq, rsn: s.rsn, detLog: len(s.detLog)}
 	s.sealed = true
+	if s.lim != nil {
+		s.lim.loggingOnAgain()
+	}
 	return s.Snapshot()
 }
 
@@ -1454,6 +1484,19 @@ func (s *Causal) Checkpoint() {
 	s.carryStale = true
 	s.mark = checkpointMark{logSeq: s.logSeq, rsn: s.rsn, detLog: len(s.detLog)}
 	s.sealed = false
+	if l := s.lim; l != nil {
+		k := 0
+		for k < len(l.own) && l.own[k].RSN <= m.rsn {
+			k++
+		}
+		// in place: the next period records about as many, and nothing
+		// else holds this array (Keep hands it over only to the PE's
+		// next incarnation, once this one is gone)
+		l.own = l.own[:copy(l.own, l.own[k:])]
+		if l.Gate != nil {
+			l.Gate.LoggingOn(int(s.me))
+		}
+	}
 	for _, st := range s.coll.state { // what recoveries left behind
 		st.reforwarded = nil
 		st.kept.settle()
@@ -1484,9 +1527,15 @@ func (s *Causal) dropCovered(log []logEntry, upTo uint64, also *LogStats) []logE
 // of its reductions are complete), then re-send the messages it logged
 // for y: point to point, the multicasts of y's groups (CAMEL logs them
 // only at the root, which sends them to y directly) and contributions.
-func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
+//
+// with lists the PEs rolling back with y, y included (nil: y's team).
+func (s *Causal) PeerFailed(y int32, inc uint32, with []int32) ([]Action, error) {
 	if y < 0 || int(y) >= s.n || y == s.me {
 		return nil, fmt.Errorf("PE %d told that PE %d failed (PEs are 0..%d)", s.me, y, s.n-1)
+	}
+	if s.rb.has(s.me) && s.rb.has(y) {
+		// rolled back with it
+		return s.fellowFailed(y, inc), nil
 	}
 	if s.teams.Same(y, s.me) {
 		// a teammate: this PE failed with it, and recovers with it; its
@@ -1497,8 +1546,11 @@ func (s *Causal) PeerFailed(y int32, inc uint32) ([]Action, error) {
 		}
 		return nil, nil
 	}
-	if s.recovering || (len(s.failing) > 0 && !s.teams.Same(s.failing[0], y)) {
+	if s.recovering || !s.sameFailure(y) {
 		return nil, fmt.Errorf("PE %d failed while PE %d was recovering: %w", y, s.recoveringPE(), ErrConcurrentFailure)
+	}
+	if len(s.failing) == 0 {
+		s.failSet = slices.Clone(with)
 	}
 	if !slices.Contains(s.failing, y) {
 		s.failing = append(s.failing, y)
@@ -1592,5 +1644,8 @@ func (s *Causal) recoveringPE() int32 {
 func (s *Causal) Recovered(y int32) {
 	if i := slices.Index(s.failing, y); i >= 0 {
 		s.failing = slices.Delete(s.failing, i, i+1)
+	}
+	if len(s.failing) == 0 {
+		s.failSet = nil
 	}
 }

@@ -27,7 +27,7 @@ func TestOldAndDuplicateMessagesAreDropped(t *testing.T) {
 	hk := newHopNet(t, 3, 4, "scmel").hooks[0]
 	require.Equal(t, Handle, arrive(t, hk, p2p(1, 0, 1, 1, 0)))
 	require.Equal(t, Dropped, arrive(t, hk, p2p(1, 0, 1, 1, 0)), "the same message again")
-	require.NoError(t, hk.PeerFailed(1, 1)) // PE 1 restarts as incarnation 1
+	require.NoError(t, hk.PeerFailed(1, 1, nil)) // PE 1 restarts as incarnation 1
 	require.Equal(t, Dropped, arrive(t, hk, p2p(1, 0, 2, 2, 0)), "late, from incarnation 0")
 	require.Equal(t, Handle, arrive(t, hk, p2p(1, 0, 2, 2, 1)), "the new incarnation's")
 	require.Equal(t, uint64(2), hk.Stats().Dropped)
@@ -38,7 +38,7 @@ func TestOldAndDuplicateMessagesAreDropped(t *testing.T) {
 // order, the unrecorded ones after it.
 func TestReplayFollowsTheRecordedOrder(t *testing.T) {
 	hk := newHopNet(t, 3, 4, "scmel").hooks[0]
-	hk.Restart(&Counters{IncMap: make([]uint32, 3)}, 1, nil)
+	hk.Restart(&Counters{IncMap: make([]uint32, 3)}, 1, nil, Rollback{})
 	// PE 1 knows that PE 0 received (2, ssn 5) first and (1, ssn 7) second.
 	for _, env := range []*pe.Envelope{p2p(1, 0, 7, 1, 0), p2p(2, 0, 9, 2, 0), p2p(2, 0, 5, 1, 0)} {
 		require.Equal(t, Held, arrive(t, hk, env), "nothing before every peer's determinants are in")
@@ -61,11 +61,11 @@ func TestReplayFollowsTheRecordedOrder(t *testing.T) {
 
 func TestSecondFailureDuringRecoveryIsReported(t *testing.T) {
 	hk := newHopNet(t, 3, 4, "scmel").hooks[0]
-	require.NoError(t, hk.PeerFailed(1, 1))
-	require.ErrorIs(t, hk.PeerFailed(2, 1), ErrConcurrentFailure)
+	require.NoError(t, hk.PeerFailed(1, 1, nil))
+	require.ErrorIs(t, hk.PeerFailed(2, 1, nil), ErrConcurrentFailure)
 	hk.PeerRecovered(1)
-	require.NoError(t, hk.PeerFailed(2, 1))
-	require.ErrorIs(t, hk.PeerFailed(1, 2), ErrConcurrentFailure, "while 2 recovers")
+	require.NoError(t, hk.PeerFailed(2, 1, nil))
+	require.ErrorIs(t, hk.PeerFailed(1, 2, nil), ErrConcurrentFailure, "while 2 recovers")
 }
 
 // Acknowledgements come back from several peers, each for what it was
@@ -96,7 +96,7 @@ func TestRemoveAcked(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newCausal(0, 2, nil, false)
+			s := newCausal(0, 2, nil, false, LogLimit{})
 			s.detBuf = slices.Clone(c.buf)
 			s.removeAcked(c.acked)
 			require.Equal(t, len(c.left), len(s.detBuf))
@@ -114,7 +114,7 @@ func TestRemoveAcked(t *testing.T) {
 // tree by other PEs, which come in no order. One brought late by a
 // longer path is stored, not taken for one stored already.
 func TestDeterminantsFromSeveralPathsAreStoredOnce(t *testing.T) {
-	s := newCausal(0, 6, nil, false)
+	s := newCausal(0, 6, nil, false, LogLimit{})
 	dets := func(owner int32, from, to uint64) []Det {
 		var out []Det
 		for r := from; r <= to; r++ {

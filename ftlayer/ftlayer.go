@@ -52,6 +52,13 @@
 //     logged until the checkpoint), which also tells a recovering team
 //     which of its root's reductions are complete. The same failure
 //     sets as team.
+//   - a log limit on scmel or team (MCML, papers/002; limit.go): a PE
+//     whose log would pass its limit stops logging on a channel, and a
+//     failure rolls back with the failed PE (or team) every PE that
+//     stopped logging to one of the set, to the closure; those that did
+//     not fail keep the order of their receptions and the determinants
+//     they hold for others. The same failure sets as the protocol under
+//     it, one process.
 //
 // A second failure during a recovery that the launcher did not hold back
 // is reported (ErrConcurrentFailure), never silently mishandled.
@@ -196,6 +203,16 @@ type Stats struct {
 	// RolledBack is 1 for an incarnation restarted from a checkpoint
 	// (summed over a PE's incarnations by the host).
 	RolledBack uint64
+	// Under a log limit (MCML): the messages sent on channels not logged
+	// (TotalMsgs and TotalBytes alone), the channels turned off, and the
+	// sends that found the log over its limit and could not bring it
+	// under (nothing left to turn off, or not now: see fitLimit).
+	Unlogged    LogStats
+	ChannelsOff uint64
+	OverLimit   uint64
+	// PeakTotal is the most the whole log held at once (Peak, the sum of
+	// the kinds' peaks, bounds it from above).
+	PeakTotal uint64
 	// CheckpointBytes is filled in by the host from its Checkpointer.
 	CheckpointBytes uint64
 }
@@ -260,6 +277,11 @@ func (s *Stats) Add(o Stats) {
 	s.Dropped += o.Dropped
 	s.Held += o.Held
 	s.RolledBack += o.RolledBack
+	s.Unlogged.TotalMsgs += o.Unlogged.TotalMsgs
+	s.Unlogged.TotalBytes += o.Unlogged.TotalBytes
+	s.ChannelsOff += o.ChannelsOff
+	s.OverLimit += o.OverLimit
+	s.PeakTotal += o.PeakTotal
 	s.CheckpointBytes += o.CheckpointBytes
 }
 

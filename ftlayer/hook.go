@@ -52,17 +52,23 @@ type Hook interface {
 
 	// Restart makes this hook a PE's new incarnation inc, recovering from
 	// ck, its protocol state at the checkpoint the PE was restored from
-	// (nil: the start of the run). While it recovers, complete learns
-	// which reductions of the PE's groups are complete at their roots:
-	// those up to num of group g need no part from this PE again.
-	Restart(ck *Counters, inc uint32, complete func(g, num uint64))
+	// (nil: the start of the run), in rollback rb (the PEs going back
+	// with it; what it kept, if it did not fail). While it recovers,
+	// complete learns which reductions of the PE's groups are complete
+	// at their roots: those up to num of group g need no part from this
+	// PE again.
+	Restart(ck *Counters, inc uint32, complete func(g, num uint64), rb Rollback)
+	// Keep is what this PE, rolled back with a failed one without
+	// failing itself, takes into its next incarnation (nil: nothing).
+	Keep() *Kept
 	// Recovering reports whether this PE is still recovering.
 	Recovering() bool
-	// PeerFailed: PE y failed and runs again as incarnation inc. The
-	// hook sends it what its recovery needs through its net (packets,
-	// and logged messages again: Packets of kind PktApp whose Msg.Env is
-	// the envelope to send).
-	PeerFailed(y int, inc uint32) error
+	// PeerFailed: PE y failed, or rolls back, and runs again as
+	// incarnation inc; with lists the PEs rolling back with it (nil: its
+	// team). The hook sends it what its recovery needs through its net
+	// (packets, and logged messages again: Packets of kind PktApp whose
+	// Msg.Env is the envelope to send).
+	PeerFailed(y int, inc uint32, with []int32) error
 	// PeerRecovered: PE y finished recovering.
 	PeerRecovered(y int)
 	// LogsSent reports whether the hook keeps the messages it stamps, by
@@ -105,28 +111,29 @@ type Hook interface {
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
 type NopHook struct{}
 
-func (NopHook) Name() string                                             { return "none" }
-func (NopHook) Send(int, Role, uint64, uint64, bool, *pe.Envelope) error { return nil }
-func (NopHook) Arrive(*pe.Envelope) (Arrival, error)                     { return Handle, nil }
-func (NopHook) Next(*pe.Envelope) bool                                   { return false }
-func (NopHook) Packet(*Packet) error                                     { return nil }
-func (NopHook) Idle()                                                    {}
-func (NopHook) Reduced(uint64, uint64, *pe.Envelope)                     {}
-func (NopHook) Prepare() Counters                                        { return Counters{} }
-func (NopHook) Checkpoint()                                              {}
-func (NopHook) Abort()                                                   {}
-func (NopHook) Stats() Stats                                             { return Stats{} }
-func (NopHook) Restart(*Counters, uint32, func(uint64, uint64))          {}
-func (NopHook) Recovering() bool                                         { return false }
-func (NopHook) PeerFailed(int, uint32) error                             { return nil }
-func (NopHook) PeerRecovered(int)                                        {}
-func (NopHook) LogsSent() bool                                           { return false }
-func (NopHook) OnRelease(func(*pe.Envelope))                             {}
-func (NopHook) Releases() bool                                           { return false }
-func (NopHook) Describe(io.Writer)                                       {}
-func (NopHook) Regroup(Teams)                                            {}
-func (NopHook) TakeVolume() []uint64                                     { return nil }
-func (NopHook) Witness() int                                             { return -1 }
+func (NopHook) Name() string                                              { return "none" }
+func (NopHook) Send(int, Role, uint64, uint64, bool, *pe.Envelope) error  { return nil }
+func (NopHook) Arrive(*pe.Envelope) (Arrival, error)                      { return Handle, nil }
+func (NopHook) Next(*pe.Envelope) bool                                    { return false }
+func (NopHook) Packet(*Packet) error                                      { return nil }
+func (NopHook) Idle()                                                     {}
+func (NopHook) Reduced(uint64, uint64, *pe.Envelope)                      {}
+func (NopHook) Prepare() Counters                                         { return Counters{} }
+func (NopHook) Checkpoint()                                               {}
+func (NopHook) Abort()                                                    {}
+func (NopHook) Stats() Stats                                              { return Stats{} }
+func (NopHook) Restart(*Counters, uint32, func(uint64, uint64), Rollback) {}
+func (NopHook) Keep() *Kept                                               { return nil }
+func (NopHook) Recovering() bool                                          { return false }
+func (NopHook) PeerFailed(int, uint32, []int32) error                     { return nil }
+func (NopHook) PeerRecovered(int)                                         {}
+func (NopHook) LogsSent() bool                                            { return false }
+func (NopHook) OnRelease(func(*pe.Envelope))                              {}
+func (NopHook) Releases() bool                                            { return false }
+func (NopHook) Describe(io.Writer)                                        {}
+func (NopHook) Regroup(Teams)                                             {}
+func (NopHook) TakeVolume() []uint64                                      { return nil }
+func (NopHook) Witness() int                                              { return -1 }
 
 // CausalHook runs SCMEL or CAMEL (Causal in hop mode) for one PE of the
 // runtime. Net carries its packets (acknowledgements) to other PEs.
@@ -137,6 +144,7 @@ type CausalHook struct {
 	net      func(dst int, p *Packet)
 	complete func(g, num uint64)
 	release  func(env *pe.Envelope)
+	lim      LogLimit
 }
 
 // Protocol is the state machine the hook runs.
@@ -236,19 +244,22 @@ func (h *CausalHook) Reduced(g, num uint64, result *pe.Envelope) {
 
 // Restart: see Hook. The statistics of the incarnation it replaces stay
 // with that one.
-func (h *CausalHook) Restart(ck *Counters, inc uint32, complete func(g, num uint64)) {
-	s := NewHopCausal(h.s.me, h.s.n, h.t, h.s.camel).withTeams(h.s.teams)
+func (h *CausalHook) Restart(ck *Counters, inc uint32, complete func(g, num uint64), rb Rollback) {
+	s := NewHopCausal(h.s.me, h.s.n, h.t, h.s.camel, h.lim).withTeams(h.s.teams)
 	var zero Counters
 	if ck == nil {
 		ck = &zero
 	}
 	h.s, h.complete = restartCausal(s, *ck, inc), complete
+	h.s.withRollback(rb)
 }
+
+func (h *CausalHook) Keep() *Kept { return h.s.Keep() }
 
 func (h *CausalHook) Recovering() bool { return h.s.Recovering() }
 
-func (h *CausalHook) PeerFailed(y int, inc uint32) error {
-	acts, err := h.s.PeerFailed(int32(y), inc)
+func (h *CausalHook) PeerFailed(y int, inc uint32, with []int32) error {
+	acts, err := h.s.PeerFailed(int32(y), inc, with)
 	if err != nil {
 		return err
 	}
@@ -305,7 +316,7 @@ func (h *CausalHook) Describe(w io.Writer) {
 	}
 	if s.recovering {
 		fmt.Fprintf(w, "  recovering: determinants from %d of %d peers, replay complete from %d; %d messages held for their turn (last recorded reception %d)\n",
-			s.detsIn, s.outside(), s.replayedIn, len(s.held)+len(s.heldRec), s.lastRecorded)
+			s.detsIn, s.collectFrom, s.replayedIn, len(s.held)+len(s.heldRec), s.lastRecorded)
 		next := "not recorded"
 		for k, r := range s.recorded {
 			if r == s.rsn+1 {

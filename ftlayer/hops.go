@@ -27,9 +27,10 @@ const (
 )
 
 // NewHopCausal makes PE me's SCMEL (camel false) or CAMEL protocol in hop
-// mode, for a job of n PEs whose groups' trees t describes.
-func NewHopCausal(me int32, n int, t Trees, camel bool) *Causal {
-	return newCausal(me, n, t, camel)
+// mode, for a job of n PEs whose groups' trees t describes, its log
+// bounded by lim (MCML; the zero LogLimit: unbounded).
+func NewHopCausal(me int32, n int, t Trees, camel bool, lim LogLimit) *Causal {
+	return newCausal(me, n, t, camel, lim)
 }
 
 // SendHop stamps one hop of the runtime's traffic and logs it (or not) as
@@ -132,8 +133,10 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 				s.logSeq++
 				s.upKept[g] = append(s.upKept[g], upSent{num: num, seq: s.logSeq, dets: m.Dets})
 			}
-		} else {
+		} else if s.lim == nil {
 			s.log(m)
+		} else {
+			s.logSend(m, to)
 		}
 	}
 	return &m.FTHeader, nil

@@ -18,6 +18,11 @@ type hopNet struct {
 }
 
 func newHopNet(t *testing.T, n, k int, proto string) *hopNet {
+	return newHopNetWith(t, n, k, proto, HookConfig{})
+}
+
+// newHopNetWith is newHopNet with the hooks configured by c.
+func newHopNetWith(t *testing.T, n, k int, proto string, c HookConfig) *hopNet {
 	gs := NewGroups()
 	members := make([]int32, n)
 	for i := range members {
@@ -28,7 +33,7 @@ func newHopNet(t *testing.T, n, k int, proto string) *hopNet {
 	spec, err := LookupProtocol(proto)
 	require.NoError(t, err)
 	for i := 0; i < n; i++ {
-		hk := spec.NewHook(i, n, gs, func(dst int, p *Packet) { h.acks = append(h.acks, *p) }, Teams{}).(*CausalHook)
+		hk := spec.NewHook(i, n, gs, func(dst int, p *Packet) { h.acks = append(h.acks, *p) }, c).(*CausalHook)
 		h.hooks = append(h.hooks, hk)
 	}
 	return h
@@ -216,9 +221,9 @@ func TestHopRootRecoversFromTheKeptResult(t *testing.T) {
 
 	// The keeper fails: the root hands it the result back, and it tells
 	// the sibling again.
-	h.hooks[1].Restart(nil, 1, nil)
-	require.NoError(t, h.hooks[0].PeerFailed(1, 1))
-	require.NoError(t, h.hooks[2].PeerFailed(1, 1))
+	h.hooks[1].Restart(nil, 1, nil, Rollback{})
+	require.NoError(t, h.hooks[0].PeerFailed(1, 1, nil))
+	require.NoError(t, h.hooks[2].PeerFailed(1, 1, nil))
 	h.deliverAcks(t)
 	require.Equal(t, uint64(1), h.hooks[1].Stats().Log[KindReduction].Msgs, "the new keeper holds the result")
 	require.False(t, h.hooks[1].Recovering())
@@ -226,9 +231,9 @@ func TestHopRootRecoversFromTheKeptResult(t *testing.T) {
 	h.hooks[2].PeerRecovered(1)
 
 	// Then the root fails.
-	h.hooks[0].Restart(nil, 1, nil)
-	require.NoError(t, h.hooks[1].PeerFailed(0, 1))
-	require.NoError(t, h.hooks[2].PeerFailed(0, 1))
+	h.hooks[0].Restart(nil, 1, nil, Rollback{})
+	require.NoError(t, h.hooks[1].PeerFailed(0, 1, nil))
+	require.NoError(t, h.hooks[2].PeerFailed(0, 1, nil))
 	var replayed []pe.Envelope
 	for len(h.acks) > 0 {
 		p := h.acks[0]
@@ -345,8 +350,8 @@ func TestHopPartialsSentAgainAreCopiesWhereTheLogReleases(t *testing.T) {
 		sent := []byte("forces")
 		env := &pe.Envelope{Type: testBytesType, Kind: pe.KindReduction, Payload: sent}
 		require.NoError(t, h.hooks[2].Send(0, RolePartial, 1, 1, false, env))
-		h.hooks[0].Restart(nil, 1, nil)
-		require.NoError(t, h.hooks[2].PeerFailed(0, 1))
+		h.hooks[0].Restart(nil, 1, nil, Rollback{})
+		require.NoError(t, h.hooks[2].PeerFailed(0, 1, nil))
 		var again *pe.Envelope
 		for _, p := range h.acks {
 			if p.Kind == PktApp && p.To == 0 {
@@ -398,8 +403,8 @@ func TestHopReleasesKeepTheLogInOrder(t *testing.T) {
 		switch then {
 		case "peer fails": // partial 4 goes to the root again, 1 to 3 not
 			h.acks = nil
-			h.hooks[0].Restart(nil, 1, nil)
-			require.NoError(t, h.hooks[2].PeerFailed(0, 1))
+			h.hooks[0].Restart(nil, 1, nil, Rollback{})
+			require.NoError(t, h.hooks[2].PeerFailed(0, 1, nil))
 			require.Equal(t, []uint64{4}, h.sentNums(-1, 0))
 		case "checkpoint":
 			h.hooks[2].Prepare()
@@ -474,9 +479,9 @@ func TestHopDeterminantsOfPartialsGoUpToTheRoot(t *testing.T) {
 		// root stored it; the node still logs the partial that took it
 		// up, which might not have arrived yet.
 		h.acks = nil
-		h.hooks[5].Restart(nil, 1, nil)
+		h.hooks[5].Restart(nil, 1, nil, Rollback{})
 		for p := 0; p < 5; p++ {
-			require.NoError(t, h.hooks[p].PeerFailed(5, 1))
+			require.NoError(t, h.hooks[p].PeerFailed(5, 1, nil))
 		}
 		from := map[int32][]pe.Det{}
 		for _, p := range h.acks {
@@ -536,8 +541,8 @@ func TestHopAcknowledgementsGoInBatches(t *testing.T) {
 
 		send(h, 2, 0)
 		send(h, 0, 1)
-		h.hooks[0].Restart(nil, 1, nil)
-		require.NoError(t, h.hooks[1].PeerFailed(0, 1))
+		h.hooks[0].Restart(nil, 1, nil, Rollback{})
+		require.NoError(t, h.hooks[1].PeerFailed(0, 1, nil))
 		h.acks = nil
 		h.hooks[1].Idle()
 		require.Empty(t, h.acks, "%s: none for the failed PE", proto)
@@ -598,9 +603,9 @@ func TestHopKeptResultsCarryEachDeterminantOnce(t *testing.T) {
 	require.NotEmpty(t, h.hooks[1].Protocol().detLog)
 
 	// The root fails, and gets its child's determinants back.
-	h.hooks[0].Restart(nil, 1, nil)
-	require.NoError(t, h.hooks[1].PeerFailed(0, 1))
-	require.NoError(t, h.hooks[2].PeerFailed(0, 1))
+	h.hooks[0].Restart(nil, 1, nil, Rollback{})
+	require.NoError(t, h.hooks[1].PeerFailed(0, 1, nil))
+	require.NoError(t, h.hooks[2].PeerFailed(0, 1, nil))
 	for len(h.acks) > 0 {
 		p := h.acks[0]
 		h.acks = h.acks[1:]
@@ -622,8 +627,8 @@ func TestHopKeptResultsCarryEachDeterminantOnce(t *testing.T) {
 
 	// Then the child fails: the root sends them.
 	h.acks = nil
-	h.hooks[2].Restart(nil, 1, nil)
-	require.NoError(t, h.hooks[0].PeerFailed(2, 1))
+	h.hooks[2].Restart(nil, 1, nil, Rollback{})
+	require.NoError(t, h.hooks[0].PeerFailed(2, 1, nil))
 	var back []pe.Det
 	for _, p := range h.acks {
 		if p.Kind == PktRecovery {
@@ -660,10 +665,10 @@ func TestHopRecoveringKeeperKeepsResultsOutOfOrder(t *testing.T) {
 	require.Len(t, late, 1)
 	require.Equal(t, PktRedResult, late[0].Kind)
 
-	h.hooks[1].Restart(nil, 1, nil)
+	h.hooks[1].Restart(nil, 1, nil, Rollback{})
 	require.NoError(t, h.hooks[1].Packet(&late[0]), "result 2 reaches the new incarnation")
-	require.NoError(t, h.hooks[0].PeerFailed(1, 1))
-	require.NoError(t, h.hooks[2].PeerFailed(1, 1))
+	require.NoError(t, h.hooks[0].PeerFailed(1, 1, nil))
+	require.NoError(t, h.hooks[2].PeerFailed(1, 1, nil))
 	h.deliverAcks(t)
 	require.False(t, h.hooks[1].Recovering())
 	require.Equal(t, uint64(2), h.hooks[1].Stats().Log[KindReduction].Msgs, "the new keeper holds both results")
@@ -671,8 +676,8 @@ func TestHopRecoveringKeeperKeepsResultsOutOfOrder(t *testing.T) {
 	h.hooks[2].PeerRecovered(1)
 
 	// the root fails: its keeper replays both
-	h.hooks[0].Restart(nil, 1, nil)
-	require.NoError(t, h.hooks[1].PeerFailed(0, 1))
+	h.hooks[0].Restart(nil, 1, nil, Rollback{})
+	require.NoError(t, h.hooks[1].PeerFailed(0, 1, nil))
 	require.ElementsMatch(t, []uint64{1, 2}, h.sentNums(1, -1))
 }
 

@@ -21,24 +21,26 @@ type ProtocolSpec struct {
 	// team recovers, alone, while the others replay their messages to it.
 	// WithTeams: it may (camel, as camel+teams).
 	Teams, WithTeams bool
+	// LogLimit: the protocol honours a limit on each PE's log (MCML:
+	// HookConfig.Limit).
+	LogLimit bool
 	// NewHook makes PE me's hook for a job of n PEs, whose trees t
-	// describes, whose net carries the hook's packets and whose PEs teams
-	// groups (the zero Teams unless the protocol has Teams).
-	NewHook func(me, n int, t Trees, net func(dst int, p *Packet), teams Teams) Hook
+	// describes, whose net carries the hook's packets, as c says.
+	NewHook func(me, n int, t Trees, net func(dst int, p *Packet), c HookConfig) Hook
 }
 
 var protocols = []ProtocolSpec{
-	{Name: "none", NewHook: func(int, int, Trees, func(int, *Packet), Teams) Hook { return NopHook{} }},
-	{Name: "scmel", RecoversAlone: true, NewHook: causalHook("scmel", false)},
+	{Name: "none", NewHook: func(int, int, Trees, func(int, *Packet), HookConfig) Hook { return NopHook{} }},
+	{Name: "scmel", RecoversAlone: true, LogLimit: true, NewHook: causalHook("scmel", false)},
 	{Name: "camel", RecoversAlone: true, WithTeams: true, NewHook: causalHook("camel", true)},
 	// team: SCMEL between teams; inside one, reception order only
-	{Name: "team", RecoversAlone: true, Teams: true, NewHook: causalHook("team", false)},
+	{Name: "team", RecoversAlone: true, Teams: true, LogLimit: true, NewHook: causalHook("team", false)},
 }
 
-func causalHook(name string, camel bool) func(me, n int, t Trees, net func(int, *Packet), teams Teams) Hook {
-	return func(me, n int, t Trees, net func(int, *Packet), teams Teams) Hook {
-		hk := &CausalHook{name: name, s: NewHopCausal(int32(me), n, t, camel).withTeams(teams), t: t, net: net}
-		if camel && teams.On() {
+func causalHook(name string, camel bool) func(me, n int, t Trees, net func(int, *Packet), c HookConfig) Hook {
+	return func(me, n int, t Trees, net func(int, *Packet), c HookConfig) Hook {
+		hk := &CausalHook{name: name, s: NewHopCausal(int32(me), n, t, camel, c.Limit).withTeams(c.Teams), t: t, net: net, lim: c.Limit}
+		if camel && c.Teams.On() {
 			hk.name = name + "+teams"
 		}
 		return hk

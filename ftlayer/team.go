@@ -83,6 +83,17 @@ func (t Teams) Team(k int) []int32 {
 	return t.members[k]
 }
 
+// WitnessOf is the first PE after p (cyclically) outside p's team, of n
+// (-1: none): see Hook.Witness.
+func (t Teams) WitnessOf(p int32, n int) int {
+	for d := int32(1); d < int32(n); d++ {
+		if q := (p + d) % int32(n); !t.Same(q, p) {
+			return int(q)
+		}
+	}
+	return -1
+}
+
 // Size is the number of PEs in p's team.
 func (t Teams) Size(p int32) int {
 	if !t.On() {

@@ -60,7 +60,7 @@ func newTeamNet(t *testing.T) *teamNet {
 	require.NoError(t, err)
 	n := &teamNet{t: t}
 	for i := 0; i < 4; i++ {
-		n.hooks = append(n.hooks, spec.NewHook(i, 4, NewGroups(), func(dst int, p *Packet) { n.pkts = append(n.pkts, *p) }, teams).(*CausalHook))
+		n.hooks = append(n.hooks, spec.NewHook(i, 4, NewGroups(), func(dst int, p *Packet) { n.pkts = append(n.pkts, *p) }, HookConfig{Teams: teams}).(*CausalHook))
 	}
 	return n
 }
@@ -133,22 +133,22 @@ func TestTeamRecoversFromTheOtherTeam(t *testing.T) {
 	n.send(1, 2) // carries PE 1's determinants (2) and PE 0's (1)
 	n.flush()
 	for _, p := range []int32{0, 1} {
-		n.hooks[p].Restart(nil, 1, nil)
+		n.hooks[p].Restart(nil, 1, nil, Rollback{})
 	}
 	for _, p := range []int32{0, 1} {
-		require.NoError(t, n.hooks[p].PeerFailed(int(1-p), 1), "a teammate's failure")
+		require.NoError(t, n.hooks[p].PeerFailed(int(1-p), 1, nil), "a teammate's failure")
 		require.True(t, n.hooks[p].Recovering())
 	}
 	var replayed []Packet
 	n.pkts = nil
 	for _, s := range []int{2, 3} {
 		for _, y := range []int{0, 1} {
-			require.NoError(t, n.hooks[s].PeerFailed(y, 1))
+			require.NoError(t, n.hooks[s].PeerFailed(y, 1, nil))
 		}
 	}
 	require.Equal(t, []int32{0, 1}, n.hooks[2].s.failing)
 	// another team's PE may not fail while this one recovers
-	_, perr := n.hooks[0].s.PeerFailed(2, 1)
+	_, perr := n.hooks[0].s.PeerFailed(2, 1, nil)
 	require.ErrorIs(t, perr, ErrConcurrentFailure)
 	for _, p := range n.pkts {
 		if p.Kind == PktApp {

@@ -30,6 +30,18 @@ var mutations = []mutation{
 	{"ack batching: a node acknowledges the determinants it only passes up the tree", "ftlayer/causal.go",
 		"		if s.passesDetsUp(m) {\n			s.stashUp(m.Dets)\n		} else {",
 		"		if s.passesDetsUp(m) {\n			s.stashUp(m.Dets)\n			out = s.ackDets(m, out)\n		} else {"},
+	{"a log limit: the rollback set leaves out the PEs that stopped logging to the failed one", "recovery/gate.go",
+		"return g.off[z][y] || teams.Same(int32(z), int32(y))",
+		"return teams.Same(int32(z), int32(y))"},
+	{"a log limit: a PE rolled back without failing forgets its receptions' order", "ftlayer/limit.go",
+		"		for _, d := range k.own {",
+		"		for _, d := range k.own[:0] {"},
+	{"a log limit: a PE rolled back without failing forgets the determinants it held for others", "ftlayer/limit.go",
+		"		s.detLog, s.fwdSeen = k.detLog, k.fwd\n",
+		"		_ = k.fwd\n"},
+	{"a log limit: a PE keeps its rollback set after recovering, and takes the next failure for part of it", "ftlayer/causal.go",
+		"		// a later failure of a fellow is another failure\n		s.rb = nil\n",
+		"\n"},
 }
 
 // TestMutationsFailTheSimulations builds the simulations with each

@@ -32,13 +32,18 @@ import (
 // as processed, and the runtime's control messages (checkpoints, the
 // hooks' packets, these) are not counted at all.
 
-// PEFailedMsg tells a PE that PE PE failed and runs again as incarnation
-// Inc (the launcher injects it). Recovered lists the PEs that recovered
-// before: their own notice may still be on its way.
+// PEFailedMsg tells a PE that PE PE failed, or rolls back with one that
+// did, and runs again as incarnation Inc (the launcher injects it).
+// Recovered lists the PEs that recovered before: their own notice may
+// still be on its way. Set is every PE rolling back with it (the
+// failure's rollback set); Keeps says PE did not fail: it restores its
+// own copy of its snapshot, and nobody sends it one.
 type PEFailedMsg struct {
 	PE        int32
 	Inc       uint32
 	Recovered []int32 `msgpack:",omitempty"`
+	Set       []int32 `msgpack:",omitempty"`
+	Keeps     bool    `msgpack:",omitempty"`
 }
 
 // RecoverMsg hands a failed PE its snapshot of checkpoint Epoch. Base
@@ -91,8 +96,10 @@ type recoverState struct {
 	// base is the checkpoint this run was restarted from (0: none):
 	// snapshots of it carry another run's protocol state.
 	base uint64
-	// mates: the PEs that failed with this one (see Revive)
+	// mates: the PEs that roll back with this one (see Revive), and the
+	// rollback as its hook sees it
 	mates []Incarnation
+	rb    ftlayer.Rollback
 }
 
 // control reports the runtime's control messages, which quiescence
@@ -122,14 +129,37 @@ type Incarnation struct {
 // keeps what arrives until its snapshot does. initial is what the run
 // started the PE with (handled again when it recovers from the start);
 // rolledBack says the run rolled every PE back since (quiescence
-// detection's counts started again from zero then); failed lists the PEs
-// that failed with it, this one included (its team, under team-based
-// logging), and their new incarnations: their old ones' messages are
-// dropped from the moment it restores. Call it before the PE's goroutine
-// starts.
-func (m *Manager) Revive(inc uint32, initial []pe.Envelope, rolledBack bool, failed []Incarnation) {
+// detection's counts started again from zero then); mates lists the PEs
+// that roll back with it, this one included (its team under team-based
+// logging, the rollback set under a log limit), and their new
+// incarnations: their old ones' messages are dropped from the moment it
+// restores; rb is the rollback as the hook sees it. Call it before the
+// PE's goroutine starts.
+func (m *Manager) Revive(inc uint32, initial []pe.Envelope, rolledBack bool, mates []Incarnation, rb ftlayer.Rollback) {
 	m.rec.reviving, m.rec.inc, m.rec.initial, m.rec.counted = true, inc, initial, !rolledBack
-	m.rec.mates = failed
+	m.rec.mates, m.rec.rb = mates, rb
+}
+
+// ReviveKeeping is Revive for a PE that rolls back with a failed one
+// without having failed (a log limit's rollback set): this manager takes
+// over prev's checkpoint memory (its own snapshot and the copy it holds
+// for its neighbour) and what prev's hook keeps (Hook.Keep). It returns
+// the message to inject into the PE to restore its own snapshot.
+func (m *Manager) ReviveKeeping(prev *Manager, inc uint32, initial []pe.Envelope, rolledBack bool, mates []Incarnation, rb ftlayer.Rollback) pe.Envelope {
+	rb.Kept = prev.FT().Keep()
+	m.Revive(inc, initial, rolledBack, mates, rb)
+	m.rec.base = prev.rec.base
+	m.ckpt.ck = prev.Memory()
+	return pe.Envelope{Type: tRecover, Kind: pe.KindSystem, Payload: m.ownRecoverMsg(int32(m.Me()))}
+}
+
+// ownRecoverMsg is the RecoverMsg of PE y's snapshot in this PE's memory.
+func (m *Manager) ownRecoverMsg(y int32) *RecoverMsg {
+	rm := &RecoverMsg{}
+	if s := m.checkpointer().Committed(y); s != nil {
+		rm.Epoch, rm.Own, rm.Base = s.Epoch, s.App, s.Epoch == m.rec.base && s.App != nil
+	}
+	return rm
 }
 
 // Recovering reports whether this PE is a new incarnation still catching
@@ -144,14 +174,10 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 		return
 	}
 	ck := m.checkpointer()
-	if int(m.Buddies().Of(int32(y))) == m.Me() {
-		rm := &RecoverMsg{}
-		if s := ck.Committed(int32(y)); s != nil {
-			rm.Epoch, rm.Own, rm.Base = s.Epoch, s.App, s.Epoch == m.rec.base && s.App != nil
-		}
-		m.sendCtl(y, tRecover, rm)
+	if int(m.Buddies().Of(int32(y))) == m.Me() && !msg.Keeps {
+		m.sendCtl(y, tRecover, m.ownRecoverMsg(int32(y)))
 	}
-	if int(m.Buddies().Of(int32(m.Me()))) == y {
+	if int(m.Buddies().Of(int32(m.Me()))) == y && !msg.Keeps {
 		if s := ck.Committed(int32(m.Me())); s != nil && s.App != nil {
 			m.sendCtl(y, tHeldCopy, &HeldCopyMsg{Epoch: s.Epoch, Owner: int32(m.Me()), Snap: s.App})
 		}
@@ -159,7 +185,7 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 	for _, r := range msg.Recovered {
 		m.ft.PeerRecovered(int(r))
 	}
-	if err := m.ft.PeerFailed(y, msg.Inc); err != nil {
+	if err := m.ft.PeerFailed(y, msg.Inc, msg.Set); err != nil {
 		m.Fail(err)
 		return
 	}
@@ -195,10 +221,11 @@ func (m *Manager) onRecover(msg *RecoverMsg) {
 		}
 	}
 	// the hook first: what restoring sends must be stamped as it was
-	m.ft.Restart(ck, m.rec.inc, m.completeBefore)
+	m.ft.Restart(ck, m.rec.inc, m.completeBefore, m.rec.rb)
+	m.rec.rb.Kept = nil
 	for _, r := range m.rec.mates {
 		if int(r.PE) != m.Me() {
-			if err := m.ft.PeerFailed(int(r.PE), r.Inc); err != nil {
+			if err := m.ft.PeerFailed(int(r.PE), r.Inc, m.rec.rb.Set); err != nil {
 				m.Fail(fmt.Errorf("recovery of PE %d: %w", m.Me(), err))
 				return
 			}

@@ -346,6 +346,12 @@ func (n *Node) FailPE(i int) bool {
 // returns the old handler (for its statistics: a recovery must not read
 // it), or nil if PE i was not failed.
 func (n *Node) Replace(i int, mk func(p *PE) Handler) Handler {
+	return n.Renew(i, func(p *PE, _ Handler) Handler { return mk(p) })
+}
+
+// Renew is Replace for a PE whose old handler its new one takes over
+// from: mk gets it (a PE rolled back without failing keeps its memory).
+func (n *Node) Renew(i int, mk func(p *PE, old Handler) Handler) Handler {
 	p := n.PE(i)
 	p.replaceMu.Lock()
 	defer p.replaceMu.Unlock()
@@ -357,7 +363,7 @@ func (n *Node) Replace(i int, mk func(p *PE) Handler) Handler {
 	}
 	old := p.handler
 	p.clear()
-	p.start(mk)
+	p.start(func(p *PE) Handler { return mk(p, old) })
 	return old
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/charmgo/charmgo/pe/cluster"
@@ -258,7 +259,7 @@ func (p *Processes) Action(data []byte) {
 			p.node.FailPE(y) // its stand-in, which never ran anything
 			p.node.Replace(y, func(pp *pe.PE) pe.Handler {
 				m := s.mk(pp)
-				m.Revive(r.Inc, initial, st.RolledBack, revived)
+				m.Revive(r.Inc, initial, st.RolledBack, revived, ftlayer.Rollback{Set: st.Dead, Failed: st.Dead})
 				return m
 			})
 			if !st.RolledBack {
@@ -274,7 +275,7 @@ func (p *Processes) Action(data []byte) {
 	for _, r := range revived {
 		for q := first; q < first+count; q++ {
 			p.node.InjectControl(q, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
-				Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: st.Recovered}})
+				Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: st.Recovered, Set: st.Dead}})
 		}
 	}
 }

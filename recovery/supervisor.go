@@ -47,6 +47,13 @@ type Stats struct {
 	// PELog is each PE's log statistics, by PE: its incarnations'
 	// counts summed, the largest of their peaks (Log sums the peaks).
 	PELog []ftlayer.Stats
+	// ChannelsOffGranted is how many times the PEs were let stop
+	// logging on a channel (a log limit; their hooks count the same in
+	// Log.ChannelsOff).
+	ChannelsOffGranted uint64
+	// Expected is, under a log limit, the rollback sets failures would
+	// have had, sampled at each step (runs of up to 128 PEs).
+	Expected ExpectedRollback
 }
 
 // RecoveryStats is one recovery: of a PE or a team alone, or of every PE
@@ -55,6 +62,16 @@ type RecoveryStats struct {
 	Failures int
 	PEs      int // rolled back
 	Recovery time.Duration
+	// Set is the PEs a recovery alone rolled back: the failed PE, its
+	// team, and under a log limit those that stopped logging to one of
+	// them, to the closure (nil for a global rollback); Chain, the
+	// longest chain of channels not logged that brought a PE in (0: none
+	// did).
+	Set   []int32
+	Chain int
+	// Off is, by PE, the channels not logged when the failure struck,
+	// as the PEs told the supervisor: what Set was computed from.
+	Off [][]int32
 }
 
 // TeamStats is one team's share of the logging statistics.
@@ -126,6 +143,10 @@ type Supervisor struct {
 	// restored a checkpoint and caught up.
 	onRestored  func(epoch uint64)
 	onRecovered func(me int)
+
+	// gate: the channels PEs stopped logging on (a log limit)
+	gate     channelGate
+	logLimit bool
 }
 
 // Config is what a Supervisor needs to know of its run.
@@ -135,7 +156,10 @@ type Config struct {
 	// Teams groups the PEs under a protocol with Teams: a failure rolls
 	// back the failed PE's team.
 	Teams ftlayer.Teams
-	Kills []Kill
+	// LogLimit: the PEs' logs are bounded (MCML): the supervisor samples
+	// the rollback sets failures would have at each step.
+	LogLimit bool
+	Kills    []Kill
 	// Notices receives one line per failure and recovery (nil: none).
 	Notices io.Writer
 	// RestartDir and RestartEpoch name the checkpoint the run was
@@ -150,7 +174,7 @@ type Config struct {
 // New makes the supervisor of a run that has not started.
 func New(cfg Config) *Supervisor {
 	s := &Supervisor{kills: cfg.Kills, fired: make([]bool, len(cfg.Kills)), start: time.Now(), notices: cfg.Notices, awaitStep: -1, lastStep: -1,
-		restartDir: cfg.RestartDir, restartEpoch: cfg.RestartEpoch, mk: cfg.NewManager, teams: cfg.Teams}
+		restartDir: cfg.RestartDir, restartEpoch: cfg.RestartEpoch, mk: cfg.NewManager, teams: cfg.Teams, logLimit: cfg.LogLimit}
 	s.ft.Protocol = cfg.Protocol.Name
 	s.local = cfg.Protocol.RecoversAlone && cfg.PEs > 1
 	if s.notices == nil {
@@ -182,6 +206,7 @@ func (s *Supervisor) Begin(node *pe.Node, initial [][]pe.Envelope) {
 	defer s.mu.Unlock()
 	s.node, s.initial = node, initial
 	s.inc = make([]uint32, node.NumPEs())
+	s.gate.begin(node.NumPEs())
 	for i, k := range s.kills {
 		if !k.timed() || s.fired[i] {
 			continue
@@ -222,6 +247,9 @@ func (s *Supervisor) KillProcesses(kill func(Kill), mine func(Kill) bool, replac
 func (s *Supervisor) AtStep(step int) {
 	s.mu.Lock()
 	s.sawStep, s.lastStep = true, step
+	if s.logLimit && len(s.recovering) == 0 && !s.rolling {
+		s.gate.sample(s.teams, &s.ft.Expected)
+	}
 	if s.awaitStep == step && !s.failedAt.IsZero() {
 		s.ft.CaughtUp += time.Since(s.failedAt)
 		s.awaitStep, s.failedAt = -1, time.Time{}
@@ -303,6 +331,7 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		// team are part of that failure, the others wait for it
 		k := s.kills[now[0]]
 		team := s.teams.Members(int32(k.PE))
+		set, chain, off := s.gate.freeze(team, s.teams)
 		var also []Kill
 		for _, i := range now[1:] {
 			if ki := s.kills[i]; s.teams.Same(int32(ki.PE), int32(k.PE)) {
@@ -312,7 +341,7 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 				s.waiting = append(s.waiting, i)
 			}
 		}
-		for _, p := range team {
+		for _, p := range set {
 			if !node.FailPE(int(p)) {
 				s.mu.Unlock()
 				return // the run is ending
@@ -320,16 +349,22 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		}
 		s.fired[now[0]] = true
 		s.failed = time.Now()
-		revived := s.startRecovery(team, 1+len(also))
+		revived := s.startRecovery(set, 1+len(also))
+		s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
+		s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
 		recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
 		f := &PEFailure{PE: k.PE, Kill: k, Also: also}
-		if len(team) == 1 {
+		switch {
+		case len(set) > len(team):
+			fmt.Fprintf(s.notices, "charmgo: %v; PEs %s roll back with it (rollback set %s: they stopped logging to it, or to one of them, past the log limit) and recover (%s): the others replay their messages\n",
+				f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
+		case len(team) == 1:
 			fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
-		} else {
+		default:
 			fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 		}
 		s.mu.Unlock()
-		node.Later(func() { s.replace(node, revived, recovered, rolledBack) })
+		node.Later(func() { s.replace(node, revived, team, recovered, rolledBack) })
 		return
 	}
 	if s.rolling && s.resetDone {
@@ -389,6 +424,7 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 	s.mu.Lock()
 	s.resetDone, s.rolledBack = true, true
 	s.inc = make([]uint32, node.NumPEs()) // the protocol starts afresh
+	s.gate.reset()
 	s.window, s.recovering, s.recovered = false, nil, nil
 	s.mu.Unlock()
 	node.RollBack(func(p *pe.PE, prev pe.Handler, failed bool) pe.Handler {
@@ -422,21 +458,54 @@ func (s *Supervisor) startRecovery(pes []int32, failures int) []manager.Incarnat
 	}
 	s.ft.Failures += failures
 	s.ft.PEsRolledBack += len(pes)
-	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: len(pes)})
+	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: len(pes), Set: slices.Clone(pes)})
 	return revived
 }
 
-// replace starts the failed PEs' new incarnations (a PE, or a team) and
-// tells the others.
-func (s *Supervisor) replace(node *pe.Node, revived []manager.Incarnation, recovered []int32, rolledBack bool) {
+// without is set less the PEs of less (both in increasing order).
+func without(set, less []int32) []int32 {
+	var out []int32
+	for _, p := range set {
+		if !slices.Contains(less, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// replace starts the new incarnations of the PEs a failure rolls back (a
+// PE, or a team, and those a log limit adds) and tells the others. Those
+// that failed come back empty; the others keep their checkpoint memory
+// and what their hooks keep (Hook.Keep), and restore themselves.
+func (s *Supervisor) replace(node *pe.Node, revived []manager.Incarnation, failed []int32, recovered []int32, rolledBack bool) {
+	set := make([]int32, len(revived))
+	for i, r := range revived {
+		set[i] = r.PE
+	}
+	rb := ftlayer.Rollback{Set: set, Failed: failed}
+	// Those that keep their memory restore their own snapshots once every
+	// PE of the set runs again: a restored one sends its fellows their
+	// determinants, which must not reach an incarnation being replaced.
+	own := map[int]pe.Envelope{}
+	defer func() {
+		for _, r := range revived {
+			if env, ok := own[int(r.PE)]; ok {
+				node.InjectControl(int(r.PE), env)
+			}
+		}
+	}()
 	for _, r := range revived {
 		y := int(r.PE)
 		s.mu.Lock()
 		initial := s.initial[y]
 		s.mu.Unlock()
-		old := node.Replace(y, func(p *pe.PE) pe.Handler {
+		old := node.Renew(y, func(p *pe.PE, prev pe.Handler) pe.Handler {
 			m := s.mk(p)
-			m.Revive(r.Inc, initial, rolledBack, revived)
+			if slices.Contains(failed, r.PE) {
+				m.Revive(r.Inc, initial, rolledBack, revived, rb)
+			} else {
+				own[y] = m.ReviveKeeping(prev.(*manager.Manager), r.Inc, initial, rolledBack, revived, rb)
+			}
 			return m
 		})
 		if old == nil {
@@ -454,7 +523,7 @@ func (s *Supervisor) replace(node *pe.Node, revived []manager.Incarnation, recov
 		for p := 0; p < node.NumPEs(); p++ {
 			if p != int(r.PE) {
 				node.InjectControl(p, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
-					Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: recovered}})
+					Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: recovered, Set: set, Keeps: !slices.Contains(failed, r.PE)}})
 			}
 		}
 	}
@@ -488,6 +557,14 @@ func (s *Supervisor) CheckpointCommitted(epoch uint64, teams *ftlayer.Teams) {
 	s.lastCommitted = max(s.lastCommitted, epoch)
 	s.mu.Unlock()
 }
+
+// Gate is where the PEs' hooks ask to stop logging a channel under a
+// log limit (ftlayer.LogLimit.Gate).
+func (s *Supervisor) Gate() ftlayer.ChannelGate { return &s.gate }
+
+// ChannelsOff lists, for each PE, the channels it does not log now (a log
+// limit), as the PEs told the supervisor.
+func (s *Supervisor) ChannelsOff() [][]int32 { return s.gate.offChannels() }
 
 // Teams are the teams in effect.
 func (s *Supervisor) Teams() ftlayer.Teams {
@@ -546,6 +623,7 @@ func (s *Supervisor) caughtUp(me int, here bool) {
 		s.mu.Unlock()
 		return
 	}
+	s.gate.thaw()
 	s.ft.Recovery += time.Since(s.failed)
 	s.ft.CaughtUp += time.Since(s.failed)
 	s.recovered1(time.Since(s.failed))
@@ -686,8 +764,9 @@ func (s *Supervisor) AddLog(p int, st ftlayer.Stats) {
 		s.ft.PELog = append(s.ft.PELog, make([]ftlayer.Stats, p+1-len(s.ft.PELog))...)
 	}
 	mine := &s.ft.PELog[p]
-	before := mine.Log
+	before, peak := mine.Log, mine.PeakTotal
 	mine.Add(st)
+	mine.PeakTotal = max(peak, st.PeakTotal)
 	for k := range mine.Log {
 		mine.Log[k].PeakBytes = max(before[k].PeakBytes, st.Log[k].PeakBytes)
 		mine.Log[k].AtCheckpointBytes = max(before[k].AtCheckpointBytes, st.Log[k].AtCheckpointBytes)
@@ -712,5 +791,7 @@ func (s *Supervisor) LostOps() manager.Stats {
 func (s *Supervisor) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ft
+	st := s.ft
+	st.ChannelsOffGranted = s.gate.grants()
+	return st
 }

@@ -114,11 +114,23 @@ func ValidName(name string) error {
 // (off(z, y)), until no more join (Algorithm 1's FAILURE and ROLLBACK,
 // taken to their closure). The PEs, 0..n-1, come back in order.
 func RollbackSet(n int, failed []int, off func(z, y int) bool) []int {
-	in := make([]bool, n)
+	set, _ := Rollback(n, failed, off)
+	return set
+}
+
+// Rollback is RollbackSet and the rollback chain's length: the most
+// channels turned off between a PE of the set and a failed one (the
+// paper's "rollback chain size": 2 in Fig. 5; 0 when the failed PEs roll
+// back alone).
+func Rollback(n int, failed []int, off func(z, y int) bool) (set []int, chain int) {
+	depth := make([]int, n) // -1: not in the set
+	for p := range depth {
+		depth[p] = -1
+	}
 	queue := []int{}
 	for _, f := range failed {
-		if f >= 0 && f < n && !in[f] {
-			in[f] = true
+		if f >= 0 && f < n && depth[f] < 0 {
+			depth[f] = 0
 			queue = append(queue, f)
 		}
 	}
@@ -126,17 +138,17 @@ func RollbackSet(n int, failed []int, off func(z, y int) bool) []int {
 		y := queue[0]
 		queue = queue[1:]
 		for z := range n {
-			if !in[z] && off(z, y) {
-				in[z] = true
+			if depth[z] < 0 && off(z, y) {
+				depth[z] = depth[y] + 1
+				chain = max(chain, depth[z])
 				queue = append(queue, z)
 			}
 		}
 	}
-	var set []int
-	for p, ok := range in {
-		if ok {
+	for p, d := range depth {
+		if d >= 0 {
 			set = append(set, p)
 		}
 	}
-	return set
+	return set, chain
 }

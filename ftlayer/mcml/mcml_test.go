@@ -103,14 +103,16 @@ func TestTheRollbackSetIsTheClosureOverChannelsTurnedOff(t *testing.T) {
 		failed []int
 		off    [][2]int // z's channel to y is off
 		want   []int
+		chain  int
 	}{
-		{"all logged: the failed PE alone", 4, []int{2}, nil, []int{2}},
-		{"a sender to it that stopped logging", 4, []int{2}, [][2]int{{1, 2}}, []int{1, 2}},
-		{"not the PEs it stopped logging to", 4, []int{2}, [][2]int{{2, 3}}, []int{2}},
-		{"a chain (Fig. 5: X to Z to Y)", 5, []int{4}, [][2]int{{3, 4}, {1, 3}}, []int{1, 3, 4}},
-		{"a cycle ends", 4, []int{0}, [][2]int{{1, 0}, {0, 1}, {2, 1}}, []int{0, 1, 2}},
-		{"two failures at once", 6, []int{0, 5}, [][2]int{{1, 0}, {4, 5}, {3, 2}}, []int{0, 1, 4, 5}},
-		{"a PE out of range is ignored", 3, []int{7, 1}, nil, []int{1}},
+		{"all logged: the failed PE alone", 4, []int{2}, nil, []int{2}, 0},
+		{"a sender to it that stopped logging", 4, []int{2}, [][2]int{{1, 2}}, []int{1, 2}, 1},
+		{"not the PEs it stopped logging to", 4, []int{2}, [][2]int{{2, 3}}, []int{2}, 0},
+		{"a chain (Fig. 5: X to Z to Y)", 5, []int{4}, [][2]int{{3, 4}, {1, 3}}, []int{1, 3, 4}, 2},
+		{"a fan-in is one link long", 5, []int{4}, [][2]int{{3, 4}, {1, 4}, {2, 4}}, []int{1, 2, 3, 4}, 1},
+		{"a cycle ends", 4, []int{0}, [][2]int{{1, 0}, {0, 1}, {2, 1}}, []int{0, 1, 2}, 2},
+		{"two failures at once", 6, []int{0, 5}, [][2]int{{1, 0}, {4, 5}, {3, 2}}, []int{0, 1, 4, 5}, 1},
+		{"a PE out of range is ignored", 3, []int{7, 1}, nil, []int{1}, 0},
 	}
 	for _, c := range cases {
 		off := func(z, y int) bool {
@@ -122,6 +124,9 @@ func TestTheRollbackSetIsTheClosureOverChannelsTurnedOff(t *testing.T) {
 			return false
 		}
 		require.Equal(t, c.want, RollbackSet(c.n, c.failed, off), c.name)
+		set, chain := Rollback(c.n, c.failed, off)
+		require.Equal(t, c.want, set, c.name)
+		require.Equal(t, c.chain, chain, c.name)
 	}
 }
 

@@ -1,0 +1,188 @@
+// Command mcmltable measures memory-constrained message logging (MCML,
+// --log-limit) the way papers/002's Table II does: for each application
+// and PE count it runs once without a limit to find the largest log a PE
+// reaches (its peak), then with limits θ of that peak, and reports the
+// largest log a PE reached under the limit and the rollback set a
+// failure of each PE would have had, on average over every PE at every
+// step (as % of the PEs) and its chain; it then kills a few PEs for real
+// at a late step of an epoch and checks the runs end bitwise as the
+// failure-free one did and report the rollback set they took.
+//
+//	go run ./bench/cmd/mcmltable                       # LeanMD and OpenAtom, 8 and 16 PEs, θ 30..70%
+//	go run ./bench/cmd/mcmltable -apps leanmd -pes 4 -theta 50
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// app is a program to measure, with the arguments of its run.
+type app struct {
+	name, pkg string
+	args      []string
+	killStep  int // a step late in an epoch
+}
+
+var apps = map[string]app{
+	// 3×3×3 cells, 41 steps, no balancing, a checkpoint every 10 steps
+	"leanmd": {"leanmd", "./apps/leanmd", []string{"3", "3", "3", "41", "1000", "1000", "10"}, 19},
+	// 32 states on a 16³ grid, 40 steps, a checkpoint every 10 steps
+	"openatom": {"openatom", "./apps/openatom", []string{"32", "16", "40", "--ckpt-period", "10"}, 19},
+}
+
+// summary is the part of a run's --summary-json this reads.
+type summary struct {
+	PEs []struct {
+		LogPeakBytes uint64 `json:"log_peak_bytes"`
+	} `json:"pes"`
+	FaultTolerance struct {
+		Recoveries []struct {
+			Set   []int32 `json:"rollback_set"`
+			Chain int     `json:"rollback_chain"`
+		} `json:"recoveries"`
+		LogLimit *struct {
+			ChannelsOff   uint64  `json:"channels_turned_off"`
+			OverLimit     uint64  `json:"sends_over_limit"`
+			LargestPeakPE uint64  `json:"largest_pe_peak_bytes"`
+			ExpectedSet   float64 `json:"expected_rollback_set"`
+			ExpectedChain float64 `json:"expected_rollback_chain"`
+			LargestSet    int     `json:"largest_rollback_set"`
+		} `json:"log_limit"`
+	} `json:"fault_tolerance"`
+	Results []struct {
+		Name  string          `json:"name"`
+		Value json.RawMessage `json:"value"`
+	} `json:"results"`
+}
+
+func main() {
+	appList := flag.String("apps", "leanmd,openatom", "applications (leanmd, openatom)")
+	peList := flag.String("pes", "8,16", "PE counts")
+	thetas := flag.String("theta", "30,40,50,60,70", "limits, in % of the unconstrained peak")
+	ft := flag.String("ft", "scmel", "protocol (scmel, or team with -teams)")
+	teams := flag.String("teams", "", "--teams for -ft team")
+	kills := flag.Int("kills", 2, "PEs killed for real per limit (PEs 1, n/2, ...), checked bitwise")
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "mcmltable")
+	check(err)
+	defer os.RemoveAll(dir)
+	fmt.Printf("| app | PEs | θ | limit (bytes) | largest PE log | ÷ unconstrained | channels off | expected set (%% of PEs) | chain | largest set | killed: sets (chain) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, name := range strings.Split(*appList, ",") {
+		a, ok := apps[name]
+		if !ok {
+			fail("unknown app %q (want leanmd, openatom)", name)
+		}
+		bin := filepath.Join(dir, a.name)
+		out, err := exec.Command("go", "build", "-o", bin, a.pkg).CombinedOutput()
+		if err != nil {
+			fail("go build %s: %v\n%s", a.pkg, err, out)
+		}
+		for _, ps := range strings.Split(*peList, ",") {
+			n, err := strconv.Atoi(ps)
+			check(err)
+			proto := []string{"+p" + ps, "--ft", *ft}
+			if *teams != "" {
+				proto = append(proto, "--teams", *teams)
+			}
+			free := run(bin, dir, a.args, proto)
+			var peak uint64
+			for _, p := range free.PEs {
+				peak = max(peak, p.LogPeakBytes)
+			}
+			fmt.Printf("| %s | %d | ∞ | – | %d | 1.00 | 0 | %.1f | 0 | 1 | |\n", name, n, peak, 100/float64(n))
+			for _, ts := range strings.Split(*thetas, ",") {
+				theta, err := strconv.Atoi(ts)
+				check(err)
+				limit := peak * uint64(theta) / 100
+				lim := append(proto, "--log-limit", strconv.FormatUint(limit, 10))
+				s := run(bin, dir, a.args, lim)
+				ll := s.FaultTolerance.LogLimit
+				if ll == nil {
+					fail("%s %v: no log_limit in the summary", name, lim)
+				}
+				var killed []string
+				for k := range *kills {
+					pe := k * n / max(*kills, 1)
+					if k == 0 {
+						pe = 1
+					}
+					r := run(bin, dir, a.args, append(lim, "--kill", fmt.Sprintf("%d@%d", pe, a.killStep)))
+					if !sameResults(free, r) {
+						fail("%s %v, PE %d killed at step %d: the results differ from the failure-free run's", name, lim, pe, a.killStep)
+					}
+					for _, rc := range r.FaultTolerance.Recoveries {
+						killed = append(killed, fmt.Sprintf("PE %d: %d (%d)", pe, len(rc.Set), rc.Chain))
+					}
+				}
+				fmt.Printf("| %s | %d | %d%% | %d | %d | %.2f | %d | %.1f | %.2f | %d | %s |\n", name, n, theta, limit, ll.LargestPeakPE,
+					float64(ll.LargestPeakPE)/float64(peak), ll.ChannelsOff, 100*ll.ExpectedSet/float64(n), ll.ExpectedChain, ll.LargestSet, strings.Join(killed, "; "))
+			}
+		}
+	}
+}
+
+// run runs bin with args and flags and returns its summary; a run that
+// fails ends the command.
+func run(bin, dir string, args, flags []string) summary {
+	js := filepath.Join(dir, "summary.json")
+	cmd := exec.Command(bin, append(append(append([]string{}, args...), flags...), "--summary-json", js, "--watchdog", "60s")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		fail("%s %s: %v\n%s", filepath.Base(bin), strings.Join(append(args, flags...), " "), err, tail(out.String()))
+	}
+	b, err := os.ReadFile(js)
+	check(err)
+	var s summary
+	check(json.Unmarshal(b, &s))
+	return s
+}
+
+// sameResults reports whether two runs reported the same energies (and
+// OpenAtom's orthonormality), bit for bit: JSON prints a float64 in the
+// fewest digits that read back as the same bits.
+func sameResults(a, b summary) bool {
+	computed := func(s summary) map[string]string {
+		out := map[string]string{}
+		for _, r := range s.Results {
+			if strings.Contains(r.Name, "energy") || strings.Contains(r.Name, "ortho") {
+				out[r.Name] = string(r.Value)
+			}
+		}
+		return out
+	}
+	x, y := computed(a), computed(b)
+	if len(x) == 0 || len(x) != len(y) {
+		return false
+	}
+	for k, v := range x {
+		if y[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(len(lines)-5, 0):], "\n")
+}
+
+func check(err error) {
+	if err != nil {
+		fail("%v", err)
+	}
+}
+
+func fail(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "mcmltable: "+format+"\n", a...)
+	os.Exit(1)
+}

@@ -1,0 +1,317 @@
+package ftlayer
+
+import (
+	"slices"
+
+	"github.com/charmgo/charmgo/ftlayer/mcml"
+)
+
+// Memory-constrained message logging (MCML, papers/002 §IV): a PE whose
+// sender-based log would pass its limit at a send stops logging on one of
+// its channels (the destination mcml's Strategy chooses) and drops what it
+// logged for it. Its later messages on that channel are not logged; the
+// determinants of their receptions still are. A failure of the channel's
+// receiver then rolls this PE back with it (it re-sends those messages by
+// re-executing), and every PE that stopped logging to a PE rolling back
+// rolls back too: the rollback set (mcml.RollbackSet), which the launcher
+// computes from what the PEs told it (ChannelGate) and announces with the
+// failure. Logging starts again on every channel at the next coordinated
+// checkpoint.
+//
+// What counts against the limit: everything the PE's log holds (the
+// statistics' Log, every kind). What a channel is: a point-to-point hop
+// and, under SCMEL, a hop of a collective (logged like one), to one PE.
+// Under CAMEL a multicast's one copy at its root and the reduction
+// results a keeper holds serve every member of a group, not one channel:
+// they count but are never dropped.
+//
+// A PE rolled back with a failed one did not fail: it keeps the
+// determinants it holds for others and knows its own receptions' order
+// (the paper's assumption, Fig. 5), which Keep hands its next
+// incarnation. Only the failed PEs lose their memory, as under SCMEL.
+
+// LogLimit configures MCML on one PE.
+type LogLimit struct {
+	// Bytes is the most the PE's log may hold (0: no limit).
+	Bytes uint64
+	// Strategy chooses the channel to stop logging on.
+	Strategy mcml.Strategy
+	// Gate is asked before a channel stops logging, and told when every
+	// channel logs again.
+	Gate ChannelGate
+	// Exempt: this PE logs every channel whatever its log holds (PE 0
+	// and its witness in a run that balances load: see Hook.Witness).
+	Exempt bool
+}
+
+// ChannelGate is the launcher's side of MCML: it keeps which channels
+// each PE stopped logging on since its last checkpoint, to compute a
+// failure's rollback set.
+type ChannelGate interface {
+	// StopLogging asks whether PE me may stop logging its messages to
+	// dst, and records it if so. It says no while a failure's rollback
+	// set is being recovered: the set was computed from the channels as
+	// they were.
+	StopLogging(me, dst int) bool
+	// LoggingOn: PE me logs every channel again (a checkpoint committed).
+	LoggingOn(me int)
+}
+
+// HookConfig is what a protocol's hooks need besides the job's shape.
+type HookConfig struct {
+	// Teams groups the PEs (the zero Teams unless the protocol has Teams).
+	Teams Teams
+	// Limit bounds each PE's log (zero: no limit).
+	Limit LogLimit
+}
+
+// logLimit is one PE's MCML state.
+type logLimit struct {
+	LogLimit
+	ch  *mcml.Channels
+	off int // channels not logged now
+	// own: this PE's determinants since the checkpoint, in reception
+	// order: a rollback of this PE that is not a failure replays them
+	own []Det
+}
+
+func newLogLimit(l LogLimit, me, n int) *logLimit {
+	if l.Bytes == 0 {
+		return nil
+	}
+	if l.Strategy == nil {
+		l.Strategy = mcml.Heaviest{}
+	}
+	return &logLimit{LogLimit: l, ch: mcml.NewChannels(me, n)}
+}
+
+// onChannel reports whether m travels on a channel MCML may stop logging
+// on: one hop to another PE, not a collective's shared copy.
+func (s *Causal) onChannel(m *Message) bool {
+	return m.Recver >= 0 && int(m.Recver) < s.n && m.Recver != s.me && !(s.camel && m.Kind == KindReduction)
+}
+
+// logSend logs m, sent to PE to, unless its channel is not logged; past
+// the limit it first stops logging on channels until the log is back
+// under it (Algorithm 1, lines 7–12).
+func (s *Causal) logSend(m *Message, to int32) {
+	l := s.lim
+	on := s.onChannel(m)
+	if on && l.ch.Off[to] {
+		s.countUnlogged(m)
+		return
+	}
+	own := int32(-1)
+	if on {
+		own = to
+	}
+	s.fitLimit(m.bytes(), own)
+	if on && l.ch.Off[to] {
+		s.countUnlogged(m)
+		return
+	}
+	s.log(m)
+}
+
+func (s *Causal) countUnlogged(m *Message) {
+	s.stats.Unlogged.TotalMsgs++
+	s.stats.Unlogged.TotalBytes += m.bytes()
+}
+
+// fitLimit stops logging on channels until the log and add fit the
+// limit, or no channel holds anything, or stopping must wait: while this
+// PE or another recovers (the rollback set being recovered was computed
+// from the channels as they were) and while a checkpoint is being taken
+// (its commit forgets the channels turned off before it). When no
+// channel holds anything, the message's own (to; -1: it is on none)
+// stops logging: it alone would pass the limit.
+func (s *Causal) fitLimit(add uint64, to int32) {
+	l := s.lim
+	for s.logBytes+add > l.Bytes {
+		if l.Exempt || s.recovering || len(s.failing) > 0 || s.sealed {
+			s.stats.OverLimit++
+			return
+		}
+		dst, ok := l.Strategy.Choose(l.ch)
+		if !ok && to >= 0 && !l.ch.Off[to] {
+			dst, ok = int(to), true
+		}
+		if !ok {
+			s.stats.OverLimit++ // only collectives' shared copies left
+			return
+		}
+		if l.Gate != nil && !l.Gate.StopLogging(int(s.me), dst) {
+			s.stats.OverLimit++
+			return
+		}
+		s.stopLogging(int32(dst))
+		if int32(dst) == to {
+			return // the message goes unlogged
+		}
+	}
+}
+
+// stopLogging is TURNCHANNELLOGOFF for the channel to dst: its logged
+// messages are dropped and its next ones are not logged.
+func (s *Causal) stopLogging(dst int32) {
+	l := s.lim
+	keep := s.msgLog[:0]
+	for _, e := range s.msgLog {
+		if m := e.m; !m.released && m.Recver == dst && s.onChannel(m) {
+			s.countLog(m, false)
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(s.msgLog[len(keep):])
+	s.msgLog = keep
+	l.ch.Off[dst] = true
+	l.off++
+	s.stats.ChannelsOff++
+}
+
+// countChannel keeps each channel's logged bytes (countLog's part).
+func (s *Causal) countChannel(m *Message, in bool) {
+	if !s.onChannel(m) {
+		return
+	}
+	c := &s.lim.ch.Logged[m.Recver]
+	if in {
+		*c += m.bytes()
+	} else {
+		*c -= min(*c, m.bytes())
+	}
+}
+
+// loggingOnAgain: a checkpoint's snapshot was taken; what is sent from
+// now on may be needed by a rollback to it, so every channel logs.
+func (l *logLimit) loggingOnAgain() {
+	clear(l.ch.Off)
+	l.off = 0
+}
+
+// ChannelsOff lists the PEs this PE does not log its messages to now.
+func (s *Causal) ChannelsOff() []int32 {
+	if s.lim == nil || s.lim.off == 0 {
+		return nil
+	}
+	var out []int32
+	for d, off := range s.lim.ch.Off {
+		if off {
+			out = append(out, int32(d))
+		}
+	}
+	return out
+}
+
+// Kept is what a PE that rolls back without failing takes into its next
+// incarnation (see Hook.Keep): the determinants it holds for others and
+// its own since the checkpoint.
+type Kept struct {
+	detLog []Det
+	detTop []uint64
+	fwd    map[Det]struct{}
+	own    []Det
+}
+
+// Keep is this PE's Kept.
+func (s *Causal) Keep() *Kept {
+	k := &Kept{detLog: s.detLog, detTop: s.detTop, fwd: s.fwdSeen}
+	if s.lim != nil {
+		k.own = s.lim.own
+	}
+	return k
+}
+
+// Rollback says which PEs a failure rolls back (Set) and which of them
+// failed (Failed); the others take their Kept along (Kept, for this PE if
+// it is one of them).
+type Rollback struct {
+	Set, Failed []int32
+	Kept        *Kept
+}
+
+// rollbackSet is a restarted PE's view of its failure.
+type rollbackSet struct {
+	in, failed []bool
+	told       []bool // fellows this PE sent its determinants to
+	keeps      bool   // this PE did not fail
+}
+
+func (r *rollbackSet) has(p int32) bool { return r != nil && int(p) < len(r.in) && p >= 0 && r.in[p] }
+
+// withRollback makes s, restarted, part of rollback rb: it counts the
+// answers of the PEs outside the set and of the fellows that keep their
+// determinants, and a fellow that did not fail replays its own
+// receptions in their order.
+func (s *Causal) withRollback(rb Rollback) {
+	if len(rb.Set) == 0 {
+		return
+	}
+	r := &rollbackSet{in: make([]bool, s.n), failed: make([]bool, s.n), told: make([]bool, s.n), keeps: rb.Kept != nil}
+	for _, p := range rb.Set {
+		if p >= 0 && int(p) < s.n {
+			r.in[p] = true
+		}
+	}
+	for _, p := range rb.Failed {
+		if p >= 0 && int(p) < s.n {
+			r.failed[p] = true
+		}
+	}
+	size, keepers := 0, 0
+	for p := range s.n {
+		if r.in[p] {
+			size++
+			if !r.failed[p] && int32(p) != s.me {
+				keepers++
+			}
+		}
+	}
+	s.rb = r
+	s.replayFrom = s.n - size
+	s.collectFrom = s.replayFrom + keepers
+	if k := rb.Kept; k != nil {
+		s.detLog, s.fwdSeen = k.detLog, k.fwd
+		copy(s.detTop, k.detTop)
+		for _, d := range k.own {
+			if d.RSN > s.rsn {
+				s.recorded[msgKey{d.Sender, d.Group, d.SSN}] = d.RSN
+				s.lastRecorded = max(s.lastRecorded, d.RSN)
+			}
+		}
+	}
+}
+
+// fellowFailed is PeerFailed for y, rolled back with this restarted PE:
+// one that did not fail sends y the determinants it holds for it.
+func (s *Causal) fellowFailed(y int32, inc uint32) []Action {
+	s.incMap[y] = max(s.incMap[y], inc)
+	if s.relay != nil {
+		s.relay[y], s.relayUp[y], s.carryStale = nil, nil, true
+	}
+	r := s.rb
+	if !r.keeps || r.told[y] {
+		return nil
+	}
+	r.told[y] = true
+	rec := Packet{Kind: PktRecovery, From: s.me, To: y}
+	for _, d := range s.detLog {
+		if d.Recver == y {
+			rec.Dets = append(rec.Dets, d)
+		}
+	}
+	return []Action{{Kind: ActSend, Packet: rec}}
+}
+
+// sameFailure reports whether y rolls back with the PEs this survivor is
+// replaying to.
+func (s *Causal) sameFailure(y int32) bool {
+	if len(s.failing) == 0 {
+		return true
+	}
+	if s.failSet != nil {
+		return slices.Contains(s.failSet, y)
+	}
+	return s.teams.Same(s.failing[0], y)
+}

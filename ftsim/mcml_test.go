@@ -1,0 +1,186 @@
+package ftsim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/require"
+)
+
+// Scenario 12 of the FT test matrix (specs/ft-scenarios.md): a log limit
+// (MCML). The limits are a few hundred bytes a PE, against Mix's logs of
+// a few kilobytes an epoch: channels stop logging in the middle of each
+// epoch, a failure rolls back with the failed PE those that stopped
+// logging to it and, through them, chains of PEs, and every channel logs
+// again after each checkpoint (failures early in an epoch roll back the
+// failed PE alone).
+var limited = []chare.Config{{FT: "scmel", LogLimit: 256}, {FT: "scmel", LogLimit: 1024}, {FT: "team", Teams: "2", LogLimit: 256}}
+
+func limitName(c chare.Config) string { return fmt.Sprintf("%s,limit=%d", c.FT, c.LogLimit) }
+
+// rollbackShapes counts a sweep's recoveries by the size of their
+// rollback sets beyond the failed PE's team, and by their chains.
+type rollbackShapes struct {
+	bigger, chains, alone int
+}
+
+func (r *rollbackShapes) note(t *testing.T, c chare.Config, f Failure) {
+	t.Helper()
+	for _, rec := range f.Res.Stats.FT.Recoveries {
+		if rec.Set == nil {
+			continue // a global rollback (a failure while a checkpoint was taken)
+		}
+		require.Contains(t, rec.Set, int32(f.PE), "%s, %v: the failed PE is in its rollback set %v", limitName(c), f, rec.Set)
+		require.True(t, slices.IsSorted(rec.Set))
+		team := 1
+		if c.Teams != "" {
+			team = 2
+		}
+		switch {
+		case len(rec.Set) > team:
+			r.bigger++
+		default:
+			r.alone++
+		}
+		if rec.Chain >= 2 {
+			r.chains++
+		}
+		require.Equal(t, len(rec.Set), rec.PEs)
+	}
+}
+
+// Every PE failing before every event (every 2nd; a stride under -race)
+// of a run whose PEs stop logging on channels: each run ends with the
+// failure-free results, and among the failures are rollback sets larger
+// than the failed PE (its channel's senders roll back with it), chains
+// of them, and failures that roll back alone (logging on again after a
+// checkpoint).
+func TestLogLimitFailuresAtEveryEvent(t *testing.T) {
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	stride := 2
+	if raceOn {
+		stride = 29
+	}
+	for _, c := range limited {
+		t.Run(limitName(c), func(t *testing.T) {
+			c.PEs, c.Branching = 5, 2
+			var shapes rollbackShapes
+			runs := 0
+			events, err := Sweep(Mix, args, c, 7, []int{0, 1, 2, 3, 4}, stride, func(free chare.Result, f Failure) {
+				runs++
+				require.NoError(t, f.Res.Err, "%s, %v", limitName(c), f)
+				require.Equal(t, mixLogs(t, free), mixLogs(t, f.Res), "%s, %v", limitName(c), f)
+				require.Equal(t, 1, f.Res.Stats.FT.Failures, "%s, %v", limitName(c), f)
+				require.NotZero(t, free.Stats.FT.Log.ChannelsOff, "the limit turns channels off")
+				shapes.note(t, c, f)
+			})
+			require.NoError(t, err)
+			t.Logf("%s: %d runs over %d events: %d rollback sets larger than the failed PE's team (%d with chains of 2 or more), %d alone",
+				limitName(c), runs, events, shapes.bigger, shapes.chains, shapes.alone)
+			if !raceOn {
+				require.NotZero(t, shapes.bigger, "senders on unlogged channels roll back")
+				require.NotZero(t, shapes.alone, "after a checkpoint every channel logs")
+				if c.LogLimit <= 256 {
+					require.NotZero(t, shapes.chains, "chains of unlogged channels")
+				}
+			}
+		})
+	}
+}
+
+// The order-sensitive program under a limit, every PE failing before
+// every event (a stride), and several failures at random in a run: no
+// rolled-back PE replays its receptions in another order than they
+// happened (an orphan would show in the logs).
+func TestLogLimitReplaysTheOrderThatHappened(t *testing.T) {
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	stride, trials := 2, 100*(1+long())
+	if raceOn {
+		stride, trials = 23, 10
+	}
+	for _, c := range limited {
+		t.Run(limitName(c), func(t *testing.T) {
+			cfg := c
+			cfg.PEs, cfg.Branching = 4, 2
+			var shapes rollbackShapes
+			_, err := Sweep(chainMain, args, cfg, 11, []int{0, 1, 2, 3}, stride, func(free chare.Result, f Failure) {
+				require.NoError(t, f.Res.Err, "%s, %v", limitName(c), f)
+				require.NoError(t, checkChain(chainLogsOf(t, f.Res), args.Steps), "%s, %v", limitName(c), f)
+				shapes.note(t, cfg, f)
+			})
+			require.NoError(t, err)
+			if !raceOn {
+				require.NotZero(t, shapes.bigger)
+			}
+			ran, err := RandomFailures(chainMain, args, c, trials, rand.New(rand.NewPCG(c.LogLimit, 12)), func(free, res chare.Result, rc chare.Config) {
+				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", limitName(c), rc.PEs, rc.Branching, rc.Seed, rc.Kills)
+				require.NoError(t, checkChain(chainLogsOf(t, res), args.Steps), "%s, %d PEs, branching %d, seed %d, kills %v", limitName(c), rc.PEs, rc.Branching, rc.Seed, rc.Kills)
+			})
+			require.NoError(t, err)
+			t.Logf("%s: %d sets larger than the failed team; %d random runs with every failure, of %d", limitName(c), shapes.bigger, ran, trials)
+		})
+	}
+}
+
+// Several failures in one run of Mix under a limit, at random events of
+// random PEs over random interleavings.
+func TestLogLimitRandomFailures(t *testing.T) {
+	args := MixArgs{Steps: 8, Ckpt: 3}
+	trials := 100 * (1 + long())
+	if raceOn {
+		trials = 10
+	}
+	for _, c := range limited {
+		t.Run(limitName(c), func(t *testing.T) {
+			ran, err := RandomFailures(Mix, args, c, trials, rand.New(rand.NewPCG(c.LogLimit, 3)), func(free, res chare.Result, rc chare.Config) {
+				require.NoError(t, res.Err, "%s, %d PEs, branching %d, seed %d, kills %v", limitName(c), rc.PEs, rc.Branching, rc.Seed, rc.Kills)
+				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%s, %d PEs, branching %d, seed %d, kills %v", limitName(c), rc.PEs, rc.Branching, rc.Seed, rc.Kills)
+			})
+			require.NoError(t, err)
+			t.Logf("%s: %d runs with every failure, of %d", limitName(c), ran, trials)
+		})
+	}
+}
+
+// Two failures in a run under a limit, the second after the first's
+// recovery, of a PE its rollback set took along or of another: the second
+// is a failure of its own, whose set is computed afresh (found by LeanMD
+// runs: the PEs of the first set took the second failed PE for a fellow
+// of the first rollback and replayed nothing to it).
+func TestLogLimitTwoFailuresOneAfterTheOther(t *testing.T) {
+	args := MixArgs{Steps: 8, Ckpt: 3}
+	stride := 9
+	if raceOn {
+		stride = 97
+	}
+	c := chare.Config{FT: "scmel", LogLimit: 256, PEs: 5, Branching: 2}
+	free := Run(Mix, args, c, 3)
+	require.NoError(t, free.Err)
+	afterASet, runs := 0, 0
+	for e := 1; e <= free.Stats.Events; e += stride {
+		for _, gap := range []int{40, 160} {
+			for _, pq := range [][2]int{{1, 2}, {3, 0}, {2, 2}} {
+				cfg := c
+				cfg.Kills = []chare.Kill{{PE: pq[0], Step: -1, Event: e}, {PE: pq[1], Step: -1, Event: e + gap}}
+				res := Run(Mix, args, cfg, 3)
+				if Unfired(res) {
+					continue
+				}
+				runs++
+				name := fmt.Sprintf("PE %d before event %d, PE %d before event %d", pq[0], e, pq[1], e+gap)
+				require.NoError(t, res.Err, name)
+				require.Equal(t, mixLogs(t, free), mixLogs(t, res), name)
+				if rs := res.Stats.FT.Recoveries; len(rs) == 2 && len(rs[0].Set) > 1 && rs[1].Set != nil && slices.Contains(rs[0].Set, int32(pq[1])) {
+					afterASet++
+				}
+			}
+		}
+	}
+	t.Logf("%d runs with both failures; %d whose second failed PE had rolled back with the first", runs, afterASet)
+	if !raceOn {
+		require.NotZero(t, afterASet)
+	}
+}

@@ -104,7 +104,8 @@ func TestLogLimitFlags(t *testing.T) {
 		{[]string{"--log-limit", "1000"}, 1000, ""},
 		{[]string{"--log-limit", "0"}, 0, `flag --log-limit: "0" is not a size in bytes above zero (64M, 512K, 1G)`},
 		{[]string{"--log-limit", "lots"}, 0, `flag --log-limit: "lots" is not a size in bytes above zero (64M, 512K, 1G)`},
-		{[]string{"--log-limit-strategy", "lightest"}, 0, `flag --log-limit-strategy: unknown strategy "lightest" (want heaviest)`},
+		{[]string{"--log-limit-strategy", "lightest"}, 0, `flag --log-limit-strategy: unknown strategy "lightest" (want heaviest or cluster)`},
+		{[]string{"--log-limit", "1M", "--log-limit-strategy", "cluster"}, 1 << 20, ""},
 		{[]string{"--log-limit"}, 0, "flag --log-limit needs a value"},
 	} {
 		cfg, err := chare.ParseFlags(c.args)
@@ -122,7 +123,6 @@ func TestLogLimitFlags(t *testing.T) {
 		{chare.Config{PEs: 2, FT: "camel", LogLimit: 1 << 20}, "flag --log-limit: --ft camel does not bound its log (a limit is for --ft scmel and team)"},
 		{chare.Config{PEs: 2, LogLimit: 1 << 20}, "flag --log-limit: --ft none does not bound its log (a limit is for --ft scmel and team)"},
 		{chare.Config{PEs: 2, FT: "scmel", LogLimitStrategy: "heaviest"}, "flag --log-limit-strategy: no --log-limit to apply it to"},
-		{chare.Config{PEs: 2, FT: "scmel", LogLimit: 1 << 20, Procs: 2}, "flag --log-limit: one process only so far (++n 2): a rollback set across processes is not implemented"},
 	} {
 		res := chare.Run(ckMain, c.cfg)
 		require.Equal(t, 2, res.Code, c.err)

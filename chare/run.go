@@ -211,13 +211,16 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --teams-alpha A, --teams-beta B
                          --teams auto's cost weights: A·logged share + B·rollback
                          share (defaults 0.23, 0.124)
-  --log-limit SIZE       bound each PE's message log (64M, 512K; scmel and team,
-                         one process): past it the PE stops logging on a channel,
+  --log-limit SIZE       bound each PE's message log (64M, 512K; scmel and team):
+                         past it the PE stops logging on a channel,
                          and a failure of its receiver rolls the PE back too
                          (memory-constrained message logging, papers/002)
-  --log-limit-strategy heaviest
+  --log-limit-strategy heaviest|cluster
                          the channel to stop logging on: heaviest (default: the
-                         one whose logged messages take the most bytes)
+                         one whose logged messages take the most bytes), or
+                         cluster (the heaviest to the nearest cluster of PEs
+                         in a dendrogram of the traffic, rebuilt at each
+                         checkpoint)
   --kill PE@STEP, --kill PE@TIME
                          inject a failure: PE fails when the program begins
                          STEP (chare.AtStep), or TIME after the start (2.5s,
@@ -764,15 +767,40 @@ func watchdogFlag(v string) (time.Duration, error) {
 }
 
 // validLimitStrategy checks --log-limit-strategy's name.
-func validLimitStrategy(name string) error {
-	if name != (mcml.Heaviest{}).Name() {
-		return fmt.Errorf("unknown strategy %q (want heaviest)", name)
+func validLimitStrategy(name string) error { return mcml.ValidName(name) }
+
+// limitStrategy is --log-limit-strategy's strategy for PE me of n: under
+// cluster, the PEs' numbers halved until the first checkpoint brings the
+// clusters of the traffic measured (limitClusters).
+func limitStrategy(name string, me, n int) mcml.Strategy {
+	if name == (mcml.Cluster{}).Name() {
+		return mcml.ClusterOf(mcml.IndexDendrogram(n), me)
 	}
-	return nil
+	return mcml.Heaviest{}
 }
 
-// limitStrategy is --log-limit-strategy's strategy.
-func limitStrategy(string) mcml.Strategy { return mcml.Heaviest{} }
+// limitClusters is the cluster strategy's clustering at each checkpoint
+// (manager.Options.Recluster): a dendrogram of the traffic between PEs
+// measured since the one before (average linkage), or none while
+// nothing was measured.
+func limitClusters(n int) func(rows [][]uint64) ([][2]int32, error) {
+	return func(rows [][]uint64) ([][2]int32, error) {
+		m := teams.NewMatrix(n)
+		for u, row := range rows {
+			for v, w := range row {
+				m.Add(u, v, float64(w))
+			}
+		}
+		if m.Between() == 0 {
+			return nil, nil
+		}
+		d, err := mcml.BuildDendrogram(m)
+		if err != nil {
+			return nil, err
+		}
+		return d.Joins(), nil
+	}
+}
 
 // chooseTeams makes the teams --teams asks for (the zero Teams when the
 // protocol has none), and the checkpoint buddies' stride that keeps each
@@ -1068,8 +1096,6 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		switch {
 		case cfg.Deterministic:
 			return Result{Code: 2, Err: InputError{fmt.Errorf("++n %d: a deterministic run is one process", cfg.Procs)}}
-		case cfg.LogLimit > 0:
-			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: one process only so far (++n %d): a rollback set across processes is not implemented", cfg.Procs)}}
 		}
 		for _, k := range cfg.Kills {
 			if k.Checkpoint > 0 || k.Simulated() {
@@ -1124,7 +1150,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	opt.FT = func(me, n int, t ftlayer.Trees, net func(int, *ftlayer.Packet)) ftlayer.Hook {
 		hc := ftlayer.HookConfig{Teams: rs.sup.Teams()} // (--teams auto: the teams of the last checkpoint)
 		if cfg.LogLimit > 0 {
-			hc.Limit = ftlayer.LogLimit{Bytes: cfg.LogLimit, Strategy: limitStrategy(cfg.LogLimitStrategy), Gate: rs.sup.Gate(),
+			hc.Limit = ftlayer.LogLimit{Bytes: cfg.LogLimit, Strategy: limitStrategy(cfg.LogLimitStrategy, me, n), Gate: rs.sup.Gate(),
 				Exempt: balances && (me == 0 || me == hc.Teams.WitnessOf(0, n))}
 		}
 		return spec.NewHook(me, n, t, net, hc)
@@ -1132,6 +1158,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if cfg.Teams == "auto" {
 		opt.Regroup = autoTeams(cfg)
 		opt.Teams = rs.sup.Teams
+	}
+	if cfg.LogLimit > 0 && cfg.LogLimitStrategy == (mcml.Cluster{}).Name() {
+		opt.Recluster = limitClusters(cfg.PEs)
 	}
 	local := cmp.Or(pcfg.LocalPEs, pcfg.NumPEs)
 	onHost := local

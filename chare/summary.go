@@ -168,6 +168,9 @@ type SummaryLogLimit struct {
 	ExpectedSet   float64 `json:"expected_rollback_set"`
 	ExpectedChain float64 `json:"expected_rollback_chain"`
 	LargestSet    int     `json:"largest_rollback_set"`
+	// Reclustered counts, summed over the PEs, the dendrograms of the
+	// traffic measured that the cluster strategy was given.
+	Reclustered uint64 `json:"reclustered,omitempty"`
 }
 
 // SummaryKinds is a figure by the kind of message: point to point,
@@ -362,7 +365,7 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 	if cfg.LogLimit > 0 {
 		ll := &SummaryLogLimit{Bytes: cfg.LogLimit, Strategy: cmp.Or(cfg.LogLimitStrategy, "heaviest"), ChannelsOff: l.ChannelsOff,
 			Unlogged: SummaryCount{l.Unlogged.TotalMsgs, l.Unlogged.TotalBytes}, OverLimit: l.OverLimit,
-			ExpectedSet: ft.Expected.MeanSet, ExpectedChain: ft.Expected.MeanChain, LargestSet: ft.Expected.MaxSet}
+			ExpectedSet: ft.Expected.MeanSet, ExpectedChain: ft.Expected.MeanChain, LargestSet: ft.Expected.MaxSet, Reclustered: l.Reclustered}
 		for _, p := range s.PEs {
 			ll.LargestPeakPE = max(ll.LargestPeakPE, p.LogPeakBytes)
 		}

@@ -58,7 +58,8 @@
 //     stopped logging to one of the set, to the closure; those that did
 //     not fail keep the order of their receptions and the determinants
 //     they hold for others. The same failure sets as the protocol under
-//     it, one process.
+//     it; across processes the launcher gathers every process's channels
+//     before it computes the set (recovery.Processes).
 //
 // A second failure during a recovery that the launcher did not hold back
 // is reported (ErrConcurrentFailure), never silently mishandled.
@@ -213,6 +214,9 @@ type Stats struct {
 	// PeakTotal is the most the whole log held at once (Peak, the sum of
 	// the kinds' peaks, bounds it from above).
 	PeakTotal uint64
+	// Reclustered counts the dendrograms of measured traffic a log
+	// limit's cluster strategy was given (one a checkpoint at most).
+	Reclustered uint64
 	// CheckpointBytes is filled in by the host from its Checkpointer.
 	CheckpointBytes uint64
 }
@@ -282,6 +286,7 @@ func (s *Stats) Add(o Stats) {
 	s.ChannelsOff += o.ChannelsOff
 	s.OverLimit += o.OverLimit
 	s.PeakTotal += o.PeakTotal
+	s.Reclustered += o.Reclustered
 	s.CheckpointBytes += o.CheckpointBytes
 }
 

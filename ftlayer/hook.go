@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/charmgo/charmgo/ftlayer/mcml"
 	"github.com/charmgo/charmgo/pe"
 )
 
@@ -95,6 +96,10 @@ type Hook interface {
 	// Checkpoint whose epoch chose them); a protocol without teams
 	// ignores it.
 	Regroup(t Teams)
+	// Recluster gives a log limit's cluster strategy the dendrogram d
+	// from now on (called right after a Checkpoint whose epoch chose it);
+	// a hook without one ignores it.
+	Recluster(d *mcml.Dendrogram)
 	// TakeVolume returns the payload bytes the PE sent each PE since the
 	// last call (nil: not measured), to choose teams from.
 	TakeVolume() []uint64
@@ -132,6 +137,7 @@ func (NopHook) OnRelease(func(*pe.Envelope))                              {}
 func (NopHook) Releases() bool                                            { return false }
 func (NopHook) Describe(io.Writer)                                        {}
 func (NopHook) Regroup(Teams)                                             {}
+func (NopHook) Recluster(*mcml.Dendrogram)                                {}
 func (NopHook) TakeVolume() []uint64                                      { return nil }
 func (NopHook) Witness() int                                              { return -1 }
 
@@ -298,10 +304,22 @@ func (h *CausalHook) Regroup(t Teams) {
 }
 
 func (h *CausalHook) TakeVolume() []uint64 { return h.s.TakeVolume() }
-func (h *CausalHook) Witness() int         { return h.s.Witness() }
-func (h *CausalHook) Checkpoint()          { h.s.Checkpoint() }
-func (h *CausalHook) Abort()               { h.s.Abort() }
-func (h *CausalHook) Stats() Stats         { return h.s.Stats() }
+
+// Recluster implements Hook: the cluster strategy of this PE's log
+// limit, and of its next incarnations, takes d's levels.
+func (h *CausalHook) Recluster(d *mcml.Dendrogram) {
+	if _, ok := h.lim.Strategy.(mcml.Cluster); ok {
+		h.lim.Strategy = mcml.ClusterOf(d, int(h.s.me))
+		if h.s.lim != nil {
+			h.s.lim.Strategy = h.lim.Strategy
+			h.s.stats.Reclustered++
+		}
+	}
+}
+func (h *CausalHook) Witness() int { return h.s.Witness() }
+func (h *CausalHook) Checkpoint()  { h.s.Checkpoint() }
+func (h *CausalHook) Abort()       { h.s.Abort() }
+func (h *CausalHook) Stats() Stats { return h.s.Stats() }
 
 // Describe implements Hook.
 func (h *CausalHook) Describe(w io.Writer) {

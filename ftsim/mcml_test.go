@@ -1,6 +1,7 @@
 package ftsim
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -17,9 +18,12 @@ import (
 // logging to it and, through them, chains of PEs, and every channel logs
 // again after each checkpoint (failures early in an epoch roll back the
 // failed PE alone).
-var limited = []chare.Config{{FT: "scmel", LogLimit: 256}, {FT: "scmel", LogLimit: 1024}, {FT: "team", Teams: "2", LogLimit: 256}}
+var limited = []chare.Config{{FT: "scmel", LogLimit: 256}, {FT: "scmel", LogLimit: 1024}, {FT: "team", Teams: "2", LogLimit: 256},
+	{FT: "scmel", LogLimit: 256, LogLimitStrategy: "cluster"}}
 
-func limitName(c chare.Config) string { return fmt.Sprintf("%s,limit=%d", c.FT, c.LogLimit) }
+func limitName(c chare.Config) string {
+	return fmt.Sprintf("%s,limit=%d,%s", c.FT, c.LogLimit, cmp.Or(c.LogLimitStrategy, "heaviest"))
+}
 
 // rollbackShapes counts a sweep's recoveries by the size of their
 // rollback sets beyond the failed PE's team, and by their chains.
@@ -52,17 +56,20 @@ func (r *rollbackShapes) note(t *testing.T, c chare.Config, f Failure) {
 	}
 }
 
-// Every PE failing before every event (every 2nd; a stride under -race)
-// of a run whose PEs stop logging on channels: each run ends with the
-// failure-free results, and among the failures are rollback sets larger
-// than the failed PE (its channel's senders roll back with it), chains
-// of them, and failures that roll back alone (logging on again after a
-// checkpoint).
+// Every PE failing before every event (every 3rd; under FT_LONG every
+// one; a stride under -race) of a run whose PEs stop logging on
+// channels: each run ends with the failure-free results, and among the
+// failures are rollback sets larger than the failed PE (its channel's
+// senders roll back with it), chains of them, and failures that roll
+// back alone (logging on again after a checkpoint).
 func TestLogLimitFailuresAtEveryEvent(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride := 2
-	if raceOn {
+	stride := 3
+	switch {
+	case raceOn:
 		stride = 29
+	case long() > 0:
+		stride = 1
 	}
 	for _, c := range limited {
 		t.Run(limitName(c), func(t *testing.T) {
@@ -92,14 +99,18 @@ func TestLogLimitFailuresAtEveryEvent(t *testing.T) {
 }
 
 // The order-sensitive program under a limit, every PE failing before
-// every event (a stride), and several failures at random in a run: no
+// every 4th event (every one under FT_LONG), and several failures at
+// random in a run: no
 // rolled-back PE replays its receptions in another order than they
 // happened (an orphan would show in the logs).
 func TestLogLimitReplaysTheOrderThatHappened(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride, trials := 2, 100*(1+long())
-	if raceOn {
+	stride, trials := 4, 50*(1+long())
+	switch {
+	case raceOn:
 		stride, trials = 23, 10
+	case long() > 0:
+		stride = 1
 	}
 	for _, c := range limited {
 		t.Run(limitName(c), func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/ftlayer/mcml"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -106,6 +107,9 @@ type CkptStartMsg struct{ Callback Callback }
 type CkptTakeMsg struct {
 	Epoch uint64
 	Teams []int32 `msgpack:",omitempty"`
+	// Clusters, if set, is the dendrogram of the PEs a log limit's
+	// cluster strategy uses from this epoch on (Options.Recluster).
+	Clusters [][2]int32 `msgpack:",omitempty"`
 }
 
 // CkptPacketMsg carries one packet of ftlayer's checkpoint protocol.
@@ -167,6 +171,9 @@ type ckptState struct {
 	// commit (PE 0)
 	nextTeams *ftlayer.Teams
 	rows      [][]uint64
+	// with Options.Recluster: the dendrogram the epoch in progress
+	// brought (every PE)
+	nextClusters *mcml.Dendrogram
 }
 
 // StartCheckpoint asks for a coordinated checkpoint; cb receives
@@ -219,8 +226,16 @@ func (m *Manager) ckptQuiescent(epoch uint64) {
 			return
 		}
 		take.Teams = of
-		m.ckpt.rows = nil
 	}
+	if m.opt.Recluster != nil && m.ckpt.rows != nil {
+		joins, err := m.opt.Recluster(m.ckpt.rows)
+		if err != nil {
+			m.Fail(fmt.Errorf("checkpoint %d: clustering the PEs: %w", epoch, err))
+			return
+		}
+		take.Clusters = joins
+	}
+	m.ckpt.rows = nil
 	for p := 0; p < m.NumPEs(); p++ {
 		m.sendSys(p, tCkptTake, take)
 	}
@@ -228,7 +243,15 @@ func (m *Manager) ckptQuiescent(epoch uint64) {
 
 func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
 	m.PE.RecordPhase(fmt.Sprintf("checkpoint %d", msg.Epoch), true)
-	m.ckpt.nextTeams = nil
+	m.ckpt.nextTeams, m.ckpt.nextClusters = nil, nil
+	if msg.Clusters != nil {
+		d, err := mcml.FromJoins(m.NumPEs(), msg.Clusters)
+		if err != nil {
+			m.Fail(fmt.Errorf("checkpoint %d: PE %d: the PEs' clusters: %w", msg.Epoch, m.Me(), err))
+			return
+		}
+		m.ckpt.nextClusters = d
+	}
 	if msg.Teams != nil {
 		t, err := ftlayer.TeamsOf(msg.Teams)
 		var b ftlayer.Buddies
@@ -329,10 +352,14 @@ func (m *Manager) committed() {
 	if t := m.ckpt.nextTeams; t != nil {
 		m.ft.Regroup(*t)
 	}
+	if d := m.ckpt.nextClusters; d != nil {
+		m.ft.Recluster(d)
+		m.ckpt.nextClusters = nil
+	}
 	ck := m.checkpointer()
 	own := ck.Committed(int32(m.Me()))
 	done := &CkptDoneMsg{Epoch: ck.LastCommitted(), Bytes: uint64(len(own.App))}
-	if m.opt.Regroup != nil {
+	if m.measures() {
 		done.Volume = m.ft.TakeVolume()
 		if done.Volume == nil {
 			done.Volume = make([]uint64, m.NumPEs()) // measured: nothing sent
@@ -356,7 +383,7 @@ func (m *Manager) onCkptDone(env *pe.Envelope) {
 	c.done++
 	c.bytes += msg.Bytes
 	c.files[env.Src] = msg.File
-	if msg.Volume != nil && m.opt.Regroup != nil {
+	if msg.Volume != nil && m.measures() {
 		if len(msg.Volume) != m.NumPEs() {
 			m.Fail(fmt.Errorf("checkpoint %d: PE %d reported its volume to %d PEs, not %d", c.epoch, env.Src, len(msg.Volume), m.NumPEs()))
 			return
@@ -639,3 +666,7 @@ func DecodeSnapshot(b []byte) (*PESnapshot, error) {
 	}
 	return &s, nil
 }
+
+// measures reports whether the PEs report the volume they sent each PE at
+// each commit (teams or clusters chosen from it).
+func (m *Manager) measures() bool { return m.opt.Regroup != nil || m.opt.Recluster != nil }

@@ -120,6 +120,12 @@ type Options struct {
 	// Teams gives the teams in effect (for the pairs of a manager made
 	// after a failure); nil: every PE alone.
 	Teams func() ftlayer.Teams
+	// Recluster, if set, clusters the PEs at each coordinated checkpoint
+	// from the same rows as Regroup (a log limit's cluster strategy):
+	// the dendrogram's joins (mcml.Dendrogram.Joins), or nil to keep the
+	// one in effect. PE 0 calls it; each PE's hook gets the dendrogram
+	// (Hook.Recluster) at that checkpoint's commit.
+	Recluster func(rows [][]uint64) ([][2]int32, error)
 }
 
 // Buddies pairs each PE with the holder of its checkpoint's second copy:

@@ -164,3 +164,54 @@ func (g *channelGate) sample(teams ftlayer.Teams, into *ExpectedRollback) {
 // maxSampled bounds the PEs sample computes sets for at each step (n
 // closures of n² each).
 const maxSampled = 128
+
+// freezeRows freezes the gate (a recovery under a log limit, several
+// processes) and returns the channels not logged of its PEs first..
+// first+count-1, by PE: what they stopped logging on since their last
+// checkpoint, which from now on stays so until thaw.
+func (g *channelGate) freezeRows(first, count int) map[int32][]int32 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.frozen = true
+	out := map[int32][]int32{}
+	for z := first; z < first+count && z < len(g.off); z++ {
+		for y, off := range g.off[z] {
+			if off {
+				out[int32(z)] = append(out[int32(z)], int32(y))
+			}
+		}
+	}
+	return out
+}
+
+// closure is freeze for a job of several processes: the rollback set of a
+// failure of failed, from every process's rows (rows[z]: the PEs z stopped
+// logging to), its chain, and the rows by PE. The set's own rows here are
+// cleared (they log every channel again from their checkpoint).
+func (g *channelGate) closure(failed []int32, teams ftlayer.Teams, rows map[int32][]int32) ([]int32, int, [][]int32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := len(g.off)
+	off := make([][]bool, n)
+	byPE := make([][]int32, n)
+	for z := range off {
+		off[z] = make([]bool, n)
+		for _, y := range rows[int32(z)] {
+			if y >= 0 && int(y) < n {
+				off[z][y] = true
+				byPE[z] = append(byPE[z], y)
+			}
+		}
+	}
+	fs := make([]int, len(failed))
+	for i, p := range failed {
+		fs[i] = int(p)
+	}
+	set, chain := mcml.Rollback(n, fs, func(z, y int) bool { return off[z][y] || teams.Same(int32(z), int32(y)) })
+	out := make([]int32, len(set))
+	for i, p := range set {
+		out[i] = int32(p)
+		clear(g.off[p])
+	}
+	return out, chain, byPE
+}

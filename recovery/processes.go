@@ -38,16 +38,31 @@ type Processes struct {
 	lost       map[int]bool
 	joined     []int
 	overlapped bool
+
+	// Under a log limit a lost process's recovery takes three steps (see
+	// limitedRecovery): process 0 gathers every process's channels not
+	// logged (rows, from the processes in rowsFrom), renews the rollback
+	// set's PEs everywhere (renewed counts the processes done), then lets
+	// them go. pending is the step in progress; own, on each process, the
+	// snapshots its PEs that keep their memory restore once it goes.
+	pending  *step
+	rows     map[int32][]int32
+	rowsFrom map[int]bool
+	renewed  map[int]bool
+	own      map[int]pe.Envelope
 }
 
 // ForJob makes s recover node's job from lost processes.
 func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *Processes {
 	p := &Processes{sup: s, job: job, node: node, replaceable: replaceable, lost: map[int]bool{}}
+	s.mu.Lock()
 	if job.Rank() != 0 {
-		s.mu.Lock()
 		s.onRecovered, s.onRestored = p.recovered, p.restored
-		s.mu.Unlock()
+	} else if s.logLimit {
+		s.onCaughtUp = p.thawAll
 	}
+	s.sampleOff = true // a process knows its own PEs' channels only
+	s.mu.Unlock()
 	return p
 }
 
@@ -65,11 +80,17 @@ func (p *Processes) restored(epoch uint64) {
 }
 
 // report is what a process tells process 0 of its recovery: a PE caught
-// up (Recovered), or restored a checkpoint (Recovered -1).
+// up (Recovered), or restored a checkpoint (Recovered -1); under a log
+// limit (Recovered -2), its PEs' channels not logged (Rows, by PE) or
+// that it renewed its PEs of the rollback set (Renewed).
 type report struct {
-	Recovered int32  `msgpack:"r"`
-	Restored  uint64 `msgpack:"e,omitempty"`
+	Recovered int32             `msgpack:"r"`
+	Restored  uint64            `msgpack:"e,omitempty"`
+	Rows      map[int32][]int32 `msgpack:"o,omitempty"`
+	Renewed   bool              `msgpack:"n,omitempty"`
 }
+
+const reportLimit = -2
 
 // Report implements cluster.Recovery (on process 0).
 func (p *Processes) Report(from int, data []byte) {
@@ -78,7 +99,11 @@ func (p *Processes) Report(from int, data []byte) {
 		p.node.Fail(fmt.Errorf("a recovery report from process %d does not decode: %w", from, err))
 		return
 	}
-	if r.Recovered < 0 {
+	switch {
+	case r.Recovered == reportLimit:
+		p.limitReport(from, r)
+		return
+	case r.Recovered < 0:
 		p.sup.mu.Lock()
 		p.sup.restoredAt(r.Restored)
 		p.sup.mu.Unlock()
@@ -99,7 +124,20 @@ type step struct {
 	Incs       []uint32 `msgpack:"i,omitempty"`
 	Recovered  []int32  `msgpack:"rc,omitempty"`
 	RolledBack bool     `msgpack:"b,omitempty"`
+	// Under a log limit: Phase says which of the three steps this is
+	// (limitedRecovery); Set is the rollback set (Incs in its order),
+	// Dead the lost PEs among them.
+	Phase uint8   `msgpack:"p,omitempty"`
+	Set   []int32 `msgpack:"s,omitempty"`
 }
+
+// The steps of a recovery under a log limit.
+const (
+	phaseFreeze uint8 = iota + 1 // every process: no channel stops logging; report the rows
+	phaseRenew                   // every process: renew the set's PEs; report it
+	phaseGo                      // every process: restore, tell the PEs
+	phaseThaw                    // every process: channels may stop logging again
+)
 
 // pesOf lists the PEs process r runs.
 func (p *Processes) pesOf(r int) []int32 {
@@ -135,8 +173,9 @@ func (p *Processes) ProcessLost(r int) bool {
 		}
 	}
 	if p.job.Rank() == 0 {
-		if len(p.lost) > 0 || len(p.joined) > 0 || len(s.recovering) > 0 || s.rolling {
+		if len(p.lost) > 0 || len(p.joined) > 0 || len(s.recovering) > 0 || s.rolling || p.pending != nil {
 			p.overlapped = true
+			p.pending = nil // a recovery under a log limit still gathering: every PE rolls back instead
 		}
 		p.lost[r] = true
 		fmt.Fprintf(s.notices, "charmgo: %s; waiting for its replacement\n", describe(r, p.pesOf(r)))
@@ -166,7 +205,13 @@ func (p *Processes) Rejoined(r int) {
 		dead = append(dead, p.pesOf(q)...)
 	}
 	st := step{Process: procs[0], Dead: dead}
-	if len(procs) == 1 && !overlapped && s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 {
+	if len(procs) == 1 && !overlapped && s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 && s.logLimit {
+		// the rollback set is computed once every process froze its
+		// channels and reported them
+		st.Phase = phaseFreeze
+		p.pending, p.rows, p.rowsFrom, p.renewed = &st, map[int32][]int32{}, map[int]bool{}, map[int]bool{}
+		s.failed = time.Now()
+	} else if len(procs) == 1 && !overlapped && s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 {
 		for _, r := range s.startRecovery(dead, 1) {
 			st.Incs = append(st.Incs, r.Inc)
 		}
@@ -227,6 +272,10 @@ func (p *Processes) Action(data []byte) {
 		return
 	}
 	s := p.sup
+	if st.Phase != 0 {
+		p.limitedStep(&st)
+		return
+	}
 	if st.Rollback != nil {
 		dead := map[int]bool{}
 		for _, y := range st.Dead {
@@ -235,17 +284,10 @@ func (p *Processes) Action(data []byte) {
 		p.job.RollBack(st.Gen, func() { s.rollBackWith(p.node, st.Rollback, dead) })
 		return
 	}
-	if len(st.Incs) != len(st.Dead) || len(st.Dead) == 0 {
-		p.node.Fail(fmt.Errorf("a recovery step from process 0 names %d PEs and %d incarnations", len(st.Dead), len(st.Incs)))
+	revived := p.incarnations(st.Dead, st.Incs)
+	if revived == nil {
 		return
 	}
-	revived := make([]manager.Incarnation, len(st.Dead))
-	s.mu.Lock()
-	for i, y := range st.Dead {
-		revived[i] = manager.Incarnation{PE: y, Inc: st.Incs[i]}
-		s.inc[y] = st.Incs[i]
-	}
-	s.mu.Unlock()
 	if p.node.IsLocal(int(st.Dead[0])) {
 		// this process is the replacement: the PEs' new incarnations
 		s.mu.Lock()
@@ -291,4 +333,189 @@ func (s *Supervisor) oneTeam(dead []int32) bool {
 		return len(dead) == 1
 	}
 	return slices.Equal(s.teams.Members(dead[0]), dead)
+}
+
+// Under a log limit a lost process's PEs take along every PE that stopped
+// logging to one of them (the rollback set), and those PEs are in other
+// processes, whose channels only they know, and which must renew their
+// PEs of the set before anything is sent to them. Three steps, each
+// broadcast by process 0 and taken by every process in order:
+//
+//  1. freeze: no channel stops logging any more (until thaw); each
+//     process reports its PEs' channels not logged;
+//  2. renew: process 0 computed the set from every report; each process
+//     fails and renews its PEs of it (those of the replacement come back
+//     empty, the others keep their checkpoint memory and what their hooks
+//     keep) and reports it;
+//  3. go: those that kept their memory restore their own snapshots, and
+//     every PE hears of every PE of the set. A restored PE sends its
+//     fellows their determinants at once: they all run as their new
+//     incarnations by then.
+//
+// When every PE of the set caught up, process 0 broadcasts thaw.
+
+// limitedStep takes a step of a recovery under a log limit.
+func (p *Processes) limitedStep(st *step) {
+	s := p.sup
+	first, count := p.node.LocalPEs()
+	local := func(q int32) bool { return int(q) >= first && int(q) < first+count }
+	switch st.Phase {
+	case phaseFreeze:
+		rows := s.gate.freezeRows(first, count)
+		b, _ := msgpack.Marshal(&report{Recovered: reportLimit, Rows: rows})
+		p.job.Report(b)
+	case phaseRenew:
+		revived := p.incarnations(st.Set, st.Incs)
+		if revived == nil {
+			return
+		}
+		rb := ftlayer.Rollback{Set: st.Set, Failed: st.Dead}
+		p.own = map[int]pe.Envelope{}
+		for _, y := range st.Set {
+			if local(y) {
+				s.gate.LoggingOn(int(y)) // it logs every channel again from its checkpoint
+			}
+		}
+		replacement := false
+		for _, r := range revived {
+			y := int(r.PE)
+			if !local(r.PE) {
+				continue
+			}
+			s.mu.Lock()
+			initial := s.initial[y]
+			s.mu.Unlock()
+			p.node.FailPE(y)
+			if slices.Contains(st.Dead, r.PE) {
+				// this process is the replacement: its stand-in never
+				// ran anything
+				replacement = true
+				p.node.Replace(y, func(pp *pe.PE) pe.Handler {
+					m := s.mk(pp)
+					m.Revive(r.Inc, initial, st.RolledBack, revived, rb)
+					return m
+				})
+				if !st.RolledBack {
+					p.node.AddInjected(uint64(len(initial)))
+				}
+				continue
+			}
+			old := p.node.Renew(y, func(pp *pe.PE, prev pe.Handler) pe.Handler {
+				m := s.mk(pp)
+				p.own[y] = m.ReviveKeeping(prev.(*manager.Manager), r.Inc, initial, st.RolledBack, revived, rb)
+				return m
+			})
+			if old != nil {
+				s.AddLog(y, old.(*manager.Manager).FT().Stats())
+			}
+		}
+		if replacement {
+			p.job.Rolled()
+		}
+		b, _ := msgpack.Marshal(&report{Recovered: reportLimit, Renewed: true})
+		p.job.Report(b)
+	case phaseGo:
+		for _, y := range st.Set {
+			if env, ok := p.own[int(y)]; ok {
+				p.node.InjectControl(int(y), env)
+			}
+		}
+		p.own = nil
+		for i, r := range st.Set {
+			for q := first; q < first+count; q++ {
+				if int32(q) != r {
+					p.node.InjectControl(q, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
+						Payload: &manager.PEFailedMsg{PE: r, Inc: st.Incs[i], Recovered: st.Recovered, Set: st.Set, Keeps: !slices.Contains(st.Dead, r)}})
+				}
+			}
+		}
+	case phaseThaw:
+		s.gate.thaw()
+	default:
+		p.node.Fail(fmt.Errorf("a recovery step from process 0 of unknown phase %d", st.Phase))
+	}
+}
+
+// limitReport: process from reported its rows or its renewal (process 0).
+func (p *Processes) limitReport(from int, r report) {
+	s := p.sup
+	s.mu.Lock()
+	st := p.pending
+	if st == nil {
+		s.mu.Unlock()
+		return // a late report of a recovery that ended
+	}
+	procs := len(p.job.Members())
+	var next *step
+	switch {
+	case st.Phase == phaseFreeze && !r.Renewed:
+		for q, row := range r.Rows {
+			p.rows[q] = row
+		}
+		p.rowsFrom[from] = true
+		if len(p.rowsFrom) < procs {
+			break
+		}
+		team := st.Dead
+		set, chain, off := s.gate.closure(team, s.teams, p.rows)
+		f := fmt.Sprintf("%s", describe(st.Process, st.Dead))
+		revived := s.startRecovery(set, 1)
+		s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
+		s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
+		st.Set, st.Incs, st.Phase = set, nil, phaseRenew
+		for _, r := range revived {
+			st.Incs = append(st.Incs, r.Inc)
+		}
+		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
+		if len(set) > len(team) {
+			fmt.Fprintf(s.notices, "charmgo: %s; PEs %s roll back with its PEs (rollback set %s: they stopped logging to one of the set past the log limit) and recover (%s): the others replay their messages\n",
+				f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
+		} else {
+			fmt.Fprintf(s.notices, "charmgo: %s; its replacement recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
+		}
+		next = st
+	case st.Phase == phaseRenew && r.Renewed:
+		p.renewed[from] = true
+		if len(p.renewed) < procs {
+			break
+		}
+		st.Phase = phaseGo
+		next = st
+		p.pending = nil
+	}
+	s.mu.Unlock()
+	if next != nil {
+		b, err := msgpack.Marshal(next)
+		if err != nil {
+			p.node.Fail(fmt.Errorf("recovery of process %d: %w", next.Process, err))
+			return
+		}
+		p.job.Broadcast(b)
+	}
+}
+
+// thawAll: the rollback set caught up (process 0): every process's
+// channels may stop logging again.
+func (p *Processes) thawAll() {
+	b, _ := msgpack.Marshal(&step{Phase: phaseThaw})
+	p.job.Broadcast(b)
+}
+
+// incarnations pairs the PEs of a recovery step with their new
+// incarnations, which this process notes; nil (the run failed) if the
+// step names none or not as many of each.
+func (p *Processes) incarnations(pes []int32, incs []uint32) []manager.Incarnation {
+	if len(incs) != len(pes) || len(pes) == 0 {
+		p.node.Fail(fmt.Errorf("a recovery step from process 0 names %d PEs and %d incarnations", len(pes), len(incs)))
+		return nil
+	}
+	s := p.sup
+	revived := make([]manager.Incarnation, len(pes))
+	s.mu.Lock()
+	for i, y := range pes {
+		revived[i] = manager.Incarnation{PE: y, Inc: incs[i]}
+		s.inc[y] = incs[i]
+	}
+	s.mu.Unlock()
+	return revived
 }

@@ -147,6 +147,12 @@ type Supervisor struct {
 	// gate: the channels PEs stopped logging on (a log limit)
 	gate     channelGate
 	logLimit bool
+	// sampleOff: the PEs' channels are not all known here (several
+	// processes): no Expected
+	sampleOff bool
+	// onCaughtUp, on process 0 of several under a log limit: a recovery
+	// caught up (every process's gate thaws)
+	onCaughtUp func()
 }
 
 // Config is what a Supervisor needs to know of its run.
@@ -247,7 +253,7 @@ func (s *Supervisor) KillProcesses(kill func(Kill), mine func(Kill) bool, replac
 func (s *Supervisor) AtStep(step int) {
 	s.mu.Lock()
 	s.sawStep, s.lastStep = true, step
-	if s.logLimit && len(s.recovering) == 0 && !s.rolling {
+	if s.logLimit && !s.sampleOff && len(s.recovering) == 0 && !s.rolling {
 		s.gate.sample(s.teams, &s.ft.Expected)
 	}
 	if s.awaitStep == step && !s.failedAt.IsZero() {
@@ -355,6 +361,9 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
 		f := &PEFailure{PE: k.PE, Kill: k, Also: also}
 		switch {
+		case len(set) == node.NumPEs() && len(set) > len(team):
+			fmt.Fprintf(s.notices, "charmgo: %v; every PE rolls back with it (rollback set %s: they stopped logging to it, or to one of them, past the log limit) and re-executes from the last checkpoint, each PE in the order of its receptions (%s)\n",
+				f, ftlayer.PEList(set), s.ft.Protocol)
 		case len(set) > len(team):
 			fmt.Fprintf(s.notices, "charmgo: %v; PEs %s roll back with it (rollback set %s: they stopped logging to it, or to one of them, past the log limit) and recover (%s): the others replay their messages\n",
 				f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
@@ -624,6 +633,9 @@ func (s *Supervisor) caughtUp(me int, here bool) {
 		return
 	}
 	s.gate.thaw()
+	if s.onCaughtUp != nil {
+		defer s.onCaughtUp()
+	}
 	s.ft.Recovery += time.Since(s.failed)
 	s.ft.CaughtUp += time.Since(s.failed)
 	s.recovered1(time.Since(s.failed))

@@ -169,3 +169,46 @@ func (d *Dendrogram) Clusters() [][]int {
 	}
 	return out
 }
+
+// Joins is the dendrogram as the joins that built it, in order: the two
+// nodes each put together (the PEs are nodes 0..n-1, the k-th join's
+// cluster node n+k). It is what travels to the PEs (FromJoins).
+func (d *Dendrogram) Joins() [][2]int32 {
+	out := make([][2]int32, 0, max(len(d.nodes)-d.n, 0))
+	for _, nd := range d.nodes[d.n:] {
+		out = append(out, [2]int32{int32(nd.left), int32(nd.right)})
+	}
+	return out
+}
+
+// FromJoins is the dendrogram of n PEs that joins built (Joins). Joins
+// that do not make one (a node joined twice or before it exists, too few
+// or too many) are refused, naming the first wrong one.
+func FromJoins(n int, joins [][2]int32) (*Dendrogram, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("mcml: a dendrogram of %d PEs", n)
+	}
+	if len(joins) != n-1 {
+		return nil, fmt.Errorf("mcml: %d joins for %d PEs (want %d)", len(joins), n, n-1)
+	}
+	d := &Dendrogram{n: n}
+	for p := range n {
+		d.nodes = append(d.nodes, dnode{members: []int{p}, left: -1, right: -1, parent: -1})
+	}
+	for k, j := range joins {
+		a, b := int(j[0]), int(j[1])
+		for _, x := range []int{a, b} {
+			if x < 0 || x >= len(d.nodes) {
+				return nil, fmt.Errorf("mcml: join %d names node %d, of %d so far", k, x, len(d.nodes))
+			}
+			if d.nodes[x].parent >= 0 {
+				return nil, fmt.Errorf("mcml: join %d names node %d, joined before", k, x)
+			}
+		}
+		if a == b {
+			return nil, fmt.Errorf("mcml: join %d joins node %d to itself", k, a)
+		}
+		d.join(a, b)
+	}
+	return d, nil
+}

@@ -78,19 +78,24 @@ func heaviestOf(c *Channels, dsts []int) (int, bool) {
 	return best, found
 }
 
-// Cluster chooses among the PEs of the smallest cluster of the dendrogram
+// Cluster chooses among the PEs of the smallest cluster of a dendrogram
 // that holds this PE and a candidate channel, the heaviest: a failure
 // then rolls back PEs that talk to each other most, which tends to keep
 // the rollback chain inside one cluster (Table V: an average rollback set
-// of 3% of the PEs against 18% at θ = 50 on FLASH).
+// of 3% of the PEs against 18% at θ = 50 on FLASH). Levels is the
+// dendrogram as one PE sees it (Dendrogram.Levels): a PE keeps its own
+// levels, at most n PEs, not the whole tree.
 type Cluster struct {
-	D *Dendrogram
+	Levels [][]int
 }
+
+// ClusterOf is PE me's Cluster over d.
+func ClusterOf(d *Dendrogram, me int) Cluster { return Cluster{Levels: d.Levels(me)} }
 
 func (Cluster) Name() string { return "cluster" }
 
 func (s Cluster) Choose(c *Channels) (int, bool) {
-	for _, level := range s.D.Levels(c.Me) {
+	for _, level := range s.Levels {
 		if d, ok := heaviestOf(c, level); ok {
 			return d, true
 		}

@@ -49,14 +49,14 @@ func TestTheIndexDendrogramIsThePapersExample(t *testing.T) {
 	require.Equal(t, [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}, {4, 5, 6, 7}, {0, 1}, {2, 3}, {4, 5}, {6, 7}}, d.Clusters())
 	ch := NewChannels(5, 8)
 	ch.Logged = []uint64{100, 0, 0, 0, 1, 0, 50, 60}
-	got, ok := Cluster{D: d}.Choose(ch)
+	got, ok := ClusterOf(d, ch.Me).Choose(ch)
 	require.True(t, ok)
 	require.Equal(t, 4, got, "the nearest cluster first, however light")
 	ch.Off[4] = true
-	got, _ = Cluster{D: d}.Choose(ch)
+	got, _ = ClusterOf(d, ch.Me).Choose(ch)
 	require.Equal(t, 7, got, "then [4-7]'s heaviest")
 	ch.Off[6], ch.Off[7] = true, true
-	got, _ = Cluster{D: d}.Choose(ch)
+	got, _ = ClusterOf(d, ch.Me).Choose(ch)
 	require.Equal(t, 0, got)
 	// uneven counts halve with the larger half first
 	require.Equal(t, [][]int{{0, 1, 2, 3, 4}, {0, 1, 2}, {3, 4}, {0, 1}}, IndexDendrogram(5).Clusters())
@@ -158,4 +158,59 @@ func BenchmarkBuildDendrogram(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A dendrogram travels as its joins and comes back the same; joins that
+// make none are refused.
+func TestADendrogramTravelsAsItsJoins(t *testing.T) {
+	for _, d := range []*Dendrogram{IndexDendrogram(1), IndexDendrogram(5), IndexDendrogram(8)} {
+		back, err := FromJoins(d.N(), d.Joins())
+		require.NoError(t, err)
+		require.Equal(t, d.Clusters(), back.Clusters())
+		for me := range d.N() {
+			require.Equal(t, d.Levels(me), back.Levels(me))
+		}
+	}
+	for _, c := range []struct {
+		n     int
+		joins [][2]int32
+		err   string
+	}{
+		{0, nil, "mcml: a dendrogram of 0 PEs"},
+		{3, [][2]int32{{0, 1}}, "mcml: 1 joins for 3 PEs (want 2)"},
+		{3, [][2]int32{{0, 1}, {1, 2}}, "mcml: join 1 names node 1, joined before"},
+		{3, [][2]int32{{0, 4}, {1, 2}}, "mcml: join 0 names node 4, of 3 so far"},
+		{3, [][2]int32{{2, 2}, {0, 1}}, "mcml: join 0 joins node 2 to itself"},
+		{3, [][2]int32{{0, -1}, {0, 1}}, "mcml: join 0 names node -1, of 3 so far"},
+	} {
+		_, err := FromJoins(c.n, c.joins)
+		require.EqualError(t, err, c.err)
+	}
+}
+
+// FuzzFromJoins: any joins either make a dendrogram whose every PE's
+// levels cover the other PEs once, or are refused.
+func FuzzFromJoins(f *testing.F) {
+	f.Add(uint8(8), IndexDendrogram(8).joinsBytes())
+	f.Add(uint8(3), []byte{0, 1, 1, 2})
+	f.Fuzz(func(t *testing.T, n uint8, b []byte) {
+		var joins [][2]int32
+		for i := 0; i+1 < len(b); i += 2 {
+			joins = append(joins, [2]int32{int32(int8(b[i])), int32(int8(b[i+1]))})
+		}
+		d, err := FromJoins(int(n%40), joins)
+		if err != nil {
+			return
+		}
+		for me := range d.N() {
+			seen := map[int]bool{me: true}
+			for _, level := range d.Levels(me) {
+				for _, p := range level {
+					require.False(t, seen[p], "PE %d twice in PE %d's levels", p, me)
+					seen[p] = true
+				}
+			}
+			require.Len(t, seen, d.N())
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package md
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"testing"
@@ -75,7 +76,8 @@ func TestALogLimitEndsInTheFailureFreeResult(t *testing.T) {
 		// it); without failures, only the checkpoints' windows
 		require.LessOrEqual(t, l.PeakTotal, limit, "PE %d's log peak without failures", pe)
 	}
-	cases := []chare.Config{{FT: "scmel", Balancer: "none"}, {FT: "scmel"}, {FT: "team", Teams: "2", Balancer: "none"}}
+	cases := []chare.Config{{FT: "scmel", Balancer: "none"}, {FT: "scmel"}, {FT: "team", Teams: "2", Balancer: "none"},
+		{FT: "scmel", Balancer: "none", LogLimitStrategy: "cluster"}}
 	steps := []int{7, 11}
 	if raceOn {
 		cases, steps = cases[:1], steps[:1]
@@ -94,7 +96,7 @@ func TestALogLimitEndsInTheFailureFreeResult(t *testing.T) {
 				}
 				cfg := c
 				cfg.PEs, cfg.LogLimit, cfg.Kills = 4, limit, []chare.Kill{{PE: y, Step: step}}
-				name := fmt.Sprintf("%s (balancer %q), PE %d at step %d, limit %d of %d", ftName(c), c.Balancer, y, step, limit, peak)
+				name := fmt.Sprintf("%s (balancer %q, %s), PE %d at step %d, limit %d of %d", ftName(c), c.Balancer, cmp.Or(c.LogLimitStrategy, "heaviest"), y, step, limit, peak)
 				r := run(t, p, cfg)
 				requireSameEnergies(t, base, r, name)
 				ft := r.Ops.FT
@@ -112,6 +114,9 @@ func TestALogLimitEndsInTheFailureFreeResult(t *testing.T) {
 				}
 				t.Logf("%s: rollback set %v (chain %d)", name, rc.Set, rc.Chain)
 				require.Positive(t, ft.Log.ChannelsOff, name)
+				if c.LogLimitStrategy == "cluster" {
+					require.Positive(t, ft.Log.Reclustered, "%s: the checkpoints' dendrograms reached the hooks", name)
+				}
 				require.Equal(t, ft.ChannelsOffGranted, ft.Log.ChannelsOff, "%s: every channel turned off went through the record", name)
 				if c.Balancer == "" {
 					// PE 0 and its witness log every channel: a failure

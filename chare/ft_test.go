@@ -70,7 +70,7 @@ func TestFTFlag(t *testing.T) {
 		{[]string{"--ft=SCMEL"}, "scmel", ""},
 		{[]string{"+ft", "none"}, "none", ""},
 		{[]string{"--ft", "team"}, "team", ""},
-		{[]string{"--ft", "mcml"}, "", `flag --ft: mcml is a log limit on scmel or team: --ft scmel --log-limit SIZE`},
+		{[]string{"--ft", "mcml"}, "", `flag --ft: mcml is a log limit on a logging protocol: --ft scmel --log-limit SIZE (or camel, team)`},
 		{[]string{"--ft", "pcml"}, "", `flag --ft: unknown protocol "pcml" (want none, scmel, camel, team)`},
 		{[]string{"--ft", "team", "--teams", "0"}, "", "flag --teams: 0 is out of range (want 1 to 1048576)"},
 		{[]string{"--ft", "team", "--teams", "two"}, "", `flag --teams: "two" is neither a number of PEs per team, process nor auto`},
@@ -120,8 +120,8 @@ func TestLogLimitFlags(t *testing.T) {
 		cfg chare.Config
 		err string
 	}{
-		{chare.Config{PEs: 2, FT: "camel", LogLimit: 1 << 20}, "flag --log-limit: --ft camel does not bound its log (a limit is for --ft scmel and team)"},
-		{chare.Config{PEs: 2, LogLimit: 1 << 20}, "flag --log-limit: --ft none does not bound its log (a limit is for --ft scmel and team)"},
+		{chare.Config{PEs: 2, LogLimit: 1 << 20}, "flag --log-limit: --ft none does not bound its log (a limit is for --ft scmel, camel and team)"},
+		{chare.Config{PEs: 4, FT: "camel", Teams: "2", LogLimit: 1 << 20}, "flag --log-limit: not with camel's teams yet (--ft camel --teams 2): use --ft camel, or --ft team"},
 		{chare.Config{PEs: 2, FT: "scmel", LogLimitStrategy: "heaviest"}, "flag --log-limit-strategy: no --log-limit to apply it to"},
 	} {
 		res := chare.Run(ckMain, c.cfg)

@@ -93,7 +93,7 @@ type Config struct {
 	// auto's cost (α·L + β·R; defaults 0.23 and 0.124).
 	TeamsAlpha, TeamsBeta float64
 	// LogLimit bounds each PE's message log, in bytes (--log-limit; 0:
-	// unbounded), under scmel and team: memory-constrained message
+	// unbounded), under scmel, camel and team: memory-constrained message
 	// logging (MCML, papers/002). Past it a PE stops logging on the
 	// channel LogLimitStrategy chooses, and a failure of that channel's
 	// receiver rolls it back too.
@@ -211,7 +211,7 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --teams-alpha A, --teams-beta B
                          --teams auto's cost weights: A·logged share + B·rollback
                          share (defaults 0.23, 0.124)
-  --log-limit SIZE       bound each PE's message log (64M, 512K; scmel and team):
+  --log-limit SIZE       bound each PE's message log (64M, 512K; scmel, camel, team):
                          past it the PE stops logging on a channel,
                          and a failure of its receiver rolls the PE back too
                          (memory-constrained message logging, papers/002)
@@ -886,7 +886,7 @@ func autoTeams(cfg Config) func(rows [][]uint64) ([]int32, error) {
 func protocolName(v string) (string, error) {
 	spec, err := ftlayer.LookupProtocol(v)
 	if err != nil && strings.EqualFold(v, "mcml") {
-		return "", fmt.Errorf("flag --ft: mcml is a log limit on scmel or team: --ft scmel --log-limit SIZE")
+		return "", fmt.Errorf("flag --ft: mcml is a log limit on a logging protocol: --ft scmel --log-limit SIZE (or camel, team)")
 	}
 	if err != nil {
 		return "", fmt.Errorf("flag --ft: %w", err)
@@ -1035,7 +1035,12 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period: negative period")}}
 	}
 	if cfg.LogLimit > 0 && !spec.LogLimit {
-		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: --ft %s does not bound its log (a limit is for --ft scmel and team)", spec.Name)}}
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: --ft %s does not bound its log (a limit is for --ft scmel, camel and team)", spec.Name)}}
+	}
+	if cfg.LogLimit > 0 && spec.WithTeams && cfg.Teams != "" {
+		// a second failure after a rollback set that spanned teams
+		// stalls in ftsim's random runs (see the closing note of issue 36)
+		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: not with camel's teams yet (--ft camel --teams %s): use --ft camel, or --ft team", cfg.Teams)}}
 	}
 	if cfg.LogLimitStrategy != "" {
 		if err := validLimitStrategy(cfg.LogLimitStrategy); err != nil {

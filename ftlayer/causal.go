@@ -800,6 +800,7 @@ func (s *Causal) receiveMsg(m *Message, out []Action) ([]Action, error) {
 		if s.camel && m.Kind == KindMulticast {
 			out = s.reforward(m, out)
 		}
+		out = s.detsOfCopy(m, out)
 		s.stats.Dropped++
 		return out, nil
 	}
@@ -1013,6 +1014,28 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 // passesDetsUp: m is a partial reaching an intermediate node under CAMEL
 // in hop mode, whose determinants go on up (see Causal's first
 // departure).
+// detsOfCopy keeps the determinants a partial dropped as a copy carries
+// (CAMEL): a sender that re-executes sends its partials again, and each
+// takes along what its subtree passed up since, which may be new (found
+// by ftsim: a leaf's determinant rode up on its recovered parent's copy
+// of an earlier round's partial, the root dropped the copy, and the
+// leaf's next failure found its reception's order nowhere). They go on
+// as a first copy's would: up the tree, or stored and acknowledged at
+// the root.
+func (s *Causal) detsOfCopy(m *Message, out []Action) []Action {
+	if !s.keepsResults() || m.Kind != KindReduction || isResult(m) || len(m.Dets) == 0 || m.Sender == s.me || m.Inc != s.incMap[m.Sender] {
+		// (an old incarnation's copy: what it carries is a history its
+		// sender's recovery replaced)
+		return out
+	}
+	if s.passesDetsUp(m) {
+		s.stashUp(m.Dets)
+		return out
+	}
+	s.storeDets(m.Dets, m.Sender)
+	return s.ackDets(m, out)
+}
+
 func (s *Causal) passesDetsUp(m *Message) bool {
 	return s.keepsResults() && m.Kind == KindReduction && !s.coll.isRoot(m.Group)
 }
@@ -1373,6 +1396,7 @@ func (s *Causal) Next() []Action {
 	for m := s.heldRec[s.rsn+1]; m != nil && !s.collecting(); m = s.heldRec[s.rsn+1] {
 		delete(s.heldRec, s.rsn+1)
 		if dup, _ := s.duplicate(m); dup {
+			out = s.detsOfCopy(m, out)
 			s.stats.Dropped++
 			continue
 		}
@@ -1389,6 +1413,7 @@ func (s *Causal) Next() []Action {
 		if dup, _ := s.duplicate(m); dup {
 			s.held = slices.Delete(s.held, i, i+1) // a duplicate after all
 			i--
+			out = s.detsOfCopy(m, out)
 			s.stats.Dropped++
 			continue
 		}
@@ -1595,7 +1620,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32, with []int32) ([]Action, error)
 	if s.camel {
 		for _, g := range s.coll.sortedGroups() {
 			st := s.coll.state[g]
-			if root := s.coll.t.Root(g); s.teams.On() && s.keeper(g) == s.me && root != y && s.teams.Same(root, y) && s.coll.t.Has(g, y) && st.done > 0 {
+			if root := s.coll.t.Root(g); s.keeper(g) == s.me && root != y && s.rollsBackWith(root, y) && s.coll.t.Has(g, y) && st.done > 0 {
 				// the root fails with y: the keeper says which of its
 				// reductions are complete (their partials were released;
 				// the root itself gets their results back instead)

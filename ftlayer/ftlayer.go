@@ -52,7 +52,7 @@
 //     logged until the checkpoint), which also tells a recovering team
 //     which of its root's reductions are complete. The same failure
 //     sets as team.
-//   - a log limit on scmel or team (MCML, papers/002; limit.go): a PE
+//   - a log limit on scmel, camel or team (MCML, papers/002; limit.go): a PE
 //     whose log would pass its limit stops logging on a channel, and a
 //     failure rolls back with the failed PE (or team) every PE that
 //     stopped logging to one of the set, to the closure; those that did

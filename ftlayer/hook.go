@@ -151,6 +151,7 @@ type CausalHook struct {
 	complete func(g, num uint64)
 	release  func(env *pe.Envelope)
 	lim      LogLimit
+	err      error // what went wrong where no error could be returned (Restart)
 }
 
 // Protocol is the state machine the hook runs.
@@ -168,6 +169,9 @@ func (h *CausalHook) Send(dst int, role Role, g, num uint64, first bool, env *pe
 }
 
 func (h *CausalHook) Arrive(env *pe.Envelope) (Arrival, error) {
+	if h.err != nil {
+		return Dropped, h.err
+	}
 	if env.FT == nil {
 		return Handle, nil // not logged: runtime control (checkpoints, this layer's own packets)
 	}
@@ -227,6 +231,9 @@ func (h *CausalHook) OnRelease(f func(env *pe.Envelope)) { h.release = f }
 func (h *CausalHook) Releases() bool { return h.s.keepsResults() }
 
 func (h *CausalHook) Packet(p *Packet) error {
+	if h.err != nil {
+		return h.err
+	}
 	acts, err := h.s.Receive(p)
 	if err != nil {
 		return err
@@ -258,6 +265,21 @@ func (h *CausalHook) Restart(ck *Counters, inc uint32, complete func(g, num uint
 	}
 	h.s, h.complete = restartCausal(s, *ck, inc), complete
 	h.s.withRollback(rb)
+	if done := h.s.KeptDone(); len(done) > 0 {
+		// what it knew before it rolled back, as a fellow's recovery
+		// packet would have told it
+		if complete != nil {
+			for _, r := range done {
+				complete(r.Group, r.Num)
+			}
+		}
+		acts, err := h.s.reduced(done, nil)
+		if err != nil {
+			h.err = fmt.Errorf("PE %d, restarted: %w", h.s.me, err) // the next arrival reports it
+			return
+		}
+		h.doAll(acts)
+	}
 }
 
 func (h *CausalHook) Keep() *Kept { return h.s.Keep() }

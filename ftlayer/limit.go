@@ -21,9 +21,14 @@ import (
 // What counts against the limit: everything the PE's log holds (the
 // statistics' Log, every kind). What a channel is: a point-to-point hop
 // and, under SCMEL, a hop of a collective (logged like one), to one PE.
-// Under CAMEL a multicast's one copy at its root and the reduction
-// results a keeper holds serve every member of a group, not one channel:
-// they count but are never dropped.
+// Under CAMEL a multicast's one copy at its root, the partials (released
+// at their reduction's acknowledgement) and the results a keeper holds
+// serve a group, not one channel: they count but are never dropped, so
+// a limit below what they take cannot be met (the sends over it are
+// counted). A PE of the rollback set that did not fail hands back the
+// results it kept for a fellow root, re-places its own results' copies
+// as a root, and tells its fellows which reductions it knew complete
+// (Kept).
 //
 // A PE rolled back with a failed one did not fail: it keeps the
 // determinants it holds for others and knows its own receptions' order
@@ -207,11 +212,32 @@ func (s *Causal) ChannelsOff() []int32 {
 // Kept is what a PE that rolls back without failing takes into its next
 // incarnation (see Hook.Keep): the determinants it holds for others and
 // its own since the checkpoint.
+//
+// Under CAMEL also what its re-execution does not make again: the
+// reduction results it keeps for roots (as a keeper: their partials
+// were released, and a root rolled back with it gets them from here),
+// its own results' copies (as a root: its keeper may have failed with
+// it), and which reductions of each group it knew complete (a fellow
+// waiting for a partial that was released learns it needs none).
 type Kept struct {
 	detLog []Det
 	detTop []uint64
 	fwd    map[Det]struct{}
 	own    []Det
+
+	results, ownResults []*Message
+	done                []keptDone
+}
+
+// keptDone is what a PE kept of a group's completed reductions, with
+// what its next incarnation cannot ask its trees yet (it restarts before
+// its snapshot sets them up): the group's root, whether this PE roots or
+// keeps it, and its members.
+type keptDone struct {
+	g, num           uint64
+	root             int32
+	asRoot, asKeeper bool
+	members          []bool
 }
 
 // Keep is this PE's Kept.
@@ -219,6 +245,30 @@ func (s *Causal) Keep() *Kept {
 	k := &Kept{detLog: s.detLog, detTop: s.detTop, fwd: s.fwdSeen}
 	if s.lim != nil {
 		k.own = s.lim.own
+	}
+	if s.camel {
+		for _, e := range s.msgLog {
+			if isResult(e.m) && !e.m.released {
+				k.results = append(k.results, e.m)
+			}
+		}
+		for _, e := range s.kept {
+			if isResult(e.m) {
+				k.ownResults = append(k.ownResults, e.m)
+			}
+		}
+		for _, g := range s.coll.sortedGroups() {
+			st := s.coll.state[g]
+			if st.done == 0 {
+				continue
+			}
+			d := keptDone{g: g, num: st.done, root: s.coll.t.Root(g), asRoot: s.coll.isRoot(g), asKeeper: s.keeper(g) == s.me,
+				members: make([]bool, s.n)}
+			for p := range s.n {
+				d.members[p] = s.coll.t.Has(g, int32(p))
+			}
+			k.done = append(k.done, d)
+		}
 	}
 	return k
 }
@@ -236,6 +286,7 @@ type rollbackSet struct {
 	in, failed []bool
 	told       []bool // fellows this PE sent its determinants to
 	keeps      bool   // this PE did not fail
+	kept       *Kept  // what it kept (CAMEL: its fellows' results)
 }
 
 func (r *rollbackSet) has(p int32) bool { return r != nil && int(p) < len(r.in) && p >= 0 && r.in[p] }
@@ -272,6 +323,7 @@ func (s *Causal) withRollback(rb Rollback) {
 	s.replayFrom = s.n - size
 	s.collectFrom = s.replayFrom + keepers
 	if k := rb.Kept; k != nil {
+		r.kept = k
 		s.detLog, s.fwdSeen = k.detLog, k.fwd
 		copy(s.detTop, k.detTop)
 		for _, d := range k.own {
@@ -280,7 +332,29 @@ func (s *Causal) withRollback(rb Rollback) {
 				s.lastRecorded = max(s.lastRecorded, d.RSN)
 			}
 		}
+		// its own results, in the turn of the partials they stand for:
+		// its keeper may be rolling back with it (a survivor keeper
+		// replays them too: placing one twice is harmless)
+		for _, m := range k.ownResults {
+			if _, err := s.coll.group(m.Group); err == nil {
+				s.hold(m)
+			}
+		}
 	}
+}
+
+// rollsBackWith reports whether PE a rolls back with y in the failure
+// this PE recovers from or replays to (its team, or the rollback set).
+func (s *Causal) rollsBackWith(a, y int32) bool {
+	switch {
+	case s.teams.Same(a, y):
+		return true
+	case s.rb != nil:
+		return s.rb.has(a) && s.rb.has(y)
+	case s.failSet != nil:
+		return slices.Contains(s.failSet, a) && slices.Contains(s.failSet, y)
+	}
+	return false
 }
 
 // fellowFailed is PeerFailed for y, rolled back with this restarted PE:
@@ -301,7 +375,36 @@ func (s *Causal) fellowFailed(y int32, inc uint32) []Action {
 			rec.Dets = append(rec.Dets, d)
 		}
 	}
-	return []Action{{Kind: ActSend, Packet: rec}}
+	out := []Action{{Kind: ActSend, Packet: rec}}
+	if !s.camel {
+		return out
+	}
+	// which reductions of y's groups were complete: as their root, or as
+	// the keeper of a root rolling back too (y may wait for a partial
+	// its sender released)
+	out[0].Packet.Done = s.fellowDone(y)
+	// the results this PE kept for y, a root: y's partials' senders
+	// released them, and this PE's re-execution does not make them
+	for _, m := range r.kept.results {
+		if m.Sender == y {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
+			s.stats.Replayed++
+		}
+	}
+	return out
+}
+
+// fellowDone is the reductions of y's groups this PE, rolled back with y
+// without failing, knew complete: as their root, or as their keeper when
+// their root rolls back too.
+func (s *Causal) fellowDone(y int32) []Reduced {
+	var done []Reduced
+	for _, d := range s.rb.kept.done {
+		if d.members[y] && (d.asRoot || d.asKeeper && d.root != y && s.rollsBackWith(d.root, y)) {
+			done = append(done, Reduced{d.g, d.num})
+		}
+	}
+	return done
 }
 
 // sameFailure reports whether y rolls back with the PEs this survivor is
@@ -314,4 +417,22 @@ func (s *Causal) sameFailure(y int32) bool {
 		return slices.Contains(s.failSet, y)
 	}
 	return s.teams.Same(s.failing[0], y)
+}
+
+// KeptDone is, for a PE restarted in a rollback without having failed,
+// the reductions of its groups it knew complete at their roots (CAMEL):
+// it needs to contribute to none of them again, and may wait for no
+// partial their senders released. Not those of the groups it roots: it
+// delivers their results again, from its copies or its keeper's.
+func (s *Causal) KeptDone() []Reduced {
+	if s.rb == nil || s.rb.kept == nil {
+		return nil
+	}
+	var out []Reduced
+	for _, d := range s.rb.kept.done {
+		if !d.asRoot { // a root gets its results back instead (withRollback)
+			out = append(out, Reduced{d.g, d.num})
+		}
+	}
+	return out
 }

@@ -32,7 +32,7 @@ type ProtocolSpec struct {
 var protocols = []ProtocolSpec{
 	{Name: "none", NewHook: func(int, int, Trees, func(int, *Packet), HookConfig) Hook { return NopHook{} }},
 	{Name: "scmel", RecoversAlone: true, LogLimit: true, NewHook: causalHook("scmel", false)},
-	{Name: "camel", RecoversAlone: true, WithTeams: true, NewHook: causalHook("camel", true)},
+	{Name: "camel", RecoversAlone: true, WithTeams: true, LogLimit: true, NewHook: causalHook("camel", true)},
 	// team: SCMEL between teams; inside one, reception order only
 	{Name: "team", RecoversAlone: true, Teams: true, LogLimit: true, NewHook: causalHook("team", false)},
 }

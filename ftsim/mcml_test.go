@@ -19,10 +19,14 @@ import (
 // again after each checkpoint (failures early in an epoch roll back the
 // failed PE alone).
 var limited = []chare.Config{{FT: "scmel", LogLimit: 256}, {FT: "scmel", LogLimit: 1024}, {FT: "team", Teams: "2", LogLimit: 256},
-	{FT: "scmel", LogLimit: 256, LogLimitStrategy: "cluster"}}
+	{FT: "scmel", LogLimit: 256, LogLimitStrategy: "cluster"}, {FT: "camel", LogLimit: 128}}
 
 func limitName(c chare.Config) string {
-	return fmt.Sprintf("%s,limit=%d,%s", c.FT, c.LogLimit, cmp.Or(c.LogLimitStrategy, "heaviest"))
+	ft := c.FT
+	if c.Teams != "" && ft != "team" {
+		ft += "+teams"
+	}
+	return fmt.Sprintf("%s,limit=%d,%s", ft, c.LogLimit, cmp.Or(c.LogLimitStrategy, "heaviest"))
 }
 
 // rollbackShapes counts a sweep's recoveries by the size of their

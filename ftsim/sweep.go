@@ -103,7 +103,7 @@ func RandomFailures[C, A any](main *chare.Type[C, A], arg A, base chare.Config, 
 			pes = 4 + rng.IntN(4)
 		}
 		seed := rng.Uint64()
-		cfg := chare.Config{PEs: pes, FT: ft, Teams: base.Teams, Branching: 2 + rng.IntN(3)}
+		cfg := chare.Config{PEs: pes, FT: ft, Teams: base.Teams, Branching: 2 + rng.IntN(3), LogLimit: base.LogLimit, LogLimitStrategy: base.LogLimitStrategy}
 		free := Run(main, arg, cfg, seed)
 		if free.Err != nil {
 			return ran, fmt.Errorf("%s, %d PEs, seed %d, without failures: %w", ft, pes, seed, free.Err)

@@ -292,3 +292,25 @@ func twoFailures(t *testing.T, cfg chare.Config, free chare.Result, args MixArgs
 		})
 	}
 }
+
+// Found by the log limit's random runs (issue 36), without any limit: a
+// recovered inner node of a reduction tree sends its partials again as it
+// re-executes, and each takes along the determinants its children's
+// partials brought since, which may be new. The root dropped the copy of
+// an earlier round whole, and with it a leaf's new determinant: the
+// leaf's next failure found the order of that reception nowhere and its
+// recovery waited for ever. A copy's determinants now go on as a first
+// copy's would.
+func TestTwoFailuresKeepTheDeterminantsOfReexecutedPartials(t *testing.T) {
+	args := MixArgs{Steps: 8, Ckpt: 3}
+	const seed = 11744652261470521225
+	cfg := chare.Config{PEs: 6, Branching: 3, FT: "camel", Seed: seed}
+	free := Run(Mix, args, cfg, seed)
+	require.NoError(t, free.Err)
+	cfg.Kills = []chare.Kill{{PE: 5, Step: -1, Event: 1229}, {PE: 1, Step: -1, Event: 1019}}
+	res := Run(Mix, args, cfg, seed)
+	require.False(t, Unfired(res), "both failures happen")
+	require.NoError(t, res.Err)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+	require.Equal(t, 2, res.Stats.FT.Failures)
+}

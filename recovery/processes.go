@@ -458,7 +458,21 @@ func (p *Processes) limitReport(from int, r report) {
 		}
 		team := st.Dead
 		set, chain, off := s.gate.closure(team, s.teams, p.rows)
-		f := fmt.Sprintf("%s", describe(st.Process, st.Dead))
+		f := describe(st.Process, st.Dead)
+		if len(set) == p.node.NumPEs() && len(set) > len(team) {
+			// every PE: the global rollback every protocol shares
+			s.everyPE = &RecoveryStats{Set: set, Chain: chain, Off: off}
+			s.ft.Failures++
+			st.Phase, st.Set = 0, nil
+			st.Gen = p.job.Generation() + 1
+			st.Rollback = &manager.RollbackMsg{Failed: st.Dead, Committed: s.lastCommitted, Restart: s.restartEpoch, RestartDir: s.restartDir}
+			s.rolling, s.resetDone = true, true
+			s.dead, s.deadKills = slices.Clone(intsOf(st.Dead)), nil
+			s.lostWhat = fmt.Sprintf("%s (every PE stopped logging to its PEs, or to one of the set, past the log limit: rollback set %s)", f, ftlayer.PEList(set))
+			st.Rollback.What = s.lostWhat
+			p.pending, next = nil, st
+			break
+		}
 		revived := s.startRecovery(set, 1)
 		s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
 		s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off

@@ -147,6 +147,9 @@ type Supervisor struct {
 	// gate: the channels PEs stopped logging on (a log limit)
 	gate     channelGate
 	logLimit bool
+	// everyPE: a log limit's rollback set took every PE, and a global
+	// rollback recovers it (its figures, for RollingBack)
+	everyPE *RecoveryStats
 	// sampleOff: the PEs' channels are not all known here (several
 	// processes): no Expected
 	sampleOff bool
@@ -333,48 +336,9 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 			s.mu.Unlock()
 			return
 		}
-		// the first kill's team fails; kills at this moment of the same
-		// team are part of that failure, the others wait for it
-		k := s.kills[now[0]]
-		team := s.teams.Members(int32(k.PE))
-		set, chain, off := s.gate.freeze(team, s.teams)
-		var also []Kill
-		for _, i := range now[1:] {
-			if ki := s.kills[i]; s.teams.Same(int32(ki.PE), int32(k.PE)) {
-				s.fired[i] = true
-				also = append(also, ki)
-			} else {
-				s.waiting = append(s.waiting, i)
-			}
+		if s.recoverAlone(node, now) {
+			return
 		}
-		for _, p := range set {
-			if !node.FailPE(int(p)) {
-				s.mu.Unlock()
-				return // the run is ending
-			}
-		}
-		s.fired[now[0]] = true
-		s.failed = time.Now()
-		revived := s.startRecovery(set, 1+len(also))
-		s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
-		s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
-		recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
-		f := &PEFailure{PE: k.PE, Kill: k, Also: also}
-		switch {
-		case len(set) == node.NumPEs() && len(set) > len(team):
-			fmt.Fprintf(s.notices, "charmgo: %v; every PE rolls back with it (rollback set %s: they stopped logging to it, or to one of them, past the log limit) and re-executes from the last checkpoint, each PE in the order of its receptions (%s)\n",
-				f, ftlayer.PEList(set), s.ft.Protocol)
-		case len(set) > len(team):
-			fmt.Fprintf(s.notices, "charmgo: %v; PEs %s roll back with it (rollback set %s: they stopped logging to it, or to one of them, past the log limit) and recover (%s): the others replay their messages\n",
-				f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
-		case len(team) == 1:
-			fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
-		default:
-			fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
-		}
-		s.mu.Unlock()
-		node.Later(func() { s.replace(node, revived, team, recovered, rolledBack) })
-		return
 	}
 	if s.rolling && s.resetDone {
 		s.waiting = append(s.waiting, now...)
@@ -409,6 +373,59 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 	if launch {
 		node.Later(func() { s.rollBack(node) })
 	}
+}
+
+// recoverAlone makes the first of the kills due now a failure its PE,
+// or its team, and the PEs a log limit adds (the rollback set) recover
+// from while the others go on, and reports true, with s.mu released.
+// When the set is every PE it reports false, s.mu still held: the global
+// rollback every protocol shares recovers it.
+func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
+	// the first kill's team fails; kills at this moment of the same team
+	// are part of that failure, the others wait for it
+	k := s.kills[now[0]]
+	team := s.teams.Members(int32(k.PE))
+	set, chain, off := s.gate.freeze(team, s.teams)
+	if len(set) == node.NumPEs() && len(set) > len(team) {
+		s.everyPE = &RecoveryStats{Set: set, Chain: chain, Off: off}
+		fmt.Fprintf(s.notices, "charmgo: %v; every PE rolls back with it (rollback set %s: they stopped logging to it, or to one of the set, past the log limit)\n",
+			&PEFailure{PE: k.PE, Kill: k}, ftlayer.PEList(set))
+		return false
+	}
+	var also []Kill
+	for _, i := range now[1:] {
+		if ki := s.kills[i]; s.teams.Same(int32(ki.PE), int32(k.PE)) {
+			s.fired[i] = true
+			also = append(also, ki)
+		} else {
+			s.waiting = append(s.waiting, i)
+		}
+	}
+	for _, p := range set {
+		if !node.FailPE(int(p)) {
+			s.mu.Unlock()
+			return true // the run is ending
+		}
+	}
+	s.fired[now[0]] = true
+	s.failed = time.Now()
+	revived := s.startRecovery(set, 1+len(also))
+	s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
+	s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
+	recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
+	f := &PEFailure{PE: k.PE, Kill: k, Also: also}
+	switch {
+	case len(set) > len(team):
+		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s roll back with it (rollback set %s: they stopped logging to it, or to one of them, past the log limit) and recover (%s): the others replay their messages\n",
+			f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
+	case len(team) == 1:
+		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
+	default:
+		fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
+	}
+	s.mu.Unlock()
+	node.Later(func() { s.replace(node, revived, team, recovered, rolledBack) })
+	return true
 }
 
 // rollBack takes every PE back to the last checkpoint: the node stops and
@@ -665,7 +682,13 @@ func (s *Supervisor) RollingBack(epoch uint64, from string) {
 	}
 	s.dead, s.deadKills, s.lostWhat = nil, nil, ""
 	s.ft.PEsRolledBack += s.node.NumPEs()
-	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: s.node.NumPEs()})
+	rc := RecoveryStats{Failures: failures, PEs: s.node.NumPEs()}
+	if e := s.everyPE; e != nil {
+		// a log limit's rollback set of every PE
+		rc.Set, rc.Chain, rc.Off = e.Set, e.Chain, e.Off
+		s.everyPE = nil
+	}
+	s.ft.Recoveries = append(s.ft.Recoveries, rc)
 	s.ft.Restored = append(s.ft.Restored, epoch)
 	if epoch == 0 {
 		fmt.Fprintf(s.notices, "charmgo: %v; every PE starts the run again (no checkpoint was taken yet)\n", f)

@@ -160,3 +160,44 @@ func TestEveryFailurePointOfASmallRun(t *testing.T) {
 		t.Logf("%s: %d failure points of %d events", ft, ran, free.Ops.Events)
 	}
 }
+
+// A log limit on the proxy (issue 36) under camel (and scmel, team): 8 PEs,
+// a limit at which channels turn off, kills of several PEs late in an
+// epoch. Every run ends with the failure-free energies, bitwise; the
+// PEs that stopped logging to the failed one rolled back with it — some
+// failures roll back a set between the failed PE and every PE (the
+// others' replay and the kept PEs' re-execution together).
+func TestALogLimitKeepsTheEnergies(t *testing.T) {
+	if raceOn {
+		t.Skip("8 PEs of the default proxy: the plain tier runs it")
+	}
+	p := DefaultParams()
+	p.Steps, p.CkptPeriod = 20, 10
+	base := run(t, p, chare.Config{PEs: 8})
+	partial := 0
+	for _, c := range []struct {
+		cfg   chare.Config
+		kills []int
+	}{
+		{chare.Config{FT: "camel", LogLimit: 2 << 20, LogLimitStrategy: "cluster"}, []int{1, 4, 6}},
+		{chare.Config{FT: "scmel", LogLimit: 2 << 20}, []int{2, 5}},
+		{chare.Config{FT: "team", Teams: "2", LogLimit: 1 << 20}, []int{3}},
+	} {
+		for _, y := range c.kills {
+			cfg := c.cfg
+			cfg.PEs, cfg.Kills = 8, []chare.Kill{{PE: y, Step: 19}}
+			r := run(t, p, cfg)
+			name := fmt.Sprintf("%s, limit %d, PE %d at step 19", ftName(cfg), cfg.LogLimit, y)
+			require.Equal(t, base.Energies, r.Energies, name)
+			require.Equal(t, 1, r.Ops.FT.Failures, name)
+			rc := r.Ops.FT.Recoveries
+			require.Len(t, rc, 1, name)
+			require.Contains(t, rc[0].Set, int32(y), name)
+			if len(rc[0].Set) > 1 && len(rc[0].Set) < 8 && cfg.Teams == "" {
+				partial++
+			}
+			t.Logf("%s: rollback set %v (chain %d)", name, rc[0].Set, rc[0].Chain)
+		}
+	}
+	require.Positive(t, partial, "a set larger than the failed PE and smaller than every PE")
+}

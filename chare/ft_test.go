@@ -121,7 +121,6 @@ func TestLogLimitFlags(t *testing.T) {
 		err string
 	}{
 		{chare.Config{PEs: 2, LogLimit: 1 << 20}, "flag --log-limit: --ft none does not bound its log (a limit is for --ft scmel, camel and team)"},
-		{chare.Config{PEs: 4, FT: "camel", Teams: "2", LogLimit: 1 << 20}, "flag --log-limit: not with camel's teams yet (--ft camel --teams 2): use --ft camel, or --ft team"},
 		{chare.Config{PEs: 2, FT: "scmel", LogLimitStrategy: "heaviest"}, "flag --log-limit-strategy: no --log-limit to apply it to"},
 	} {
 		res := chare.Run(ckMain, c.cfg)

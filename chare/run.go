@@ -1037,11 +1037,6 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if cfg.LogLimit > 0 && !spec.LogLimit {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: --ft %s does not bound its log (a limit is for --ft scmel, camel and team)", spec.Name)}}
 	}
-	if cfg.LogLimit > 0 && spec.WithTeams && cfg.Teams != "" {
-		// a second failure after a rollback set that spanned teams
-		// stalls in ftsim's random runs (see the closing note of issue 36)
-		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: not with camel's teams yet (--ft camel --teams %s): use --ft camel, or --ft team", cfg.Teams)}}
-	}
 	if cfg.LogLimitStrategy != "" {
 		if err := validLimitStrategy(cfg.LogLimitStrategy); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit-strategy: %w", err)}}

@@ -159,7 +159,8 @@ type Causal struct {
 	// sentTo (CAMEL in hop mode): per intermediate node, the highest own
 	// rsn a partial to it carried (see upDets)
 	sentTo []uint64
-	detBuf []Det // own determinants not yet acknowledged
+	detBuf []Det    // own determinants not yet acknowledged
+	direct []Action // sends a hop made besides itself (TakeDirect)
 	out    []Action
 	// Acknowledgements held back to go in batches (hop mode, see
 	// ackDets): per owner, the determinants stored for it since its last

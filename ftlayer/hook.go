@@ -165,6 +165,9 @@ func (h *CausalHook) Send(dst int, role Role, g, num uint64, first bool, env *pe
 		return err
 	}
 	env.FT = hdr
+	if h.s.direct != nil {
+		h.doAll(h.s.TakeDirect())
+	}
 	return nil
 }
 

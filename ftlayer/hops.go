@@ -139,6 +139,9 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 			s.logSend(m, to)
 		}
 	}
+	if role == RoleMcastRoot && s.camel && s.rb != nil && s.recovering {
+		s.toFailedFellows(m)
+	}
 	return &m.FTHeader, nil
 }
 

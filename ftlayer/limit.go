@@ -235,7 +235,7 @@ type Kept struct {
 // keeps it, and its members.
 type keptDone struct {
 	g, num           uint64
-	root             int32
+	root, keeper     int32
 	asRoot, asKeeper bool
 	members          []bool
 }
@@ -262,7 +262,7 @@ func (s *Causal) Keep() *Kept {
 			if st.done == 0 {
 				continue
 			}
-			d := keptDone{g: g, num: st.done, root: s.coll.t.Root(g), asRoot: s.coll.isRoot(g), asKeeper: s.keeper(g) == s.me,
+			d := keptDone{g: g, num: st.done, root: s.coll.t.Root(g), keeper: s.keeper(g), asRoot: s.coll.isRoot(g), asKeeper: s.keeper(g) == s.me,
 				members: make([]bool, s.n)}
 			for p := range s.n {
 				d.members[p] = s.coll.t.Has(g, int32(p))
@@ -332,6 +332,18 @@ func (s *Causal) withRollback(rb Rollback) {
 				s.lastRecorded = max(s.lastRecorded, d.RSN)
 			}
 		}
+		// the results it keeps for roots, logged again: no partial
+		// brings them back (their senders released them), and a root
+		// failing later, alone, gets them from this log (found by ftsim:
+		// a keeper rolled back with its root, then the root's team
+		// failed, and the root waited for partials of a reduction whose
+		// result had died with the keeper's first incarnation)
+		for _, m := range k.results {
+			if st, err := s.coll.group(m.Group); err == nil && !st.kept.has(m.Num) {
+				st.kept.add(m.Num)
+				s.log(m)
+			}
+		}
 		// its own results, in the turn of the partials they stand for:
 		// its keeper may be rolling back with it (a survivor keeper
 		// replays them too: placing one twice is harmless)
@@ -341,6 +353,34 @@ func (s *Causal) withRollback(rb Rollback) {
 			}
 		}
 	}
+}
+
+// toFailedFellows sends multicast m, which this root makes again as it
+// re-executes in a rollback, straight to the failed PEs of the rollback
+// in its group whose parent in the group's tree rolled back without
+// failing, besides down the tree. Such a parent delivers, and forwards,
+// the multicast only in the turn it recorded, which may come after a
+// message the failed PE sends only once it has the multicast (found by
+// ftsim: a cycle of waits). A survivor root replays its multicasts to a
+// failed PE straight that way (PeerFailed); a root rolled back has none
+// logged. A copy that also comes down the tree is a duplicate there.
+// (Sent to every failed member, not only those, the copies stalled other
+// random runs: their parents were failed PEs or the root itself.)
+func (s *Causal) toFailedFellows(m *Message) {
+	for y := range int32(s.n) {
+		if p := s.coll.t.Parent(m.Group, y); y != s.me && s.rb.failed[y] && s.coll.t.Has(m.Group, y) && p != s.me && p >= 0 && s.rb.has(p) && !s.rb.failed[p] {
+			s.direct = append(s.direct, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
+			s.stats.Replayed++
+		}
+	}
+}
+
+// TakeDirect returns the sends a hop made besides itself (see
+// toFailedFellows), to be carried out after it.
+func (s *Causal) TakeDirect() []Action {
+	out := s.direct
+	s.direct = nil
+	return out
 }
 
 // rollsBackWith reports whether PE a rolls back with y in the failure
@@ -395,12 +435,19 @@ func (s *Causal) fellowFailed(y int32, inc uint32) []Action {
 }
 
 // fellowDone is the reductions of y's groups this PE, rolled back with y
-// without failing, knew complete: as their root, or as their keeper when
-// their root rolls back too.
+// without failing, knew complete: as their keeper when their root rolls
+// back too, or as their root when their keeper failed. Only a keeper's
+// word is safe while it lives: a root knows a reduction complete before
+// its keeper has the result (the copy may be on its way, and is dropped
+// as the root's old incarnation's), and a fellow told so by the root
+// sends no partial for it again, so the root's next failure found the
+// result nowhere (found by ftsim). A keeper that failed knows nothing,
+// and the root's copies reach it again as the root places them.
 func (s *Causal) fellowDone(y int32) []Reduced {
 	var done []Reduced
 	for _, d := range s.rb.kept.done {
-		if d.members[y] && (d.asRoot || d.asKeeper && d.root != y && s.rollsBackWith(d.root, y)) {
+		keeperFailed := d.keeper >= 0 && int(d.keeper) < len(s.rb.failed) && s.rb.failed[d.keeper]
+		if d.members[y] && (d.asRoot && keeperFailed || d.asKeeper && d.root != y && s.rollsBackWith(d.root, y)) {
 			done = append(done, Reduced{d.g, d.num})
 		}
 	}

@@ -19,7 +19,8 @@ import (
 // again after each checkpoint (failures early in an epoch roll back the
 // failed PE alone).
 var limited = []chare.Config{{FT: "scmel", LogLimit: 256}, {FT: "scmel", LogLimit: 1024}, {FT: "team", Teams: "2", LogLimit: 256},
-	{FT: "scmel", LogLimit: 256, LogLimitStrategy: "cluster"}, {FT: "camel", LogLimit: 128}}
+	{FT: "scmel", LogLimit: 256, LogLimitStrategy: "cluster"}, {FT: "camel", LogLimit: 128},
+	{FT: "camel", Teams: "2", LogLimit: 128}}
 
 func limitName(c chare.Config) string {
 	ft := c.FT
@@ -198,4 +199,48 @@ func TestLogLimitTwoFailuresOneAfterTheOther(t *testing.T) {
 	if !raceOn {
 		require.NotZero(t, afterASet)
 	}
+}
+
+// Runs of camel under a limit in which a root rolled back with its
+// keeper, or a failed PE with an inner node of its multicasts' tree,
+// then another failure came (found by the random runs under FT_LONG). In the first, the keeper, rolled back without failing, had
+// dropped the results it kept: its re-execution does not make them, and
+// the root's later failure found them nowhere. In the second, the root
+// had told its fellows a reduction complete whose result was still on
+// its way to the keeper, the keeper dropped it (the root's old
+// incarnation's), and the fellows sent no partial for it again.
+func TestLogLimitARootFailingAfterARollbackWithItsKeeper(t *testing.T) {
+	cfg := chare.Config{FT: "camel", Teams: "2", LogLimit: 128, PEs: 7}
+
+	mix := MixArgs{Steps: 8, Ckpt: 3}
+	c := cfg
+	c.Branching = 3
+	free := Run(Mix, mix, c, 7114443935915565398)
+	require.NoError(t, free.Err)
+	c.Kills = []chare.Kill{{PE: 0, Step: -1, Event: 1183}, {PE: 0, Step: -1, Event: 1197}}
+	res := Run(Mix, mix, c, 7114443935915565398)
+	require.NoError(t, res.Err, "kills %v", c.Kills)
+	require.Len(t, res.Stats.FT.Recoveries, 2)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+
+	chain := MixArgs{Steps: 6, Ckpt: 3}
+	c = cfg
+	c.Branching = 4
+	c.Kills = []chare.Kill{{PE: 3, Step: -1, Event: 634}, {PE: 3, Step: -1, HandOver: 24}, {PE: 0, Step: -1, HandOver: 122}}
+	res = Run(chainMain, chain, c, 1341811054534183918)
+	require.NoError(t, res.Err, "kills %v", c.Kills)
+	require.Len(t, res.Stats.FT.Recoveries, 3)
+	require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps))
+
+	// plain camel: a failed PE whose multicast came down through an
+	// inner node rolled back without failing, which delivered (and
+	// forwarded) it only in the turn it had recorded, after a message
+	// the failed PE sends only once it has the multicast: a cycle, until
+	// the root sent the multicast straight to the failed PE too
+	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 6, Branching: 3}
+	c.Kills = []chare.Kill{{PE: 1, Step: -1, HandOver: 54}, {PE: 1, Step: -1, Event: 721}, {PE: 5, Step: -1, Event: 846}}
+	res = Run(chainMain, chain, c, 4868385870984694878)
+	require.NoError(t, res.Err, "kills %v", c.Kills)
+	require.Len(t, res.Stats.FT.Recoveries, 3)
+	require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps))
 }

@@ -77,7 +77,8 @@ func TestALogLimitEndsInTheFailureFreeResult(t *testing.T) {
 		require.LessOrEqual(t, l.PeakTotal, limit, "PE %d's log peak without failures", pe)
 	}
 	cases := []chare.Config{{FT: "scmel", Balancer: "none"}, {FT: "scmel"}, {FT: "team", Teams: "2", Balancer: "none"},
-		{FT: "scmel", Balancer: "none", LogLimitStrategy: "cluster"}, {FT: "camel", Balancer: "none"}}
+		{FT: "scmel", Balancer: "none", LogLimitStrategy: "cluster"}, {FT: "camel", Balancer: "none"},
+		{FT: "camel", Teams: "2", Balancer: "none"}}
 	steps := []int{7, 11}
 	if raceOn {
 		cases, steps = cases[:1], steps[:1]
@@ -121,7 +122,7 @@ func TestALogLimitEndsInTheFailureFreeResult(t *testing.T) {
 				if len(rc.Set) > team {
 					bigger++
 				}
-				t.Logf("%s: rollback set %v (chain %d)", name, rc.Set, rc.Chain)
+				t.Logf("%s: rollback set %v (chain %d) off %v, %d off", name, rc.Set, rc.Chain, rc.Off, ft.Log.ChannelsOff)
 				require.Positive(t, ft.Log.ChannelsOff, name)
 				if c.LogLimitStrategy == "cluster" {
 					require.Positive(t, ft.Log.Reclustered, "%s: the checkpoints' dendrograms reached the hooks", name)

@@ -68,8 +68,8 @@ func main() {
 	appList := flag.String("apps", "leanmd,openatom", "applications (leanmd, openatom)")
 	peList := flag.String("pes", "8,16", "PE counts")
 	thetas := flag.String("theta", "30,40,50,60,70", "limits, in % of the unconstrained peak")
-	ft := flag.String("ft", "scmel", "protocol (scmel, or team with -teams)")
-	teams := flag.String("teams", "", "--teams for -ft team")
+	ft := flag.String("ft", "scmel", "protocol (scmel, camel, or team; -teams for team and camel with teams)")
+	teams := flag.String("teams", "", "--teams for -ft team, or camel's teams")
 	kills := flag.Int("kills", 2, "PEs killed for real per limit (PEs 1, n/2, ...), checked bitwise")
 	strategies := flag.String("strategy", "heaviest,cluster", "--log-limit-strategy values (papers/002 Table V compares them)")
 	flag.Parse()
@@ -99,7 +99,12 @@ func main() {
 			for _, p := range free.PEs {
 				peak = max(peak, p.LogPeakBytes)
 			}
-			fmt.Printf("| %s | %d | ∞ | – | – | %d | 1.00 | 0 | %.1f | 0 | 1 | |\n", name, n, peak, 100/float64(n))
+			// without a limit a failure rolls back the failed PE's team
+			team := 1
+			if t, err := strconv.Atoi(*teams); err == nil && t > 0 {
+				team = min(t, n)
+			}
+			fmt.Printf("| %s | %d | ∞ | – | – | %d | 1.00 | 0 | %.1f | 0 | %d | |\n", name, n, peak, 100*float64(team)/float64(n), team)
 			for _, ts := range strings.Split(*thetas, ",") {
 				theta, err := strconv.Atoi(ts)
 				check(err)

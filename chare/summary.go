@@ -147,6 +147,30 @@ type SummaryFT struct {
 	Teams                []SummaryTeam `json:"teams,omitempty"`
 	// LogLimit is what a log limit (--log-limit: MCML) did.
 	LogLimit *SummaryLogLimit `json:"log_limit,omitempty"`
+	// Events is what the pessimist protocol's event logger was given.
+	Events *SummaryEvents `json:"events,omitempty"`
+}
+
+// SummaryEvents is the refined event model at work (--ft pessimist):
+// the deliveries the PEs made, how many were events (a delivery from
+// another PE than the delivery before it), the commits to the event
+// logger (one before a send to another PE that follows deliveries not
+// committed yet) and the events they carried (less than the events when
+// recovering PEs replayed what the log held), and the same by entry
+// method or system message, most delivered first.
+type SummaryEvents struct {
+	Deliveries      uint64              `json:"deliveries"`
+	Events          uint64              `json:"events"`
+	Commits         uint64              `json:"commits"`
+	EventsCommitted uint64              `json:"events_committed"`
+	ByEntry         []SummaryEntryEvent `json:"by_entry"`
+}
+
+// SummaryEntryEvent is one entry method's (or system message's) share.
+type SummaryEntryEvent struct {
+	Entry      string `json:"entry"`
+	Deliveries uint64 `json:"deliveries"`
+	Events     uint64 `json:"events"`
 }
 
 // SummaryLogLimit is what a bound on each PE's log did: the bound, the
@@ -371,6 +395,14 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 		}
 		s.FaultTolerance.LogLimit = ll
 	}
+	if l.Deliveries > 0 {
+		ev := &SummaryEvents{Deliveries: l.Deliveries, Events: l.Events, Commits: l.Commits, EventsCommitted: l.EventsCommitted}
+		for _, e := range l.Entries {
+			ev.ByEntry = append(ev.ByEntry, SummaryEntryEvent{Entry: pe.TypeName(e.Type), Deliveries: e.Deliveries, Events: e.Events})
+		}
+		slices.SortStableFunc(ev.ByEntry, func(a, b SummaryEntryEvent) int { return cmp.Compare(b.Deliveries, a.Deliveries) })
+		s.FaultTolerance.Events = ev
+	}
 	for _, t := range ft.Teams {
 		msgs := func(x ftlayer.LogStats) uint64 { return x.TotalMsgs }
 		bytes := func(x ftlayer.LogStats) uint64 { return x.TotalBytes }
@@ -510,6 +542,19 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 			fmt.Fprintf(w, "  a failure would have rolled back %.2f PEs on average (%.0f%%; chain %.2f), at most %d, over every PE at every step\n",
 				ll.ExpectedSet, 100*ll.ExpectedSet/float64(max(len(s.PEs), 1)), ll.ExpectedChain, ll.LargestSet)
 		}
+	}
+	if ev := ft.Events; ev != nil {
+		fmt.Fprintf(w, "  events:         %d deliveries, %d of them events (%.1f%%), %d commits to the event logger carrying %d\n",
+			ev.Deliveries, ev.Events, 100*float64(ev.Events)/float64(ev.Deliveries), ev.Commits, ev.EventsCommitted)
+		var parts []string
+		for i, e := range ev.ByEntry {
+			if i == 6 {
+				parts = append(parts, fmt.Sprintf("%d more", len(ev.ByEntry)-i))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s %d of %d", e.Entry, e.Events, e.Deliveries))
+		}
+		fmt.Fprintf(w, "  events by entry: %s\n", strings.Join(parts, ", "))
 	}
 	for _, t := range ft.Teams {
 		fmt.Fprintf(w, "  team %s: logged %s; not logged (inside the team) %s\n", ftlayer.PEList(t.PEs), byKind(t.LoggedMsgs, t.LoggedBytes), byKind(t.NotLoggedMsgs, t.NotLoggedBytes))

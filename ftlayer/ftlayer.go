@@ -60,6 +60,16 @@
 //     they hold for others. The same failure sets as the protocol under
 //     it; across processes the launcher gathers every process's channels
 //     before it computes the set (recovery.Processes).
+//   - pessimist (papers/003; pessimist.go, eventlog.go): every message
+//     logged by its sender, and the order of each PE's deliveries
+//     committed to an event logger (EventLog) before the PE sends again;
+//     only a delivery from another sender than the one before is an
+//     event (the refined model: see Pessimist). Any PEs failing at once
+//     recover together, each alone from its log and the survivors'
+//     replays, the survivors never rolling back; within one process
+//     the logger is the launcher's (MemEventLog). A failure due while
+//     PEs recover waits until they caught up, and a failure while a
+//     checkpoint is taken rolls every PE back, as under the others.
 //
 // A second failure during a recovery that the launcher did not hold back
 // is reported (ErrConcurrentFailure), never silently mishandled.
@@ -82,7 +92,9 @@
 package ftlayer
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -219,6 +231,14 @@ type Stats struct {
 	Reclustered uint64
 	// CheckpointBytes is filled in by the host from its Checkpointer.
 	CheckpointBytes uint64
+	// The pessimist protocol's refined event model: deliveries made,
+	// events among them (deliveries from another sender than the
+	// delivery before), the commits to the event logger (one before a
+	// send that follows new events) and the events they carried (a
+	// recovering PE does not commit again what the log holds), and the
+	// deliveries and events by entry method or system message.
+	Deliveries, Events, Commits, EventsCommitted uint64
+	Entries                                      []EntryEvents
 }
 
 // Total sums one field of the per-kind log statistics over every kind.
@@ -286,6 +306,18 @@ func (s *Stats) Add(o Stats) {
 	s.ChannelsOff += o.ChannelsOff
 	s.OverLimit += o.OverLimit
 	s.PeakTotal += o.PeakTotal
+	s.Deliveries += o.Deliveries
+	s.Events += o.Events
+	s.Commits += o.Commits
+	s.EventsCommitted += o.EventsCommitted
+	for _, e := range o.Entries {
+		i, found := slices.BinarySearchFunc(s.Entries, e.Type, func(a EntryEvents, t uint32) int { return cmp.Compare(a.Type, t) })
+		if !found {
+			s.Entries = slices.Insert(s.Entries, i, EntryEvents{Type: e.Type})
+		}
+		s.Entries[i].Deliveries += e.Deliveries
+		s.Entries[i].Events += e.Events
+	}
 	s.Reclustered += o.Reclustered
 	s.CheckpointBytes += o.CheckpointBytes
 }

@@ -68,6 +68,8 @@ type HookConfig struct {
 	Teams Teams
 	// Limit bounds each PE's log (zero: no limit).
 	Limit LogLimit
+	// Events is the event logger (the pessimist protocol's).
+	Events EventLog
 }
 
 // logLimit is one PE's MCML state.

@@ -24,6 +24,10 @@ type ProtocolSpec struct {
 	// LogLimit: the protocol honours a limit on each PE's log (MCML:
 	// HookConfig.Limit).
 	LogLimit bool
+	// AnySet: any PEs failing at once recover together, each alone (the
+	// others never roll back); the protocol's hooks need an event logger
+	// (HookConfig.Events).
+	AnySet bool
 	// NewHook makes PE me's hook for a job of n PEs, whose trees t
 	// describes, whose net carries the hook's packets, as c says.
 	NewHook func(me, n int, t Trees, net func(dst int, p *Packet), c HookConfig) Hook
@@ -35,6 +39,9 @@ var protocols = []ProtocolSpec{
 	{Name: "camel", RecoversAlone: true, WithTeams: true, LogLimit: true, NewHook: causalHook("camel", true)},
 	// team: SCMEL between teams; inside one, reception order only
 	{Name: "team", RecoversAlone: true, Teams: true, LogLimit: true, NewHook: causalHook("team", false)},
+	{Name: "pessimist", RecoversAlone: true, AnySet: true, NewHook: func(me, n int, _ Trees, net func(int, *Packet), c HookConfig) Hook {
+		return NewPessimistHook(me, n, net, c.Events)
+	}},
 }
 
 func causalHook(name string, camel bool) func(me, n int, t Trees, net func(int, *Packet), c HookConfig) Hook {

@@ -156,6 +156,15 @@ type Supervisor struct {
 	// onCaughtUp, on process 0 of several under a log limit: a recovery
 	// caught up (every process's gate thaws)
 	onCaughtUp func()
+
+	// anySet: PEs failing at once recover together, each alone (the
+	// pessimist protocol), with events the PEs committed to events
+	anySet bool
+	events *ftlayer.MemEventLog
+	// buddyStride pairs each PE with the holder of its checkpoint's
+	// second copy (ftlayer.NewBuddies): PEs failing at once with the
+	// holders of their copies cannot recover alone
+	buddyStride int
 }
 
 // Config is what a Supervisor needs to know of its run.
@@ -186,10 +195,31 @@ func New(cfg Config) *Supervisor {
 		restartDir: cfg.RestartDir, restartEpoch: cfg.RestartEpoch, mk: cfg.NewManager, teams: cfg.Teams, logLimit: cfg.LogLimit}
 	s.ft.Protocol = cfg.Protocol.Name
 	s.local = cfg.Protocol.RecoversAlone && cfg.PEs > 1
+	s.anySet = cfg.Protocol.AnySet
+	if s.anySet {
+		s.events = ftlayer.NewMemEventLog(cfg.PEs)
+	}
 	if s.notices == nil {
 		s.notices = io.Discard
 	}
 	return s
+}
+
+// Events is the event logger of a protocol that needs one (nil for the
+// others): it outlives every PE's failure.
+func (s *Supervisor) Events() ftlayer.EventLog {
+	if s.events == nil {
+		return nil
+	}
+	return s.events
+}
+
+// SetBuddyStride says how the PEs' checkpoint copies are paired
+// (ftlayer.NewBuddies; before Begin).
+func (s *Supervisor) SetBuddyStride(stride int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buddyStride = stride
 }
 
 // SetTeams groups the PEs under a protocol with teams (before Begin).
@@ -385,6 +415,28 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	// are part of that failure, the others wait for it
 	k := s.kills[now[0]]
 	team := s.teams.Members(int32(k.PE))
+	if s.anySet {
+		// every PE failing now: they recover together
+		for _, i := range now[1:] {
+			if p := int32(s.kills[i].PE); !slices.Contains(team, p) {
+				team = append(team, p)
+			}
+		}
+		slices.Sort(team)
+	}
+	if s.anySet && len(team) > 1 {
+		// a PE and the holder of its checkpoint's copy, at once: its
+		// snapshot is gone with both, and every PE rolls back (to the
+		// checkpoint directory's copy, if there is one)
+		b := ftlayer.NewBuddies(node.NumPEs(), s.buddyStride)
+		for _, p := range team {
+			if h := b.Of(p); h != p && slices.Contains(team, h) {
+				fmt.Fprintf(s.notices, "charmgo: %v; PEs %d and %d, which holds the second copy of PE %d's checkpoint, fail at once: every PE rolls back\n",
+					&PEFailure{PE: k.PE, Kill: k}, p, h, p)
+				return false
+			}
+		}
+	}
 	set, chain, off := s.gate.freeze(team, s.teams)
 	if len(set) == node.NumPEs() && len(set) > len(team) {
 		s.everyPE = &RecoveryStats{Set: set, Chain: chain, Off: off}
@@ -394,7 +446,7 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	}
 	var also []Kill
 	for _, i := range now[1:] {
-		if ki := s.kills[i]; s.teams.Same(int32(ki.PE), int32(k.PE)) {
+		if ki := s.kills[i]; s.teams.Same(int32(ki.PE), int32(k.PE)) || slices.Contains(team, int32(ki.PE)) {
 			s.fired[i] = true
 			also = append(also, ki)
 		} else {
@@ -420,6 +472,8 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 			f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
 	case len(team) == 1:
 		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
+	case s.anySet:
+		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s recover together, each alone (%s): the others replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	default:
 		fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	}
@@ -451,6 +505,9 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 	s.resetDone, s.rolledBack = true, true
 	s.inc = make([]uint32, node.NumPEs()) // the protocol starts afresh
 	s.gate.reset()
+	if s.events != nil {
+		s.events.Reset() // every PE's deliveries start afresh
+	}
 	s.window, s.recovering, s.recovered = false, nil, nil
 	s.mu.Unlock()
 	node.RollBack(func(p *pe.PE, prev pe.Handler, failed bool) pe.Handler {

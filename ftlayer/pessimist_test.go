@@ -1,0 +1,197 @@
+package ftlayer
+
+import (
+	"testing"
+
+	"github.com/charmgo/charmgo/pe"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTheEventStore(t *testing.T) {
+	st := NewEventStore(3)
+	require.NoError(t, st.Commit(1, []Event{{Seq: 1, Sender: 0}, {Seq: 4, Sender: 2}}, 5))
+	// a recovering PE commits again what the log holds: skipped
+	require.NoError(t, st.Commit(1, []Event{{Seq: 4, Sender: 2}, {Seq: 7, Sender: 0}}, 8))
+	evs, covered, err := st.Events(1, 0)
+	require.NoError(t, err)
+	require.Equal(t, []Event{{1, 0}, {4, 2}, {7, 0}}, evs)
+	require.Equal(t, uint64(8), covered)
+	evs, _, err = st.Events(1, 4)
+	require.NoError(t, err)
+	require.Equal(t, []Event{{7, 0}}, evs)
+	// a commit covering less than before keeps the most
+	require.NoError(t, st.Commit(1, nil, 6))
+	_, covered, _ = st.Events(1, 0)
+	require.Equal(t, uint64(8), covered)
+	st.Truncate(1, 4)
+	evs, _, _ = st.Events(1, 0)
+	require.Equal(t, []Event{{7, 0}}, evs)
+	require.Equal(t, 1, st.Held(1))
+	st.Reset()
+	evs, covered, _ = st.Events(1, 0)
+	require.Empty(t, evs)
+	require.Zero(t, covered)
+
+	for _, c := range []struct {
+		name string
+		pe   int32
+		evs  []Event
+		err  string
+	}{
+		{"a PE outside the job", 3, nil, "event log: PE 3 out of range 0..2"},
+		{"a sender outside the job", 0, []Event{{1, 5}}, "event log: PE 0's event 0 names sender 5, outside 0..2"},
+		{"out of order", 0, []Event{{3, 1}, {2, 1}}, "event log: PE 0's events out of order (delivery 2 after 3)"},
+		{"past what the commit covers", 0, []Event{{9, 1}}, "event log: PE 0's event at delivery 9, past the 5 its commit covers"},
+	} {
+		require.EqualError(t, st.Commit(c.pe, c.evs, 5), c.err, c.name)
+	}
+	_, _, err = st.Events(-1, 0)
+	require.Error(t, err)
+}
+
+// pessimistEnv is a point-to-point envelope from PE from to PE to,
+// numbered csn on their channel, sent by from's incarnation inc.
+func pessimistEnv(from, to int32, csn uint64, inc uint32) *pe.Envelope {
+	return &pe.Envelope{Type: 7, Kind: pe.KindP2P, Src: from, FT: &pe.FTHeader{Sender: from, Recver: to, CSN: csn, Inc: inc}}
+}
+
+// The refined model: a delivery from the sender of the delivery before
+// it is no event; a send to another PE after deliveries commits the
+// events since the last commit and how far the deliveries went; a send
+// to the PE itself, or with nothing delivered since, commits nothing.
+func TestPessimistEventsAreRunsAndCommitsComeBeforeSends(t *testing.T) {
+	s := NewPessimist(0, 3)
+	for _, m := range []*pe.Envelope{pessimistEnv(1, 0, 1, 0), pessimistEnv(1, 0, 2, 0), pessimistEnv(2, 0, 1, 0)} {
+		a, err := s.Arrive(m)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a)
+	}
+	_, commit, err := s.Send(0, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Nil(t, commit, "to itself: nothing outside sees it")
+	_, commit, err = s.Send(1, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Equal(t, []Event{{1, 1}, {3, 2}}, commit)
+	require.Equal(t, uint64(3), s.Committed())
+	_, commit, err = s.Send(2, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Nil(t, commit, "nothing delivered since")
+	a, err := s.Arrive(pessimistEnv(2, 0, 2, 0))
+	require.NoError(t, err)
+	require.Equal(t, Handle, a)
+	_, commit, err = s.Send(1, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.NotNil(t, commit)
+	require.Empty(t, commit, "the same run: only how far it went")
+	require.Equal(t, uint64(4), s.Committed())
+	st := s.Stats()
+	require.Equal(t, uint64(4), st.Deliveries)
+	require.Equal(t, uint64(2), st.Events)
+	require.Equal(t, uint64(2), st.Commits)
+	require.Equal(t, []EntryEvents{{Type: 7, Deliveries: 4, Events: 2}}, st.Entries)
+	require.Equal(t, uint64(3), st.Log[KindP2P].TotalMsgs, "what went to other PEs is logged")
+}
+
+// Arrivals out of channel order, copies and an old incarnation's
+// messages: held, dropped, dropped.
+func TestPessimistKeepsEachChannelsOrder(t *testing.T) {
+	s := NewPessimist(0, 3)
+	a, err := s.Arrive(pessimistEnv(1, 0, 2, 0))
+	require.NoError(t, err)
+	require.Equal(t, Held, a)
+	a, _ = s.Arrive(pessimistEnv(1, 0, 2, 0))
+	require.Equal(t, Dropped, a, "a copy of one held")
+	a, _ = s.Arrive(pessimistEnv(1, 0, 1, 0))
+	require.Equal(t, Handle, a)
+	m, ok := s.Next()
+	require.True(t, ok)
+	require.Equal(t, uint64(2), m.CSN)
+	_, ok = s.Next()
+	require.False(t, ok)
+	a, _ = s.Arrive(pessimistEnv(1, 0, 2, 0))
+	require.Equal(t, Dropped, a, "a copy of one delivered")
+	_, err = s.PeerFailed(1, 1, nil)
+	require.NoError(t, err)
+	a, _ = s.Arrive(pessimistEnv(1, 0, 3, 0))
+	require.Equal(t, Dropped, a, "the failed incarnation's")
+	_, err = s.Arrive(pessimistEnv(7, 0, 1, 0))
+	require.Error(t, err)
+}
+
+// A restarted PE delivers what reaches it in the logged order up to what
+// its commits covered (a run's sender alone, whatever else came first),
+// then freely; its recovery ends once every survivor's replay is in.
+func TestPessimistReplaysTheLoggedOrder(t *testing.T) {
+	// PE 0 delivered 1's first two messages, then 2's first, then 1's
+	// third: events at 1 (from 1), 3 (from 2), 4 (from 1); covered 4
+	evs := []Event{{1, 1}, {3, 2}, {4, 1}}
+	s := restartPessimist(NewPessimist(0, 3), Counters{IncMap: make([]uint32, 3), SendCSN: make([]uint64, 3)}, 1, nil, evs, 4)
+	require.True(t, s.Recovering())
+	order := []*pe.Envelope{pessimistEnv(2, 0, 1, 0), pessimistEnv(2, 0, 2, 0), pessimistEnv(1, 0, 1, 0), pessimistEnv(1, 0, 2, 0), pessimistEnv(1, 0, 3, 0)}
+	var got [][2]uint64
+	for _, env := range order {
+		a, err := s.Arrive(env)
+		require.NoError(t, err)
+		if a == Handle {
+			got = append(got, [2]uint64{uint64(env.FT.Sender), env.FT.CSN})
+		}
+		for m, ok := s.Next(); ok; m, ok = s.Next() {
+			got = append(got, [2]uint64{uint64(m.Sender), m.CSN})
+		}
+	}
+	// 1,1  1,2  2,1  1,3 in the log's order; then 2's second, free
+	require.Equal(t, [][2]uint64{{1, 1}, {1, 2}, {2, 1}, {1, 3}, {2, 2}}, got)
+	require.True(t, s.Recovering(), "the survivors' replays are not in")
+	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 1, To: 0}))
+	require.True(t, s.Recovering())
+	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 2, To: 0}))
+	require.False(t, s.Recovering())
+	// no event again for what the log holds; one for the free delivery
+	require.Equal(t, []Event{{5, 2}}, s.pending)
+	require.Error(t, s.Receive(&Packet{Kind: PktAck, From: 1, To: 0}))
+}
+
+// A PE restarted with others: they are not survivors (no replay comes
+// from them, and it replays nothing to them), until its recovery ends —
+// a later failure of one of them is one of its own.
+func TestPessimistPEsRestartedTogether(t *testing.T) {
+	ck := Counters{IncMap: make([]uint32, 3), SendCSN: make([]uint64, 3)}
+	s := restartPessimist(NewPessimist(0, 3), ck, 1, []int32{0, 2}, nil, 0)
+	acts, err := s.PeerFailed(2, 1, []int32{0, 2})
+	require.NoError(t, err)
+	require.Empty(t, acts)
+	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 2, To: 0}))
+	require.True(t, s.Recovering())
+	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 1, To: 0}))
+	_, _ = s.Next()
+	require.False(t, s.Recovering())
+	_, _, err = s.Send(2, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	acts, err = s.PeerFailed(2, 2, nil)
+	require.NoError(t, err)
+	require.Len(t, acts, 2, "its log to PE 2, then the marker")
+	require.Equal(t, PktApp, acts[0].Packet.Kind)
+	require.Equal(t, PktReplayed, acts[1].Packet.Kind)
+}
+
+// A checkpoint: arrivals wait for its commit; the commit drops the log
+// it covers and makes the next delivery an event.
+func TestPessimistCheckpoint(t *testing.T) {
+	s := NewPessimist(0, 2)
+	a, _ := s.Arrive(pessimistEnv(1, 0, 1, 0))
+	require.Equal(t, Handle, a)
+	_, _, err := s.Send(1, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	ck := s.Prepare()
+	require.Equal(t, uint64(1), ck.RSN)
+	a, _ = s.Arrive(pessimistEnv(1, 0, 2, 0))
+	require.Equal(t, Held, a)
+	_, ok := s.Next()
+	require.False(t, ok)
+	require.Equal(t, uint64(1), s.Checkpoint())
+	require.Empty(t, s.msgLog)
+	m, ok := s.Next()
+	require.True(t, ok)
+	require.Equal(t, uint64(2), m.CSN)
+	require.Equal(t, []Event{{2, 1}}, s.pending, "the first delivery after a checkpoint is an event")
+}

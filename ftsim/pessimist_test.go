@@ -1,0 +1,72 @@
+package ftsim
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/require"
+)
+
+// Under pessimist, PEs failing at the same moment recover together, each
+// alone: pairs and a triple of PEs (none holding another's checkpoint
+// copy) failing before every stride-th event of both programs. Each run
+// ends with the failure-free results, having rolled back exactly the
+// failed PEs, in one recovery.
+func TestPessimistFailuresOfSeveralPEsAtOnce(t *testing.T) {
+	stride := 2
+	if raceOn {
+		stride = 31
+	}
+	for _, c := range []struct {
+		pes  int
+		sets [][]int
+	}{
+		{5, [][]int{{0, 2}, {1, 3}, {2, 4}}},
+		{7, [][]int{{0, 2, 4}, {1, 3, 5}, {1, 4}}},
+	} {
+		cfg := chare.Config{PEs: c.pes, FT: "pessimist", Branching: 2}
+		for _, prog := range []string{"mix", "chain"} {
+			t.Run(fmt.Sprintf("%d PEs, %s", c.pes, prog), func(t *testing.T) {
+				run := func(cfg chare.Config) chare.Result {
+					if prog == "mix" {
+						return Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
+					}
+					return Run(chainMain, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
+				}
+				free := run(cfg)
+				require.NoError(t, free.Err)
+				require.Positive(t, free.Stats.FT.Log.Events)
+				lg := free.Stats.FT.Log
+				require.Less(t, lg.Events, lg.Deliveries, "a run of one sender's messages is one event")
+				require.LessOrEqual(t, lg.EventsCommitted, lg.Events)
+				t.Logf("without failures: %d deliveries, %d events, %d commits carrying %d of them", lg.Deliveries, lg.Events, lg.Commits, lg.EventsCommitted)
+				runs, local := 0, 0
+				for e := 1; e <= free.Stats.Events; e += stride {
+					for _, set := range c.sets {
+						cf := cfg
+						for _, p := range set {
+							cf.Kills = append(cf.Kills, chare.Kill{PE: p, Step: -1, Event: e})
+						}
+						res := run(cf)
+						name := fmt.Sprintf("PEs %v before event %d", set, e)
+						require.NoError(t, res.Err, name)
+						if prog == "mix" {
+							require.Equal(t, mixLogs(t, free), mixLogs(t, res), name)
+						} else {
+							require.NoError(t, checkChain(chainLogsOf(t, res), 6), name)
+						}
+						require.Equal(t, len(set), res.Stats.FT.Failures, name)
+						runs++
+						if rs := res.Stats.FT.Recoveries; len(rs) == 1 && rs[0].Set != nil {
+							require.Len(t, rs[0].Set, len(set), name)
+							local++
+						}
+					}
+				}
+				t.Logf("%d runs, %d recovered by the failed PEs alone (the others failed while a checkpoint was taken: every PE rolled back)", runs, local)
+				require.Greater(t, local, runs*3/4)
+			})
+		}
+	}
+}

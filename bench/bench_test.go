@@ -132,6 +132,13 @@ func BenchmarkPingPong_CharmgoCAMEL(b *testing.B) {
 	runProgramWith(b, pingMain, chare.Config{PEs: 2, FT: "camel"})
 }
 
+// Under pessimist each reply commits how far its PE's deliveries went to
+// the launcher's event logger first (one sender: no event after the
+// first).
+func BenchmarkPingPong_CharmgoPessimist(b *testing.B) {
+	runProgramWith(b, pingMain, chare.Config{PEs: 2, FT: "pessimist"})
+}
+
 func BenchmarkPingPong_Channels(b *testing.B) {
 	ping, pong := make(chan Msg), make(chan Msg)
 	go func() {
@@ -322,6 +329,10 @@ func BenchmarkStream_Charmgo(b *testing.B) { runStream(b, chare.Config{PEs: 2}) 
 func BenchmarkStream_CharmgoSCMEL(b *testing.B) { runStream(b, chare.Config{PEs: 2, FT: "scmel"}) }
 
 func BenchmarkStream_CharmgoCAMEL(b *testing.B) { runStream(b, chare.Config{PEs: 2, FT: "camel"}) }
+
+func BenchmarkStream_CharmgoPessimist(b *testing.B) {
+	runStream(b, chare.Config{PEs: 2, FT: "pessimist"})
+}
 
 // streamRound is the most messages one run of a stream carries: the
 // benchmark runs as many as b.N asks in runs of at most this many. Under

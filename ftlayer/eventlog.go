@@ -67,18 +67,24 @@ func (st *EventStore) Commit(pe int32, evs []Event, covered uint64) error {
 	if err := st.check(pe); err != nil {
 		return err
 	}
-	for i, e := range evs {
+	return st.commit(pe, int(pe), evs, covered)
+}
+
+// commit appends pe's events at index i (a MemEventLog's store holds
+// one PE's, at 0).
+func (st *EventStore) commit(pe int32, i int, evs []Event, covered uint64) error {
+	for j, e := range evs {
 		if e.Sender < 0 || int(e.Sender) >= st.n {
-			return fmt.Errorf("event log: PE %d's event %d names sender %d, outside 0..%d", pe, i, e.Sender, st.n-1)
+			return fmt.Errorf("event log: PE %d's event %d names sender %d, outside 0..%d", pe, j, e.Sender, st.n-1)
 		}
-		if i > 0 && e.Seq <= evs[i-1].Seq {
-			return fmt.Errorf("event log: PE %d's events out of order (delivery %d after %d)", pe, e.Seq, evs[i-1].Seq)
+		if j > 0 && e.Seq <= evs[j-1].Seq {
+			return fmt.Errorf("event log: PE %d's events out of order (delivery %d after %d)", pe, e.Seq, evs[j-1].Seq)
 		}
 		if e.Seq > covered {
 			return fmt.Errorf("event log: PE %d's event at delivery %d, past the %d its commit covers", pe, e.Seq, covered)
 		}
 	}
-	list := st.byPE[pe]
+	list := st.byPE[i]
 	var last uint64
 	if len(list) > 0 {
 		last = list[len(list)-1].Seq
@@ -88,8 +94,8 @@ func (st *EventStore) Commit(pe int32, evs []Event, covered uint64) error {
 			list = append(list, e)
 		}
 	}
-	st.byPE[pe] = list
-	st.covered[pe] = max(st.covered[pe], covered)
+	st.byPE[i] = list
+	st.covered[i] = max(st.covered[i], covered)
 	return nil
 }
 
@@ -98,8 +104,12 @@ func (st *EventStore) Events(pe int32, from uint64) ([]Event, uint64, error) {
 	if err := st.check(pe); err != nil {
 		return nil, 0, err
 	}
-	list := st.byPE[pe]
-	i, _ := slices.BinarySearchFunc(list, from+1, func(e Event, seq uint64) int {
+	return st.events(int(pe), from)
+}
+
+func (st *EventStore) events(i int, from uint64) ([]Event, uint64, error) {
+	list := st.byPE[i]
+	k, _ := slices.BinarySearchFunc(list, from+1, func(e Event, seq uint64) int {
 		switch {
 		case e.Seq < seq:
 			return -1
@@ -108,21 +118,24 @@ func (st *EventStore) Events(pe int32, from uint64) ([]Event, uint64, error) {
 		}
 		return 0
 	})
-	return slices.Clone(list[i:]), st.covered[pe], nil
+	return slices.Clone(list[k:]), st.covered[i], nil
 }
 
 // Truncate: see EventLog. Nothing after upTo needs an event before it:
 // a PE's first delivery after a checkpoint is always an event.
 func (st *EventStore) Truncate(pe int32, upTo uint64) {
-	if st.check(pe) != nil {
-		return
+	if st.check(pe) == nil {
+		st.truncate(int(pe), upTo)
 	}
-	list := st.byPE[pe]
+}
+
+func (st *EventStore) truncate(i int, upTo uint64) {
+	list := st.byPE[i]
 	k := 0
 	for k < len(list) && list[k].Seq <= upTo {
 		k++
 	}
-	st.byPE[pe] = append(list[:0], list[k:]...)
+	st.byPE[i] = append(list[:0], list[k:]...)
 }
 
 // Reset: see EventLog.
@@ -142,35 +155,67 @@ func (st *EventStore) Held(pe int32) int {
 
 // MemEventLog is the event logger of a job in one process: the PEs'
 // failures discard their goroutines and state, not this, which the
-// launcher owns. Safe for concurrent use.
+// launcher owns. Each PE's events have a lock of their own: PEs commit
+// concurrently, each its own events. Safe for concurrent use.
 type MemEventLog struct {
+	pes []memEvents
+}
+
+type memEvents struct {
 	mu sync.Mutex
-	st *EventStore
+	st EventStore // of one PE: byPE[0]
+	_  [40]byte   // its own cache line
 }
 
 // NewMemEventLog holds the events of n PEs.
-func NewMemEventLog(n int) *MemEventLog { return &MemEventLog{st: NewEventStore(n)} }
+func NewMemEventLog(n int) *MemEventLog {
+	l := &MemEventLog{pes: make([]memEvents, n)}
+	for i := range l.pes {
+		l.pes[i].st = EventStore{n: n, byPE: make([][]Event, 1), covered: make([]uint64, 1)}
+	}
+	return l
+}
+
+func (l *MemEventLog) of(pe int32) (*memEvents, error) {
+	if pe < 0 || int(pe) >= len(l.pes) {
+		return nil, fmt.Errorf("event log: PE %d out of range 0..%d", pe, len(l.pes)-1)
+	}
+	return &l.pes[pe], nil
+}
 
 func (l *MemEventLog) Commit(pe int32, evs []Event, covered uint64) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.st.Commit(pe, evs, covered)
+	m, err := l.of(pe)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st.commit(pe, 0, evs, covered)
 }
 
 func (l *MemEventLog) Events(pe int32, from uint64) ([]Event, uint64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.st.Events(pe, from)
+	m, err := l.of(pe)
+	if err != nil {
+		return nil, 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st.events(0, from)
 }
 
 func (l *MemEventLog) Truncate(pe int32, upTo uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.st.Truncate(pe, upTo)
+	if m, err := l.of(pe); err == nil {
+		m.mu.Lock()
+		m.st.truncate(0, upTo)
+		m.mu.Unlock()
+	}
 }
 
 func (l *MemEventLog) Reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.st.Reset()
+	for i := range l.pes {
+		m := &l.pes[i]
+		m.mu.Lock()
+		m.st.Reset()
+		m.mu.Unlock()
+	}
 }

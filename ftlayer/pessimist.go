@@ -73,9 +73,10 @@ type Pessimist struct {
 	replayedIn int     // of them, those whose replay is complete
 	failing    []int32 // peers recovering, to which this PE replayed
 
-	stats   Stats
-	entries map[uint32]*EntryEvents
-	rx      hopMsg
+	stats     Stats
+	entries   map[uint32]*EntryEvents
+	lastEntry *EntryEvents // the entry of the last delivery (most repeat it)
+	rx        hopMsg
 }
 
 // EntryEvents counts a PE's deliveries of one entry method or system
@@ -303,10 +304,13 @@ func (s *Pessimist) deliverable(m *Message) bool {
 func (s *Pessimist) deliver(m *Message) {
 	s.recv[m.Sender].add(m.CSN)
 	s.rsn++
-	e := s.entries[m.Env.Type]
-	if e == nil {
-		e = &EntryEvents{Type: m.Env.Type}
-		s.entries[m.Env.Type] = e
+	e := s.lastEntry
+	if e == nil || e.Type != m.Env.Type {
+		if e = s.entries[m.Env.Type]; e == nil {
+			e = &EntryEvents{Type: m.Env.Type}
+			s.entries[m.Env.Type] = e
+		}
+		s.lastEntry = e
 	}
 	e.Deliveries++
 	s.stats.Deliveries++

@@ -47,6 +47,24 @@ func TestTheEventStore(t *testing.T) {
 	}
 	_, _, err = st.Events(-1, 0)
 	require.Error(t, err)
+
+	// the launcher's: the same, a lock a PE
+	ml := NewMemEventLog(3)
+	require.NoError(t, ml.Commit(2, []Event{{1, 0}, {3, 1}}, 4))
+	require.NoError(t, ml.Commit(1, []Event{{1, 2}}, 1))
+	evs, covered, err = ml.Events(2, 1)
+	require.NoError(t, err)
+	require.Equal(t, []Event{{3, 1}}, evs)
+	require.Equal(t, uint64(4), covered)
+	ml.Truncate(2, 3)
+	evs, _, _ = ml.Events(2, 0)
+	require.Empty(t, evs)
+	require.EqualError(t, ml.Commit(3, nil, 1), "event log: PE 3 out of range 0..2")
+	require.EqualError(t, ml.Commit(0, []Event{{2, 1}, {1, 1}}, 2), "event log: PE 0's events out of order (delivery 1 after 2)")
+	ml.Reset()
+	evs, covered, _ = ml.Events(1, 0)
+	require.Empty(t, evs)
+	require.Zero(t, covered)
 }
 
 // pessimistEnv is a point-to-point envelope from PE from to PE to,

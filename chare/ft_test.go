@@ -163,7 +163,7 @@ func TestRuntimeFlagTableMatchesTheParser(t *testing.T) {
 		"--ft": "camel", "+ft": "none", "--kill": "1@3", "--kill-file": writeTemp(t, "1 @3\n"), "+killFile": writeTemp(t, "0 2\n"),
 		"--watchdog": "3s", "--restart": "dir", "+restart": "dir", "--teams": "2", "--teams-alpha": "0.3", "--teams-beta": "0.1",
 		"--log-limit": "64M", "--log-limit-strategy": "heaviest"}
-	for _, name := range []string{"+p", "--pes", "-pes", "--wire-check", "--branching", "+balancer", "--lb", "--balancer", "--spin",
+	for _, name := range []string{"+p", "--pes", "-pes", "--wire-check", "--ft-verify", "--branching", "+balancer", "--lb", "--balancer", "--spin",
 		"--ckpt-period", "+ckptPeriod", "--ckpt-dir", "--ft", "+ft", "--teams", "--teams-alpha", "--teams-beta", "--log-limit", "--log-limit-strategy", "--kill", "--kill-file", "+killFile", "--watchdog", "--restart", "+restart"} {
 		known, takes := chare.RuntimeFlag(name)
 		require.True(t, known, name)

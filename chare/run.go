@@ -31,6 +31,9 @@ import (
 type Config struct {
 	PEs       int  // number of PEs (default GOMAXPROCS)
 	WireCheck bool // encode every message with msgpack, even in process
+	// FTVerify checks every recovery: a PE re-executing after a failure
+	// must send what it sent the first time (--ft-verify).
+	FTVerify bool
 	Branching int  // spanning-tree arity (default 4)
 	// Balancer is the load-balancing strategy at AtSync (loadbalance.New's
 	// names, Charm++'s too); several separated by commas chain as several
@@ -174,6 +177,10 @@ var ErrHelp = errors.New("help requested")
 const RuntimeUsage = `runtime flags (every charmgo program):
   +p N, --pes N          number of PEs (default: GOMAXPROCS = %d)
   --wire-check           encode every message with msgpack, even within the process
+  --ft-verify            check every recovery: a PE re-executing after a
+                         failure must send what it sent the first time, or
+                         the run ends naming the message (a program whose
+                         entries are not deterministic)
   --branching K          spanning-tree arity for reductions and multicasts (default 4)
   +balancer NAME, --lb NAME
                          load balancer at AtSync (none by default): greedy, refine,
@@ -273,7 +280,7 @@ const RuntimeUsage = `runtime flags (every charmgo program):
 // runtimeFlags are the runtime's flags by every spelling ParseFlags takes,
 // each with whether it takes a value (+pN's value may also be attached).
 var runtimeFlags = map[string]bool{
-	"+p": true, "--pes": true, "-pes": true, "--wire-check": false, "--branching": true,
+	"+p": true, "--pes": true, "-pes": true, "--wire-check": false, "--ft-verify": false, "--branching": true,
 	"+balancer": true, "--lb": true, "--balancer": true, "--spin": true,
 	"+LBDebug": true, "+LBDump": true, "+LBUseCpuTime": false, "+LBOff": false, "+LBPeriod": true, "+LBTolerance": true,
 	"--ckpt-period": true, "+ckptPeriod": true, "--ckpt-dir": true, "--ft": true, "+ft": true, "--teams": true, "--teams-alpha": true, "--teams-beta": true, "--log-limit": true, "--log-limit-strategy": true,
@@ -407,6 +414,8 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 			}
 		case "--wire-check":
 			cfg.WireCheck = true
+		case "--ft-verify":
+			cfg.FTVerify = true
 		case "--branching":
 			if v, err = value(); err == nil {
 				cfg.Branching, err = num(name, v, 2, 64)
@@ -1002,7 +1011,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if cfg.Branching < 2 {
 		cfg.Branching = manager.DefaultBranching
 	}
-	opt := manager.Options{Branching: cfg.Branching, Procs: cfg.Procs, CheckpointDir: cfg.CheckpointDir}
+	opt := manager.Options{Branching: cfg.Branching, Procs: cfg.Procs, CheckpointDir: cfg.CheckpointDir, FTVerify: cfg.FTVerify}
 	if d := cfg.CheckpointDir; d != "" {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-dir: %w", err)}}

@@ -149,6 +149,10 @@ type SummaryFT struct {
 	LogLimit *SummaryLogLimit `json:"log_limit,omitempty"`
 	// Events is what the pessimist protocol's event logger was given.
 	Events *SummaryEvents `json:"events,omitempty"`
+	// Verified is, under --ft-verify, how many messages recovered PEs
+	// sent again that were compared with what they sent the first time
+	// (all alike: a difference ends the run).
+	Verified *uint64 `json:"verified_copies,omitempty"`
 }
 
 // SummaryEvents is the refined event model at work (--ft pessimist):
@@ -395,6 +399,10 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 		}
 		s.FaultTolerance.LogLimit = ll
 	}
+	if cfg.FTVerify {
+		v := o.Verified
+		s.FaultTolerance.Verified = &v
+	}
 	if l.Deliveries > 0 {
 		ev := &SummaryEvents{Deliveries: l.Deliveries, Events: l.Events, Commits: l.Commits, EventsCommitted: l.EventsCommitted}
 		for _, e := range l.Entries {
@@ -542,6 +550,9 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 			fmt.Fprintf(w, "  a failure would have rolled back %.2f PEs on average (%.0f%%; chain %.2f), at most %d, over every PE at every step\n",
 				ll.ExpectedSet, 100*ll.ExpectedSet/float64(max(len(s.PEs), 1)), ll.ExpectedChain, ll.LargestSet)
 		}
+	}
+	if v := ft.Verified; v != nil {
+		fmt.Fprintf(w, "  --ft-verify:    %d messages recovered PEs sent again, each as their first execution did\n", *v)
 	}
 	if ev := ft.Events; ev != nil {
 		fmt.Fprintf(w, "  events:         %d deliveries, %d of them events (%.1f%%), %d commits to the event logger carrying %d\n",

@@ -70,3 +70,27 @@ func TestPessimistFailuresOfSeveralPEsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// --ft-verify: a program that is not deterministic (its passes carry the
+// clock) recovers under every logging protocol with the right count, but
+// a recovered PE re-sends other contents than it sent the first time,
+// and with --ft-verify the run fails saying so, naming the entry; the
+// deterministic programs pass it, copies compared.
+func TestFTVerifyCatchesAProgramThatIsNotDeterministic(t *testing.T) {
+	for _, ft := range []string{"scmel", "camel", "pessimist"} {
+		cfg := chare.Config{PEs: 3, FT: ft, Kills: []chare.Kill{{PE: 1, Step: 20}}}
+		res := Run(StampProgram, 40, cfg, 4)
+		require.NoError(t, res.Err, ft)
+		require.Equal(t, 40, res.Main.(*StampMain).Passes, ft)
+		cfg.FTVerify = true
+		res = Run(StampProgram, 40, cfg, 4)
+		require.ErrorContains(t, res.Err, "--ft-verify: PE ", ft)
+		require.ErrorContains(t, res.Err, "ftsim.stamp.Ring.Pass", ft)
+		require.ErrorContains(t, res.Err, "the entry is not deterministic", ft)
+
+		cfg = chare.Config{PEs: 4, FT: ft, FTVerify: true, Kills: []chare.Kill{{PE: 2, Step: 5}}}
+		res = Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 4)
+		require.NoError(t, res.Err, ft)
+		require.Positive(t, res.Stats.Ops.Verified, "%s: copies compared", ft)
+	}
+}

@@ -1,6 +1,8 @@
 package ftsim
 
 import (
+	"time"
+
 	"github.com/charmgo/charmgo/chare"
 )
 
@@ -156,4 +158,61 @@ func (s *MixS) Bump(ctx *chare.Ctx, step int) {
 		s.Seen = 0
 		chare.Contribute(ctx, chare.SumInt64, s.W, mixSSum.CallbackTo(Mix.MainProxy()))
 	}
+}
+
+// Stamp is a program that is not deterministic on purpose: a ring of
+// elements passes a token round, and each pass carries the nanoseconds
+// of the clock when it was sent, which nothing reads. Its result (the
+// passes counted) is the same every run, and message logging recovers
+// it, yet a recovered PE re-sends its passes with other stamps: what
+// --ft-verify must catch. StampMain is its main chare.
+type StampMain struct {
+	Passes int
+}
+
+// StampRing is an element of the ring.
+type StampRing struct{}
+
+type stampPass struct {
+	Step, Steps, Ring int
+	Stamp             int64
+}
+
+var (
+	// StampProgram is the main chare type of Stamp (its argument: the
+	// passes to make).
+	StampProgram = chare.NewMainTypeOf[StampMain, int]("ftsim.stamp.Main")
+	stampRingT   = chare.NewType[StampRing, struct{}]("ftsim.stamp.Ring")
+	stampPassE   *chare.Entry[StampRing, stampPass]
+	stampDoneE   *chare.Entry[StampMain, int]
+)
+
+func init() {
+	stampPassE = chare.NewEntry(stampRingT, (*StampRing).Pass)
+	stampDoneE = chare.NewEntry(StampProgram, (*StampMain).Done)
+}
+
+func (m *StampMain) Init(ctx *chare.Ctx, passes int) {
+	ring := stampRingT.NewArray(ctx, []int{2 * ctx.NumPEs()}, struct{}{})
+	chare.StepRange(ctx, 1, passes)
+	stampPassE.Send(ctx, ring.At(0), stampPass{Step: 1, Steps: passes, Ring: 2 * ctx.NumPEs(), Stamp: time.Now().UnixNano()})
+}
+
+func (m *StampMain) Done(ctx *chare.Ctx, passes int) {
+	m.Passes = passes
+	ctx.Exit(0)
+}
+
+func (r *StampRing) Init(*chare.Ctx, struct{}) {}
+
+func (r *StampRing) Pass(ctx *chare.Ctx, p stampPass) {
+	if p.Step > p.Steps {
+		stampDoneE.Send(ctx, StampProgram.MainProxy(), p.Steps)
+		return
+	}
+	chare.AtStep(ctx, p.Step)
+	next := (int(ctx.Index().C[0]) + 1) % p.Ring
+	p.Step++
+	p.Stamp = time.Now().UnixNano()
+	stampPassE.Send(ctx, chare.ThisArray[StampRing](ctx).At(next), p)
 }

@@ -349,6 +349,7 @@ func (m *Manager) ckptActions(acts []ftlayer.Action) {
 func (m *Manager) committed() {
 	m.PE.RecordPhase(fmt.Sprintf("checkpoint %d", m.checkpointer().LastCommitted()), false)
 	m.ft.Checkpoint()
+	clear(m.verified) // a recovery re-executes from here on
 	if t := m.ckpt.nextTeams; t != nil {
 		m.ft.Regroup(*t)
 	}

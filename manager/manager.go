@@ -103,6 +103,9 @@ type Options struct {
 	LB    LBOptions // load balancing at AtSync
 	// CheckpointDir, if set, receives every committed checkpoint as well.
 	CheckpointDir string
+	// FTVerify checks that a PE re-executing after a failure sends what
+	// it sent the first time (--ft-verify: see verify.go).
+	FTVerify bool
 	OnError       func(error) // how a runtime error ends the run (default: node.Fail)
 	// FT makes each PE's message-logging hook (nil: none).
 	FT HookFactory
@@ -147,6 +150,9 @@ func (m *Manager) Buddies() ftlayer.Buddies {
 // Manager is one PE's manager object. All methods run on that PE.
 type Manager struct {
 	PE  *pe.PE
+	// verified: under --ft-verify, the hashes of the logged messages
+	// handled since the last checkpoint, by their place (verify.go)
+	verified map[verifyKey]uint64
 	ran bool // an entry method ran since the PE's last flush: its progress (PE.NoteEntriesIn)
 	// recording: the PE records its timeline (pe.Config.Timeline)
 	recording bool
@@ -207,6 +213,9 @@ type Stats struct {
 	Checkpoints, CheckpointBytes, CheckpointNanos uint64
 	// Restarts from a checkpoint (counted on PE 0).
 	Restarts uint64
+	// Verified counts the copies --ft-verify compared with what their
+	// sender's first execution sent (all the same, or the run failed).
+	Verified uint64
 }
 
 // Add accumulates o into s.
@@ -222,6 +231,7 @@ func (s *Stats) Add(o Stats) {
 	s.Contributions += o.Contributions
 	s.ReductionBytes += o.ReductionBytes
 	s.Unsized += o.Unsized
+	s.Verified += o.Verified
 	s.Checkpoints += o.Checkpoints
 	s.CheckpointBytes += o.CheckpointBytes
 	s.CheckpointNanos += o.CheckpointNanos
@@ -358,7 +368,15 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		case a == ftlayer.Dropped:
 			// a copy (a replay, or a message made again by a recovering
 			// PE): counted neither as sent nor as processed
+			if m.opt.FTVerify {
+				if err := m.verifyDropped(env); err != nil {
+					m.Fail(err)
+				}
+			}
 			return
+		}
+		if m.opt.FTVerify {
+			m.verifyHandled(env)
 		}
 	}
 	m.handle(env)
@@ -378,6 +396,9 @@ func (m *Manager) Panicked(p *pe.PE, env *pe.Envelope, r any, stack []byte) {
 func (m *Manager) handleReleased() {
 	if m.ftOn && m.ft.Next(&m.released) {
 		for ok := true; ok; ok = m.ft.Next(&m.released) {
+			if m.opt.FTVerify {
+				m.verifyHandled(&m.released)
+			}
 			m.handle(&m.released)
 		}
 		m.released = pe.Envelope{} // drop its payload

@@ -1,0 +1,89 @@
+package manager
+
+import (
+	"fmt"
+	"hash/fnv"
+
+	"github.com/charmgo/charmgo/pe"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// --ft-verify checks what message logging takes for granted: that a PE
+// re-executing after a failure sends what its first execution sent. Each
+// PE keeps a hash of every logged message it handles since its last
+// checkpoint, by its place on its channel; a copy that arrives again — a
+// recovered PE re-sending, as it re-executes, what this PE had from its
+// first execution — is dropped by the protocol, and here compared: other
+// contents end the run, naming the message, its entry and both PEs. A
+// program whose entries are not deterministic (a map's order, a clock, a
+// random number, a reading of the PE it runs on) fails so instead of
+// ending with another answer.
+
+// verifyKey is a message's place: its sender and, by protocol, its
+// channel number, group and number in it.
+type verifyKey struct {
+	sender   int32
+	group    uint64
+	csn, num uint64
+}
+
+func keyOf(h *pe.FTHeader) verifyKey {
+	return verifyKey{sender: h.Sender, group: h.Group, csn: h.CSN, num: h.Num}
+}
+
+// contentHash is what a message says: its type, destination and payload
+// (inline in Seq and Aux, or encoded), not its protocol header, which a
+// new incarnation stamps anew.
+func contentHash(env *pe.Envelope) (uint64, bool) {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d/%v/%d/%d:", env.Type, env.Coll, env.Index, env.Seq, env.Aux)
+	if env.Payload != nil {
+		// msgpack with a map's keys in order (the types' own codecs
+		// encode a map in Go's random order: the same message would
+		// hash otherwise)
+		enc := msgpack.NewEncoder(h)
+		enc.SetSortMapKeys(true)
+		if err := enc.Encode(env.Payload); err != nil {
+			return 0, false
+		}
+	}
+	return h.Sum64(), true
+}
+
+// verifyHandled records a logged message this PE handles.
+func (m *Manager) verifyHandled(env *pe.Envelope) {
+	if env.FT == nil {
+		return
+	}
+	if h, ok := contentHash(env); ok {
+		if m.verified == nil {
+			m.verified = map[verifyKey]uint64{}
+		}
+		m.verified[keyOf(env.FT)] = h
+	}
+}
+
+// verifyDropped compares a copy the protocol dropped with the message
+// this PE handled at its place, if it did.
+func (m *Manager) verifyDropped(env *pe.Envelope) error {
+	if env.FT == nil || env.Type == tLBPart {
+		// (a balancing step's load measurements are measured anew, and
+		// differ: the plan made from the first ones reaches a PE that
+		// re-executes through the log of its witness, see Hook.Witness)
+		return nil
+	}
+	was, ok := m.verified[keyOf(env.FT)]
+	if !ok {
+		return nil // an old incarnation's, or a replay of one not handled here
+	}
+	now, ok := contentHash(env)
+	if !ok {
+		return nil
+	}
+	m.Stats.Verified++
+	if now == was {
+		return nil
+	}
+	return fmt.Errorf("--ft-verify: PE %d re-executing after a failure sent PE %d its message %d (%s, to %v) with other contents than its first execution did: the entry is not deterministic (a map's order, a clock, a random number?), and message logging cannot recover it",
+		env.FT.Sender, m.Me(), max(env.FT.CSN, env.FT.Num), pe.TypeName(env.Type), env.Index)
+}

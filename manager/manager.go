@@ -106,7 +106,7 @@ type Options struct {
 	// FTVerify checks that a PE re-executing after a failure sends what
 	// it sent the first time (--ft-verify: see verify.go).
 	FTVerify bool
-	OnError       func(error) // how a runtime error ends the run (default: node.Fail)
+	OnError  func(error) // how a runtime error ends the run (default: node.Fail)
 	// FT makes each PE's message-logging hook (nil: none).
 	FT HookFactory
 	// BuddyStride is how far on a PE's checkpoint buddy is (its PEs per
@@ -150,9 +150,6 @@ func (m *Manager) Buddies() ftlayer.Buddies {
 // Manager is one PE's manager object. All methods run on that PE.
 type Manager struct {
 	PE  *pe.PE
-	// verified: under --ft-verify, the hashes of the logged messages
-	// handled since the last checkpoint, by their place (verify.go)
-	verified map[verifyKey]uint64
 	ran bool // an entry method ran since the PE's last flush: its progress (PE.NoteEntriesIn)
 	// recording: the PE records its timeline (pe.Config.Timeline)
 	recording bool
@@ -191,6 +188,9 @@ type Manager struct {
 	Sent, Processed uint64
 	// Stats counts what the program asked for, by kind.
 	Stats Stats
+	// verified: under --ft-verify, the hashes of the logged messages
+	// handled since the last checkpoint, by their place (verify.go)
+	verified map[verifyKey]uint64
 }
 
 // Stats counts application-level operations and their payload bytes, as a

@@ -33,8 +33,8 @@ type Config struct {
 	WireCheck bool // encode every message with msgpack, even in process
 	// FTVerify checks every recovery: a PE re-executing after a failure
 	// must send what it sent the first time (--ft-verify).
-	FTVerify bool
-	Branching int  // spanning-tree arity (default 4)
+	FTVerify  bool
+	Branching int // spanning-tree arity (default 4)
 	// Balancer is the load-balancing strategy at AtSync (loadbalance.New's
 	// names, Charm++'s too); several separated by commas chain as several
 	// +balancer flags do: the first at the first step, the next after.

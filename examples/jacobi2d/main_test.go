@@ -66,6 +66,7 @@ func TestAFailureAtATimeEndsWithTheSameCells(t *testing.T) {
 		{400, chare.Config{PEs: 4, FT: "team", Teams: "2"}},
 		{400, chare.Config{PEs: 4, FT: "camel", Teams: "2"}},
 		{80, chare.Config{PEs: 3, FT: "camel", TransportChaos: 5}}, // (chaos delays every ghost)
+		{400, chare.Config{PEs: 3, FT: "pessimist", Balancer: "rotate"}},
 	} {
 		c.cfg.CkptSteps = 40
 		c.cfg.Kills = []chare.Kill{{PE: 1, Step: -1, After: 3 * time.Millisecond}}

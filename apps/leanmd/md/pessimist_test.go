@@ -13,8 +13,8 @@ import (
 // (none holding another's checkpoint copy), at steps before and after a
 // checkpoint and the balancing, end with the failure-free energies and
 // atoms bitwise. A PE failing with the holder of its checkpoint's copy
-// takes both copies with it: every PE rolls back, from the checkpoint
-// directory.
+// takes both copies with it (as all but one of them failing at once
+// does): every PE rolls back, from the checkpoint directory.
 func TestPessimistRecoversPEsFailingAtOnce(t *testing.T) {
 	notUnderRace(t)
 	p := params(3, 3, 3, 13)
@@ -40,8 +40,13 @@ func TestPessimistRecoversPEsFailingAtOnce(t *testing.T) {
 		require.Positive(t, ft.Log.Commits, name)
 		require.Less(t, ft.Log.Events, ft.Log.Deliveries, name)
 	}
-	cfg := chare.Config{PEs: 6, FT: "pessimist", CheckpointDir: t.TempDir(), Kills: []chare.Kill{{PE: 2, Step: 7}, {PE: 3, Step: 7}}}
-	r := run(t, p, cfg)
-	requireSameEnergies(t, base, r, "a PE and its buddy")
-	require.Equal(t, 6, r.Ops.FT.PEsRolledBack, "every PE rolls back")
+	for _, kills := range [][]int{{2, 3}, {0, 1, 2, 3, 5}} { // a PE and its buddy; all but one
+		cfg := chare.Config{PEs: 6, FT: "pessimist", CheckpointDir: t.TempDir()}
+		for _, y := range kills {
+			cfg.Kills = append(cfg.Kills, chare.Kill{PE: y, Step: 7})
+		}
+		r := run(t, p, cfg)
+		requireSameEnergies(t, base, r, fmt.Sprint(kills))
+		require.Equal(t, 6, r.Ops.FT.PEsRolledBack, "%v: every PE rolls back", kills)
+	}
 }

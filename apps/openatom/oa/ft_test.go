@@ -15,7 +15,7 @@ import (
 	"github.com/charmgo/charmgo/recovery"
 )
 
-var ftConfigs = []chare.Config{{FT: "none"}, {FT: "scmel"}, {FT: "camel"}, {FT: "team", Teams: "2"}, {FT: "camel", Teams: "2"}}
+var ftConfigs = []chare.Config{{FT: "none"}, {FT: "scmel"}, {FT: "camel"}, {FT: "team", Teams: "2"}, {FT: "camel", Teams: "2"}, {FT: "pessimist"}}
 
 func ftName(c chare.Config) string {
 	if c.Teams != "" && c.FT != "team" {

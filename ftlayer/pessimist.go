@@ -535,10 +535,11 @@ func (h *PessimistHook) Recluster(*mcml.Dendrogram)           {}
 func (h *PessimistHook) TakeVolume() []uint64                 { return nil }
 func (h *PessimistHook) Checkpoint()                          { h.events.Truncate(h.s.me, h.s.Checkpoint()) }
 
-// Witness implements Hook: another PE. Any set of PEs may fail at once
-// under this protocol, so a balancing plan that went round through the
-// witness is the same in a re-execution unless PE 0 and its witness fail
-// together.
+// Witness implements Hook: the next PE, which in one process also holds
+// this PE's checkpoint copy. Any set of PEs may fail at once under this
+// protocol, but a PE failing with the holder of its copy rolls every PE
+// back, so a balancing plan that went round through PE 0's witness is
+// the same whenever PE 0 re-executes alone.
 func (h *PessimistHook) Witness() int {
 	if h.s.n < 2 {
 		return -1

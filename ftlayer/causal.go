@@ -641,9 +641,13 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 		for _, c := range s.coll.t.Children(r.Group, s.me) {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{r}}})
 		}
-		if s.keepsResults() && s.keeper(r.Group) == s.me {
+		if s.keepsResults() && s.keeper(r.Group) == s.me && st.kept.has(r.Num) {
 			// the keeper has the result: the root's other children may
-			// drop what they sent for it
+			// drop what they sent for it (not when it only heard the
+			// reduction was complete, from a fellow of a rollback: its
+			// copy of the result died with its failed incarnation, and
+			// the root's next failure would find the partials nowhere;
+			// found by ftsim)
 			for _, c := range s.coll.t.Children(r.Group, s.coll.t.Root(r.Group)) {
 				if c != s.me {
 					out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRedAck, From: s.me, To: c, Done: []Reduced{r}}})

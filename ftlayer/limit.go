@@ -425,6 +425,31 @@ func (s *Causal) fellowFailed(y int32, inc uint32) []Action {
 	// the keeper of a root rolling back too (y may wait for a partial
 	// its sender released)
 	out[0].Packet.Done = s.fellowDone(y)
+	// y failed keeping the results of groups this PE roots: they come
+	// back from this PE's copies, in this incarnation's name (the old one
+	// did not fail, and y knows only this one), as a survivor root's do
+	// (PeerFailed). This PE told y, and its fellows, that those
+	// reductions were complete (fellowDone): none of them sends a partial
+	// again, and this PE may fail again before its re-execution hands y
+	// the result anew (found by ftsim: the root's copy was on its way
+	// when it failed, and the reduction's partials were nowhere).
+	if r.failed[y] {
+		// (the trees are not set up yet: what the PE kept says whose
+		// keeper y is)
+		for _, d := range r.kept.done {
+			if !d.asRoot || d.keeper != y {
+				continue
+			}
+			for _, m := range r.kept.ownResults {
+				if m.Group == d.g {
+					c := &hopMsg{Message: *m, env: *m.Env}
+					c.Inc, c.Env = s.inc, &c.env
+					c.env.FT = &c.FTHeader // (the envelope carries the header between processes)
+					out[0].Packet.Relog = append(out[0].Packet.Relog, &c.Message)
+				}
+			}
+		}
+	}
 	// the results this PE kept for y, a root: y's partials' senders
 	// released them, and this PE's re-execution does not make them
 	for _, m := range r.kept.results {

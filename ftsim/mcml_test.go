@@ -232,6 +232,33 @@ func TestLogLimitARootFailingAfterARollbackWithItsKeeper(t *testing.T) {
 	require.Len(t, res.Stats.FT.Recoveries, 3)
 	require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps))
 
+	// plain camel: a keeper failed in a rollback in which its root did
+	// not, heard from the root which reductions were complete, and told
+	// the root's other children to drop their partials of one whose
+	// result it no longer had; the root failed next and waited for them
+	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 4, Branching: 3}
+	free = Run(Mix, mix, c, 16009483518335382477)
+	require.NoError(t, free.Err)
+	c.Kills = []chare.Kill{{PE: 1, Step: -1, Event: 802}, {PE: 3, Step: -1, Event: 564}, {PE: 0, Step: -1, HandOver: 140}}
+	res = Run(Mix, mix, c, 16009483518335382477)
+	require.NoError(t, res.Err, "kills %v", c.Kills)
+	require.Len(t, res.Stats.FT.Recoveries, 3)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+
+	// plain camel: a keeper failed in a rollback in which its root did
+	// not, was told the root's reductions were complete (so sent no
+	// partial for them again), and got the last result again only from
+	// the root's re-execution — whose copy was on its way when the root
+	// failed; now the root hands it its kept results as it restarts
+	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 3, Branching: 3}
+	free = Run(Mix, mix, c, 917142029731216221)
+	require.NoError(t, free.Err)
+	c.Kills = []chare.Kill{{PE: 1, Step: -1, HandOver: 63}, {PE: 0, Step: -1, HandOver: 94}}
+	res = Run(Mix, mix, c, 917142029731216221)
+	require.NoError(t, res.Err, "kills %v", c.Kills)
+	require.Len(t, res.Stats.FT.Recoveries, 2)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+
 	// plain camel: a failed PE whose multicast came down through an
 	// inner node rolled back without failing, which delivered (and
 	// forwarded) it only in the turn it had recorded, after a message

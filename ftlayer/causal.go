@@ -55,6 +55,50 @@ func (w *window) add(n uint64) {
 	}
 }
 
+// channels is what a logging protocol knows of its PE's channels: each
+// peer's incarnation, the numbers it gave what it sent on each channel,
+// and the numbers it received on each (duplicates are dropped by them).
+// Causal and Pessimist embed it.
+type channels struct {
+	incMap  []uint32
+	sendCSN []uint64
+	recv    []window
+}
+
+func newChannels(n int) channels {
+	return channels{incMap: make([]uint32, n), sendCSN: make([]uint64, n), recv: make([]window, n)}
+}
+
+// restoreChannels takes the channels back to a checkpoint's counters.
+func (c *channels) restoreChannels(ck Counters) {
+	copy(c.incMap, ck.IncMap)
+	copy(c.sendCSN, ck.SendCSN)
+	for i := range c.recv {
+		if i < len(ck.RecvCSN) {
+			c.recv[i].contig = ck.RecvCSN[i]
+		}
+		if i < len(ck.RecvMore) {
+			for _, csn := range ck.RecvMore[i] {
+				c.recv[i].add(csn)
+			}
+		}
+	}
+}
+
+// snapshotChannels fills a checkpoint's counters of the channels.
+func (c *channels) snapshotChannels(ck *Counters) {
+	n := len(c.recv)
+	ck.IncMap, ck.SendCSN = slices.Clone(c.incMap), slices.Clone(c.sendCSN)
+	ck.RecvCSN, ck.RecvMore = make([]uint64, n), make([][]uint64, n)
+	for i := range c.recv {
+		ck.RecvCSN[i] = c.recv[i].contig
+		for csn := range c.recv[i].extra {
+			ck.RecvMore[i] = append(ck.RecvMore[i], csn)
+		}
+		slices.Sort(ck.RecvMore[i])
+	}
+}
+
 // Counters is the part of a PE's protocol state a coordinated checkpoint
 // keeps (the logs are empty right after one).
 type Counters struct {
@@ -118,21 +162,16 @@ type logEntry struct {
 // the determinants this PE stores for others come back with replayed
 // messages, and a peer failing next must find them.
 type Causal struct {
-	me      int32
-	n       int
-	camel   bool
-	inc     uint32
-	incMap  []uint32
-	ssn     uint64
-	rsn     uint64
-	sendCSN []uint64
-	recv    []window
-	coll    colls
-	msgLog  []logEntry // sent since the checkpoint (sender-based log)
-	logSeq  uint64
-	// logBytes: what the log holds now, every kind (Stats.PeakTotal)
-	logBytes uint64
-	rx       hopMsg // the record of the envelope ReceiveHop handles (see keep)
+	me    int32
+	n     int
+	camel bool
+	inc   uint32
+	channels
+	ssn  uint64
+	rsn  uint64
+	coll colls
+	senderLog
+	rx hopMsg // the record of the envelope ReceiveHop handles (see keep)
 	// relLog: the partials in msgLog that an acknowledgement releases
 	// (releases), by group, in the order sent: a release takes a prefix
 	// instead of scanning the whole log. Released entries stay in msgLog,
@@ -146,7 +185,6 @@ type Causal struct {
 	// too, until the root holds them.
 	upKept map[uint64][]upSent
 	kept   []logEntry // CAMEL root: copies of its children's contributions
-	logged [numKinds]LogStats
 	copies LogStats
 	detLog []Det // other PEs' determinants, stored for them
 	// passUp (CAMEL in hop mode, an inner node): determinants children's
@@ -247,8 +285,8 @@ type checkpointMark struct {
 }
 
 func newCausal(me int32, n int, t Trees, camel bool, lim LogLimit) *Causal {
-	return &Causal{me: me, n: n, camel: camel, incMap: make([]uint32, n), sendCSN: make([]uint64, n), detTop: make([]uint64, n),
-		recv: make([]window, n), coll: colls{me: me, t: t, state: map[uint64]*groupState{}}, batchAcks: true,
+	return &Causal{me: me, n: n, camel: camel, channels: newChannels(n), detTop: make([]uint64, n),
+		coll: colls{me: me, t: t, state: map[uint64]*groupState{}}, batchAcks: true,
 		lim: newLogLimit(lim, int(me), n)}
 }
 
@@ -286,18 +324,7 @@ func (s *Causal) outside() int { return s.n - s.teams.Size(s.me) }
 
 func restartCausal(s *Causal, ck Counters, inc uint32) *Causal {
 	s.ssn, s.rsn, s.inc = ck.SSN, ck.RSN, inc
-	copy(s.incMap, ck.IncMap)
-	copy(s.sendCSN, ck.SendCSN)
-	for i := range s.recv {
-		if i < len(ck.RecvCSN) {
-			s.recv[i].contig = ck.RecvCSN[i]
-		}
-		if i < len(ck.RecvMore) {
-			for _, csn := range ck.RecvMore[i] {
-				s.recv[i].add(csn)
-			}
-		}
-	}
+	s.restoreChannels(ck)
 	s.coll.restore(ck.Groups)
 	s.incMap[s.me] = inc
 	s.recovering = s.n > 1
@@ -311,16 +338,8 @@ func restartCausal(s *Causal, ck Counters, inc uint32) *Causal {
 
 // Snapshot is the protocol state a checkpoint saves.
 func (s *Causal) Snapshot() Counters {
-	c := Counters{SSN: s.ssn, RSN: s.rsn, Inc: s.inc, IncMap: slices.Clone(s.incMap),
-		SendCSN: slices.Clone(s.sendCSN), RecvCSN: make([]uint64, s.n), RecvMore: make([][]uint64, s.n),
-		Groups: s.coll.snapshot()}
-	for i := range s.recv {
-		c.RecvCSN[i] = s.recv[i].contig
-		for csn := range s.recv[i].extra {
-			c.RecvMore[i] = append(c.RecvMore[i], csn)
-		}
-		slices.Sort(c.RecvMore[i])
-	}
+	c := Counters{SSN: s.ssn, RSN: s.rsn, Inc: s.inc, Groups: s.coll.snapshot()}
+	s.snapshotChannels(&c)
 	return c
 }
 
@@ -362,14 +381,31 @@ func (s *Causal) log(m *Message) {
 	}
 }
 
-func (s *Causal) countLog(m *Message, in bool) {
-	count(&s.logged[m.Kind], m, in)
+// senderLog is a PE's sender-based log: what it sent to other PEs since
+// its checkpoint, in order, and its figures by kind. Causal and
+// Pessimist embed it.
+type senderLog struct {
+	msgLog []logEntry
+	logSeq uint64
+	logged [numKinds]LogStats
+	// logBytes: what the log holds now, every kind (Stats.PeakTotal)
+	logBytes uint64
+}
+
+// tally counts m into the log's figures (in) or out of them, and keeps
+// the most the log held at once in *peak.
+func (l *senderLog) tally(m *Message, in bool, peak *uint64) {
+	count(&l.logged[m.Kind], m, in)
 	if in {
-		s.logBytes += m.bytes()
-		s.stats.PeakTotal = max(s.stats.PeakTotal, s.logBytes)
+		l.logBytes += m.bytes()
+		*peak = max(*peak, l.logBytes)
 	} else {
-		s.logBytes -= min(s.logBytes, m.bytes())
+		l.logBytes -= min(l.logBytes, m.bytes())
 	}
+}
+
+func (s *Causal) countLog(m *Message, in bool) {
+	s.tally(m, in, &s.stats.PeakTotal)
 	if s.lim != nil {
 		s.countChannel(m, in)
 	}

@@ -46,21 +46,16 @@ type Pessimist struct {
 	me        int32
 	n         int
 	inc       uint32
-	incMap    []uint32
-	sendCSN   []uint64
-	recv      []window // per sender: the channel numbers delivered
-	rsn       uint64   // deliveries made since the start
-	last      int32    // the sender of the last delivery (-1: none since a checkpoint or restart)
-	pending   []Event  // events not committed yet
-	committed uint64   // the deliveries the last commit covered
+	channels          // (recv: the channel numbers delivered)
+	rsn       uint64  // deliveries made since the start
+	last      int32   // the sender of the last delivery (-1: none since a checkpoint or restart)
+	pending   []Event // events not committed yet
+	committed uint64  // the deliveries the last commit covered
 
-	msgLog   []logEntry // sent to other PEs since the checkpoint
-	logSeq   uint64
-	logged   [numKinds]LogStats
-	logBytes uint64
-	held     []*Message // arrivals waiting for their turn, in arrival order
-	sealed   bool       // a snapshot was taken and its commit has not come: arrivals are held
-	mark     struct{ logSeq, rsn uint64 }
+	senderLog
+	held   []*Message // arrivals waiting for their turn, in arrival order
+	sealed bool       // a snapshot was taken and its commit has not come: arrivals are held
+	mark   struct{ logSeq, rsn uint64 }
 
 	// recovery of this PE
 	recovering bool
@@ -90,7 +85,7 @@ type EntryEvents struct {
 // NewPessimist is PE me's pessimistic logging in a job of n PEs, from the
 // start of the run.
 func NewPessimist(me int32, n int) *Pessimist {
-	s := &Pessimist{me: me, n: n, incMap: make([]uint32, n), sendCSN: make([]uint64, n), recv: make([]window, n),
+	s := &Pessimist{me: me, n: n, channels: newChannels(n),
 		last: -1, entries: map[uint32]*EntryEvents{}}
 	return s
 }
@@ -101,18 +96,7 @@ func NewPessimist(me int32, n int) *Pessimist {
 // its deliveries up to covered.
 func restartPessimist(s *Pessimist, ck Counters, inc uint32, set []int32, evs []Event, covered uint64) *Pessimist {
 	s.inc, s.rsn, s.committed = inc, ck.RSN, ck.RSN
-	copy(s.incMap, ck.IncMap)
-	copy(s.sendCSN, ck.SendCSN)
-	for i := range s.recv {
-		if i < len(ck.RecvCSN) {
-			s.recv[i].contig = ck.RecvCSN[i]
-		}
-		if i < len(ck.RecvMore) {
-			for _, csn := range ck.RecvMore[i] {
-				s.recv[i].add(csn)
-			}
-		}
-	}
+	s.restoreChannels(ck)
 	s.incMap[s.me] = inc
 	s.set = make([]bool, s.n)
 	s.set[s.me] = true
@@ -142,15 +126,8 @@ func restartPessimist(s *Pessimist, ck Counters, inc uint32, set []int32, evs []
 
 // Snapshot is the protocol state a checkpoint saves.
 func (s *Pessimist) Snapshot() Counters {
-	c := Counters{RSN: s.rsn, Inc: s.inc, IncMap: slices.Clone(s.incMap), SendCSN: slices.Clone(s.sendCSN),
-		RecvCSN: make([]uint64, s.n), RecvMore: make([][]uint64, s.n)}
-	for i := range s.recv {
-		c.RecvCSN[i] = s.recv[i].contig
-		for csn := range s.recv[i].extra {
-			c.RecvMore[i] = append(c.RecvMore[i], csn)
-		}
-		slices.Sort(c.RecvMore[i])
-	}
+	c := Counters{RSN: s.rsn, Inc: s.inc}
+	s.snapshotChannels(&c)
 	return c
 }
 
@@ -201,15 +178,7 @@ func (s *Pessimist) Send(to int32, env *pe.Envelope) (hdr *pe.FTHeader, commit [
 // passes the logger with Send's events).
 func (s *Pessimist) Committed() uint64 { return s.committed }
 
-func (s *Pessimist) countLog(m *Message, in bool) {
-	count(&s.logged[m.Kind], m, in)
-	if in {
-		s.logBytes += m.bytes()
-		s.stats.PeakTotal = max(s.stats.PeakTotal, s.logBytes)
-	} else {
-		s.logBytes -= min(s.logBytes, m.bytes())
-	}
-}
+func (s *Pessimist) countLog(m *Message, in bool) { s.tally(m, in, &s.stats.PeakTotal) }
 
 // Arrive is a message reaching this PE: Handle (it is delivered now: its
 // delivery is counted), Held (until its turn: Next hands it back) or

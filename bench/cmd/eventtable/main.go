@@ -12,8 +12,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -21,6 +19,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/charmgo/charmgo/bench/internal/summaries"
 )
 
 // prog is a program to measure, with the arguments of its run.
@@ -54,10 +54,7 @@ type summary struct {
 			} `json:"by_entry"`
 		} `json:"events"`
 	} `json:"fault_tolerance"`
-	Results []struct {
-		Name  string          `json:"name"`
-		Value json.RawMessage `json:"value"`
-	} `json:"results"`
+	Results []summaries.Result `json:"results"`
 }
 
 func main() {
@@ -120,45 +117,23 @@ func find(name string) (prog, bool) {
 	return prog{}, false
 }
 
+// run runs bin for the table and reads its summary.
 func run(bin, dir string, args, flags []string) summary {
-	js := filepath.Join(dir, "summary.json")
-	cmd := exec.Command(bin, append(append(append([]string{}, args...), flags...), "--summary-json", js, "--watchdog", "60s")...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		fail("%s %s: %v\n%s", filepath.Base(bin), strings.Join(append(args, flags...), " "), err, out.String())
-	}
-	b, err := os.ReadFile(js)
-	check(err)
 	var s summary
-	check(json.Unmarshal(b, &s))
+	check(summaries.Run(bin, dir, args, flags, &s))
 	return s
 }
 
-// sameResults reports whether two runs computed the same: every result
-// that is not a time (energies, hashes, counts), bit for bit (JSON
-// prints a float64 in the fewest digits that read back as the same
-// bits).
+// computed names the results two runs must have alike.
+func computed(name string) bool {
+	return !strings.Contains(name, "ms") && !strings.Contains(name, "time") && !strings.Contains(name, "per_s")
+}
+
+// sameResults: every result that is not a time (a program may report
+// none).
 func sameResults(a, b summary) bool {
-	computed := func(s summary) map[string]string {
-		out := map[string]string{}
-		for _, r := range s.Results {
-			if !strings.Contains(r.Name, "ms") && !strings.Contains(r.Name, "time") && !strings.Contains(r.Name, "per_s") {
-				out[r.Name] = string(r.Value)
-			}
-		}
-		return out
-	}
-	x, y := computed(a), computed(b)
-	if len(x) != len(y) {
-		return false
-	}
-	for k, v := range x {
-		if y[k] != v {
-			return false
-		}
-	}
-	return true
+	same, _ := summaries.Same(a.Results, b.Results, computed)
+	return same
 }
 
 func check(err error) {

@@ -13,8 +13,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -23,6 +21,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/charmgo/charmgo/bench/internal/summaries"
 )
 
 // app is a program to measure, with the arguments of its run.
@@ -58,10 +58,7 @@ type summary struct {
 			LargestSet    int     `json:"largest_rollback_set"`
 		} `json:"log_limit"`
 	} `json:"fault_tolerance"`
-	Results []struct {
-		Name  string          `json:"name"`
-		Value json.RawMessage `json:"value"`
-	} `json:"results"`
+	Results []summaries.Result `json:"results"`
 }
 
 func main() {
@@ -140,49 +137,23 @@ func main() {
 
 // run runs bin with args and flags and returns its summary; a run that
 // fails ends the command.
+// run runs bin for the table and reads its summary.
 func run(bin, dir string, args, flags []string) summary {
-	js := filepath.Join(dir, "summary.json")
-	cmd := exec.Command(bin, append(append(append([]string{}, args...), flags...), "--summary-json", js, "--watchdog", "60s")...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		fail("%s %s: %v\n%s", filepath.Base(bin), strings.Join(append(args, flags...), " "), err, tail(out.String()))
-	}
-	b, err := os.ReadFile(js)
-	check(err)
 	var s summary
-	check(json.Unmarshal(b, &s))
+	check(summaries.Run(bin, dir, args, flags, &s))
 	return s
 }
 
-// sameResults reports whether two runs reported the same energies (and
-// OpenAtom's orthonormality), bit for bit: JSON prints a float64 in the
-// fewest digits that read back as the same bits.
-func sameResults(a, b summary) bool {
-	computed := func(s summary) map[string]string {
-		out := map[string]string{}
-		for _, r := range s.Results {
-			if strings.Contains(r.Name, "energy") || strings.Contains(r.Name, "ortho") {
-				out[r.Name] = string(r.Value)
-			}
-		}
-		return out
-	}
-	x, y := computed(a), computed(b)
-	if len(x) == 0 || len(x) != len(y) {
-		return false
-	}
-	for k, v := range x {
-		if y[k] != v {
-			return false
-		}
-	}
-	return true
+// computed names the results two runs must have alike.
+func computed(name string) bool {
+	return strings.Contains(name, "energy") || strings.Contains(name, "ortho")
 }
 
-func tail(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(len(lines)-5, 0):], "\n")
+// sameResults: the energies (and OpenAtom's orthonormality), which both
+// programs report.
+func sameResults(a, b summary) bool {
+	same, n := summaries.Same(a.Results, b.Results, computed)
+	return same && n > 0
 }
 
 func check(err error) {

@@ -187,6 +187,10 @@ type Causal struct {
 	kept   []logEntry // CAMEL root: copies of its children's contributions
 	copies LogStats
 	detLog []Det // other PEs' determinants, stored for them
+	// inherited: how many of detLog's first entries a PE rolled back
+	// without failing kept from its previous incarnation (see
+	// withRollback); they are stored again when they come again
+	inherited int
 	// passUp (CAMEL in hop mode, an inner node): determinants children's
 	// partials brought, to go up with this PE's next partial, whatever
 	// its group
@@ -1374,7 +1378,7 @@ func (s *Causal) storeOwn(run []Det, owner int32) {
 func (s *Causal) storeDetsOutOfOrder(dets []Det, sender int32) {
 	if s.detSeen == nil {
 		s.detSeen = map[Det]bool{}
-		for _, d := range s.detLog {
+		for _, d := range s.detLog[s.inherited:] {
 			s.detSeen[d] = true
 		}
 	}
@@ -1529,7 +1533,8 @@ func (s *Causal) Checkpoint() {
 	// storeDets) is not known any more.
 	clear(s.detTop)
 	s.fwdSeen = nil
-	var buf []Det // a new slice: messages in flight may share the old one
+	s.inherited = 0 // (the mark came after the recovery that kept them)
+	var buf []Det   // a new slice: messages in flight may share the old one
 	for _, d := range s.detBuf {
 		if d.RSN > m.rsn {
 			buf = append(buf, d)

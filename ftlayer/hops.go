@@ -140,7 +140,7 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 		}
 	}
 	if role == RoleMcastRoot && s.camel && s.rb != nil && s.recovering {
-		s.toFailedFellows(m)
+		s.toFellowsStraight(m)
 	}
 	return &m.FTHeader, nil
 }

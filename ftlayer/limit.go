@@ -223,8 +223,6 @@ func (s *Causal) ChannelsOff() []int32 {
 // waiting for a partial that was released learns it needs none).
 type Kept struct {
 	detLog []Det
-	detTop []uint64
-	fwd    map[Det]struct{}
 	own    []Det
 
 	results, ownResults []*Message
@@ -244,7 +242,7 @@ type keptDone struct {
 
 // Keep is this PE's Kept.
 func (s *Causal) Keep() *Kept {
-	k := &Kept{detLog: s.detLog, detTop: s.detTop, fwd: s.fwdSeen}
+	k := &Kept{detLog: s.detLog}
 	if s.lim != nil {
 		k.own = s.lim.own
 	}
@@ -326,8 +324,18 @@ func (s *Causal) withRollback(rb Rollback) {
 	s.collectFrom = s.replayFrom + keepers
 	if k := rb.Kept; k != nil {
 		r.kept = k
-		s.detLog, s.fwdSeen = k.detLog, k.fwd
-		copy(s.detTop, k.detTop)
+		// The determinants it held for others are kept, to hand to
+		// failed PEs, but are not taken as stored: each is stored again
+		// when a message brings it again. As a root, a partial's copy
+		// (and so the kept result) carries only what is new to it, and
+		// the message that brought these first is gone with the old
+		// incarnation: the root's next failure found a child's
+		// reception's determinant nowhere, and the child, failing after
+		// it, delivered a multicast ahead of a reception the multicast
+		// depended on (found by ftsim).
+		s.detLog, s.inherited = k.detLog, len(k.detLog)
+		s.fwdSeen = nil
+		clear(s.detTop)
 		for _, d := range k.own {
 			if d.RSN > s.rsn {
 				s.recorded[msgKey{d.Sender, d.Group, d.SSN}] = d.RSN
@@ -357,20 +365,23 @@ func (s *Causal) withRollback(rb Rollback) {
 	}
 }
 
-// toFailedFellows sends multicast m, which this root makes again as it
-// re-executes in a rollback, straight to the failed PEs of the rollback
-// in its group whose parent in the group's tree rolled back without
-// failing, besides down the tree. Such a parent delivers, and forwards,
-// the multicast only in the turn it recorded, which may come after a
-// message the failed PE sends only once it has the multicast (found by
-// ftsim: a cycle of waits). A survivor root replays its multicasts to a
-// failed PE straight that way (PeerFailed); a root rolled back has none
-// logged. A copy that also comes down the tree is a duplicate there.
-// (Sent to every failed member, not only those, the copies stalled other
+// toFellowsStraight sends multicast m, which this root makes again as it
+// re-executes in a rollback, straight to the PEs of the rollback in its
+// group (failed or not) whose parent in the group's tree rolled back
+// without failing, besides down the tree. Such a parent delivers, and
+// forwards, the multicast only in the turn it recorded, which may come
+// after a message the PE below sends only once it has the multicast
+// (found by ftsim: a cycle of waits; first with a failed PE below, then
+// with one rolled back without failing, which replays its own recorded
+// order, where the multicast came straight from the root in the run it
+// recorded). A survivor root replays its multicasts to a failed PE
+// straight that way (PeerFailed); a root rolled back has none logged. A
+// copy that also comes down the tree is a duplicate there. (Sent to
+// every member of the set, not only those, the copies stalled other
 // random runs: their parents were failed PEs or the root itself.)
-func (s *Causal) toFailedFellows(m *Message) {
+func (s *Causal) toFellowsStraight(m *Message) {
 	for y := range int32(s.n) {
-		if p := s.coll.t.Parent(m.Group, y); y != s.me && s.rb.failed[y] && s.coll.t.Has(m.Group, y) && p != s.me && p >= 0 && s.rb.has(p) && !s.rb.failed[p] {
+		if p := s.coll.t.Parent(m.Group, y); y != s.me && s.rb.has(y) && s.coll.t.Has(m.Group, y) && p != s.me && p >= 0 && s.rb.has(p) && !s.rb.failed[p] {
 			s.direct = append(s.direct, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
 			s.stats.Replayed++
 		}
@@ -378,7 +389,7 @@ func (s *Causal) toFailedFellows(m *Message) {
 }
 
 // TakeDirect returns the sends a hop made besides itself (see
-// toFailedFellows), to be carried out after it.
+// toFellowsStraight), to be carried out after it.
 func (s *Causal) TakeDirect() []Action {
 	out := s.direct
 	s.direct = nil

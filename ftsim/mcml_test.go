@@ -203,13 +203,15 @@ func TestLogLimitTwoFailuresOneAfterTheOther(t *testing.T) {
 
 // Runs of camel under a limit in which a root rolled back with its
 // keeper, or a failed PE with an inner node of its multicasts' tree,
-// then another failure came (found by the random runs under FT_LONG). In the first, the keeper, rolled back without failing, had
+// then another failure came (found by the random runs under FT_LONG;
+// named for them, so that the mutations' runs take them too). In the
+// first, the keeper, rolled back without failing, had
 // dropped the results it kept: its re-execution does not make them, and
 // the root's later failure found them nowhere. In the second, the root
 // had told its fellows a reduction complete whose result was still on
 // its way to the keeper, the keeper dropped it (the root's old
 // incarnation's), and the fellows sent no partial for it again.
-func TestLogLimitARootFailingAfterARollbackWithItsKeeper(t *testing.T) {
+func TestLogLimitFailuresAfterARollbackWithAKeeperOrARoot(t *testing.T) {
 	cfg := chare.Config{FT: "camel", Teams: "2", LogLimit: 128, PEs: 7}
 
 	mix := MixArgs{Steps: 8, Ckpt: 3}
@@ -267,6 +269,35 @@ func TestLogLimitARootFailingAfterARollbackWithItsKeeper(t *testing.T) {
 	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 6, Branching: 3}
 	c.Kills = []chare.Kill{{PE: 1, Step: -1, HandOver: 54}, {PE: 1, Step: -1, Event: 721}, {PE: 5, Step: -1, Event: 846}}
 	res = Run(chainMain, chain, c, 4868385870984694878)
+	require.NoError(t, res.Err, "kills %v", c.Kills)
+	require.Len(t, res.Stats.FT.Recoveries, 3)
+	require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps))
+
+	// plain camel: a PE rolled back without failing, below an inner node
+	// of a multicast's tree rolled back with it, replays its recorded
+	// order, in which the multicast came straight from the root (it had
+	// failed in the first rollback): it waited for its parent's forward,
+	// which waited for a message the PE sends once it has the multicast
+	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 7, Branching: 2}
+	free = Run(Mix, mix, c, 8556973420410111290)
+	require.NoError(t, free.Err)
+	c.Kills = []chare.Kill{{PE: 5, Step: -1, HandOver: 26}, {PE: 2, Step: -1, Event: 596}, {PE: 4, Step: -1, Event: 97}}
+	res = Run(Mix, mix, c, 8556973420410111290)
+	require.NoError(t, res.Err, "kills %v", c.Kills)
+	require.Len(t, res.Stats.FT.Recoveries, 3)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+
+	// camel with teams: a root rolled back without failing kept the
+	// determinants it held for others, and took a child's as stored when
+	// the child's partial brought them again, so the result it kept did
+	// not carry them; the root failed next (with them), then the child's
+	// team, which delivered the next step's multicast ahead of the
+	// reception that multicast depended on (its determinant lost), and
+	// its contribution counted for the wrong reduction
+	c = cfg
+	c.Branching = 4
+	c.Kills = []chare.Kill{{PE: 1, Step: -1, HandOver: 70}, {PE: 5, Step: -1, HandOver: 23}, {PE: 2, Step: -1, Event: 1078}}
+	res = Run(chainMain, chain, c, 14295414038499445631)
 	require.NoError(t, res.Err, "kills %v", c.Kills)
 	require.Len(t, res.Stats.FT.Recoveries, 3)
 	require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps))

@@ -86,10 +86,10 @@ func runRole(role string, args []string) int {
 
 // ---- the chares, in two processes ----
 
-func runJob(b *testing.B, role string, n int) time.Duration {
+func runJob(b *testing.B, role string, n int, flags ...string) time.Duration {
 	b.Helper()
 	var out, errb strings.Builder
-	args := []string{"+p", "2", "++n", "2", "++ppn", "1"}
+	args := append([]string{"+p", "2", "++n", "2", "++ppn", "1"}, flags...)
 	if runtime.NumCPU() >= 4 {
 		// the spin a program gets outside a test binary (test binaries
 		// do not spin): each of the two processes takes half the host's
@@ -115,11 +115,38 @@ func BenchmarkProcs_PingPong_Charmgo(b *testing.B) {
 	b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "ns/op")
 }
 
+// The same under message logging. Under pessimist each reply commits
+// how far its PE's deliveries went to the event logger first: with two
+// processes, a round trip to the other process (which holds this one's
+// events) before the message leaves.
+func BenchmarkProcs_PingPong_CharmgoSCMEL(b *testing.B) {
+	d := runJob(b, "ping", b.N, "--ft", "scmel")
+	b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "ns/op")
+}
+
+func BenchmarkProcs_PingPong_CharmgoCAMEL(b *testing.B) {
+	d := runJob(b, "ping", b.N, "--ft", "camel")
+	b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "ns/op")
+}
+
+func BenchmarkProcs_PingPong_CharmgoPessimist(b *testing.B) {
+	d := runJob(b, "ping", b.N, "--ft", "pessimist")
+	b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "ns/op")
+}
+
 // BenchmarkProcs_Stream_Charmgo: small messages one way, from 64 chares
 // in process 0 to 64 in process 1.
-func BenchmarkProcs_Stream_Charmgo(b *testing.B) {
+func BenchmarkProcs_Stream_Charmgo(b *testing.B) { streamJob(b) }
+
+// The same under message logging (bandwidth: under pessimist a sender
+// that delivered since it last sent commits first).
+func BenchmarkProcs_Stream_CharmgoSCMEL(b *testing.B)     { streamJob(b, "--ft", "scmel") }
+func BenchmarkProcs_Stream_CharmgoCAMEL(b *testing.B)     { streamJob(b, "--ft", "camel") }
+func BenchmarkProcs_Stream_CharmgoPessimist(b *testing.B) { streamJob(b, "--ft", "pessimist") }
+
+func streamJob(b *testing.B, flags ...string) {
 	n := max(b.N-b.N%streamPairs, streamPairs)
-	d := runJob(b, "stream", n)
+	d := runJob(b, "stream", n, flags...)
 	b.ReportMetric(float64(d.Nanoseconds())/float64(n), "ns/op")
 	b.ReportMetric(float64(n)/d.Seconds(), "msgs/s")
 }

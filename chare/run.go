@@ -1044,9 +1044,6 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	if cfg.CkptSteps < 0 || cfg.CkptEvery < 0 {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ckpt-period: negative period")}}
 	}
-	if spec.AnySet && cfg.Procs > 1 {
-		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --ft %s: one process only for now (its event logger is the launcher's memory; across processes it is not built yet)", spec.Name)}}
-	}
 	if cfg.LogLimit > 0 && !spec.LogLimit {
 		return Result{Code: 2, Err: InputError{fmt.Errorf("flag --log-limit: --ft %s does not bound its log (a limit is for --ft scmel, camel and team)", spec.Name)}}
 	}
@@ -1105,6 +1102,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	}
 	defer log.Sync()
 	var job *cluster.Job
+	var ending chan struct{} // closed when the run ends here (several processes)
 	if cfg.Procs > 1 {
 		switch {
 		case cfg.Deterministic:
@@ -1135,6 +1133,8 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			return Result{Code: code, Err: err}
 		}
 		defer job.Close()
+		ending = make(chan struct{})
+		rs.sup.ReplicateEvents(job, cfg.PEs, ending)
 		pcfg.FirstPE, pcfg.LocalPEs = job.PEs()
 		opt.BuddyStride = pcfg.LocalPEs // checkpoint copies in another process
 		pcfg.Remote = job
@@ -1209,6 +1209,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	node, err := pe.NewNode(pcfg, func(p *pe.PE) pe.Handler { return newManager(p) })
 	if err != nil {
 		return Result{Code: 2, Err: InputError{err}}
+	}
+	if ending != nil {
+		go func() { <-node.Done(); close(ending) }()
 	}
 	stopDumps := make(chan struct{})
 	defer close(stopDumps)

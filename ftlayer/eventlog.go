@@ -145,6 +145,9 @@ func (st *EventStore) Reset() {
 	}
 }
 
+// PEs is the number of PEs whose events the store holds.
+func (st *EventStore) PEs() int { return st.n }
+
 // Held is the number of events held for PE pe.
 func (st *EventStore) Held(pe int32) int {
 	if st.check(pe) != nil {

@@ -29,6 +29,13 @@ const (
 	MaxFrameBody = 64 << 20
 )
 
+// ServiceDst is the destination of a frame entry for the receiving
+// process itself, not one of its PEs: a service of the layer above (the
+// pessimist protocol's event logger), which the reader hands the entry to
+// at once, whatever the frame's generation and while PEs are being
+// replaced.
+const ServiceDst = -1
+
 // AppendFrameHeader reserves a frame header at the end of dst; FinishFrame
 // fills it in once the entries are appended.
 func AppendFrameHeader(dst []byte) []byte {
@@ -99,7 +106,7 @@ func DecodeFrameBody(body []byte, count, lo, hi int, off int64, deliver func(dst
 			return fmt.Errorf("frame: byte %d: entry %d of %d cut short", off+int64(at), i, count)
 		}
 		d := int32(binary.LittleEndian.Uint32(body[at:]))
-		if int(d) < lo || int(d) >= hi {
+		if (int(d) < lo || int(d) >= hi) && d != ServiceDst {
 			return fmt.Errorf("frame: byte %d: entry %d is for PE %d, not one of this process's (%d to %d)", off+int64(at), i, d, lo, hi-1)
 		}
 		env, used, err := DecodeEnvelope(body[at+4:])

@@ -18,8 +18,12 @@ import (
 // (cluster.Recovery): once the launcher's replacement joined, process 0's
 // supervisor decides, and every process takes the step it broadcasts.
 // Under scmel and camel a process of one PE recovers alone, as a failed
-// PE does in one process; otherwise (none, or several PEs lost at once)
-// every PE rolls back to the last coordinated checkpoint.
+// PE does in one process, and under team a process that is one team;
+// under pessimist the PEs of the processes lost before any replacement
+// joined recover together, each alone (their events come back from the
+// ReplicatedEventLog). Otherwise (none, several PEs lost at once under
+// the others, a checkpoint's two copies lost, a loss while another
+// recovers) every PE rolls back to the last coordinated checkpoint.
 type Processes struct {
 	sup  *Supervisor
 	job  *cluster.Job
@@ -173,7 +177,11 @@ func (p *Processes) ProcessLost(r int) bool {
 		}
 	}
 	if p.job.Rank() == 0 {
-		if len(p.lost) > 0 || len(p.joined) > 0 || len(s.recovering) > 0 || s.rolling || p.pending != nil {
+		// (under a protocol that recovers any set of PEs, processes lost
+		// before their replacements joined are one failure, recovered
+		// together once the last joined: see Rejoined)
+		atOnce := s.anySet && len(s.recovering) == 0 && !s.rolling
+		if (len(p.lost) > 0 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil {
 			p.overlapped = true
 			p.pending = nil // a recovery under a log limit still gathering: every PE rolls back instead
 		}
@@ -205,22 +213,43 @@ func (p *Processes) Rejoined(r int) {
 		dead = append(dead, p.pesOf(q)...)
 	}
 	st := step{Process: procs[0], Dead: dead}
-	if len(procs) == 1 && !overlapped && s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 && s.logLimit {
+	quiet := !overlapped && s.local && !s.window && !s.rolling && len(s.recovering) == 0
+	// under a protocol that recovers any set of PEs (pessimist), the
+	// lost processes' PEs recover together unless a checkpoint's two
+	// copies went with them
+	anySet, copyLost := s.anySet && quiet, ""
+	if anySet {
+		copyLost = s.copiesLost(p.node.NumPEs(), dead)
+	}
+	if len(procs) == 1 && quiet && s.oneTeam(dead) && s.logLimit {
 		// the rollback set is computed once every process froze its
 		// channels and reported them
 		st.Phase = phaseFreeze
 		p.pending, p.rows, p.rowsFrom, p.renewed = &st, map[int32][]int32{}, map[int]bool{}, map[int]bool{}
 		s.failed = time.Now()
-	} else if len(procs) == 1 && !overlapped && s.local && s.oneTeam(dead) && !s.window && !s.rolling && len(s.recovering) == 0 {
-		for _, r := range s.startRecovery(dead, 1) {
+	} else if len(procs) == 1 && quiet && s.oneTeam(dead) || anySet && copyLost == "" {
+		for _, r := range s.startRecovery(dead, len(procs)) {
 			st.Incs = append(st.Incs, r.Inc)
 		}
 		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
+		what := describe(procs[0], p.pesOf(procs[0]))
+		for _, q := range procs[1:] {
+			what += ", and " + describe(q, p.pesOf(q))
+		}
 		who := "its replacement recovers alone"
-		if len(dead) > 1 {
+		switch {
+		case len(procs) > 1:
+			who = "their replacements' PEs recover together, each alone"
+		case anySet && len(dead) > 1:
+			who = "its replacement's PEs recover together, each alone"
+		case len(dead) > 1:
 			who = "its PEs are one team: its replacement recovers them from the last checkpoint"
 		}
-		fmt.Fprintf(s.notices, "charmgo: %s; %s (%s): the others replay its messages\n", describe(r, dead), who, s.ft.Protocol)
+		whose := "its"
+		if len(procs) > 1 {
+			whose = "their"
+		}
+		fmt.Fprintf(s.notices, "charmgo: %s; %s (%s): the others replay %s messages\n", what, who, s.ft.Protocol, whose)
 	} else {
 		s.ft.Failures++
 		st.Gen = p.job.Generation() + 1
@@ -229,6 +258,12 @@ func (p *Processes) Rejoined(r int) {
 		s.dead, s.deadKills = slices.Clone(intsOf(dead)), nil
 		s.lostWhat = describe(procs[0], p.pesOf(procs[0]))
 		switch {
+		case copyLost != "":
+			var what []string
+			for _, q := range procs {
+				what = append(what, describe(q, p.pesOf(q)))
+			}
+			s.lostWhat = strings.Join(what, ", and ") + " (" + copyLost + ": every PE rolls back)"
 		case len(procs) > 1:
 			var what []string
 			for _, q := range procs {
@@ -288,13 +323,17 @@ func (p *Processes) Action(data []byte) {
 	if revived == nil {
 		return
 	}
-	if p.node.IsLocal(int(st.Dead[0])) {
-		// this process is the replacement: the PEs' new incarnations
+	if slices.ContainsFunc(st.Dead, func(y int32) bool { return p.node.IsLocal(int(y)) }) {
+		// this process is a replacement: its PEs' new incarnations, each
+		// told of every PE recovering (those of another replacement too)
 		s.mu.Lock()
 		s.recovering = intsOf(st.Dead)
 		s.mu.Unlock()
 		for _, r := range revived {
 			y := int(r.PE)
+			if !p.node.IsLocal(y) {
+				continue
+			}
 			s.mu.Lock()
 			initial := s.initial[y]
 			s.mu.Unlock()
@@ -320,6 +359,19 @@ func (p *Processes) Action(data []byte) {
 				Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: st.Recovered, Set: st.Dead}})
 		}
 	}
+}
+
+// copiesLost says which PE's checkpoint went with dead, a set of PEs
+// lost at once, with both of its copies (its own, and the one its buddy
+// holds), or "" when none did.
+func (s *Supervisor) copiesLost(n int, dead []int32) string {
+	b := ftlayer.NewBuddies(n, s.buddyStride)
+	for _, y := range dead {
+		if h := b.Of(y); h != y && slices.Contains(dead, h) {
+			return fmt.Sprintf("PE %d and PE %d, which holds the second copy of its checkpoint, were lost at once", y, h)
+		}
+	}
+	return ""
 }
 
 // oneTeam reports whether dead, the PEs of a lost process, are one

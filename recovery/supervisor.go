@@ -160,7 +160,7 @@ type Supervisor struct {
 	// anySet: PEs failing at once recover together, each alone (the
 	// pessimist protocol), with events the PEs committed to events
 	anySet bool
-	events *ftlayer.MemEventLog
+	events ftlayer.EventLog
 	// buddyStride pairs each PE with the holder of its checkpoint's
 	// second copy (ftlayer.NewBuddies): PEs failing at once with the
 	// holders of their copies cannot recover alone
@@ -207,12 +207,7 @@ func New(cfg Config) *Supervisor {
 
 // Events is the event logger of a protocol that needs one (nil for the
 // others): it outlives every PE's failure.
-func (s *Supervisor) Events() ftlayer.EventLog {
-	if s.events == nil {
-		return nil
-	}
-	return s.events
-}
+func (s *Supervisor) Events() ftlayer.EventLog { return s.events }
 
 // SetBuddyStride says how the PEs' checkpoint copies are paired
 // (ftlayer.NewBuddies; before Begin).

@@ -135,6 +135,7 @@ type Job struct {
 
 	node     *pe.Node
 	recovery Recovery
+	service  Service     // (guarded by mu)
 	ending   atomic.Bool // this process's run is over: peers going away is expected
 	mu       sync.Mutex  // guards what follows
 	members  []Member
@@ -498,6 +499,12 @@ func (j *Job) attach(r int, c net.Conn) {
 	}
 	if running {
 		j.runLink(l)
+		j.mu.Lock()
+		svc := j.service
+		j.mu.Unlock()
+		if svc != nil {
+			svc.Linked(r)
+		}
 		// a replacement's link: process 0 starts its recovery only once
 		// every process can send to it (what a PE sent before went
 		// nowhere: the old link was down)
@@ -683,7 +690,7 @@ func (j *Job) Run(node *pe.Node) {
 func (j *Job) runLink(l *link) {
 	go l.write(func(err error) { j.linkDown(l, err.Error()) })
 	go func() {
-		err := l.read(j.node, j.first, j.count)
+		err := l.read(j.node, j.first, j.count, j.serve)
 		msg := "its connection closed"
 		if err != nil && !errors.Is(err, net.ErrClosed) && err.Error() != "EOF" {
 			msg = err.Error()
@@ -797,6 +804,12 @@ func (j *Job) processLost(r, inc int, why string) {
 	}
 	if why == "" {
 		why = "its actor system is gone (the process died or its host is unreachable)"
+	}
+	j.mu.Lock()
+	svc := j.service
+	j.mu.Unlock()
+	if svc != nil {
+		svc.Lost(r)
 	}
 	if r != 0 && j.recovery != nil && j.recovery.ProcessLost(r) {
 		j.log.Info("a process was lost; waiting for its replacement", zap.Int("process", r), zap.String("why", why))

@@ -90,8 +90,14 @@ func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
 		}
 	}
 	l.scratch[src-l.first] = buf
+	return l.enqueue(buf, len(batch), true)
+}
+
+// enqueue queues n encoded entries (buf) for the peer; with room, once
+// what is queued fits under maxQueued.
+func (l *link) enqueue(buf []byte, n int, room bool) error {
 	l.mu.Lock()
-	for len(l.frame) > maxQueued && l.err == nil && !l.closing {
+	for room && len(l.frame) > maxQueued && l.err == nil && !l.closing {
 		l.room.Wait()
 	}
 	if l.down.Load() {
@@ -106,12 +112,12 @@ func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
 		}
 		return fmt.Errorf("to process %d: %w", l.peer, err)
 	}
-	if l.count == 0 && !l.writing && len(batch) <= writeThrough {
+	if l.count == 0 && !l.writing && n <= writeThrough {
 		// Nothing queued and nobody writing: this PE writes the frame
 		// itself, saving the writer's wake-up on the way (what a round
 		// trip pays twice). When frames queue up, the writer sends them.
 		l.frame = append(l.frame, buf...)
-		l.count += len(batch)
+		l.count += n
 		frame, count := l.take()
 		l.mu.Unlock()
 		l.send(frame, count)
@@ -121,7 +127,7 @@ func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
 		l.ready.Signal()
 	}
 	l.frame = append(l.frame, buf...)
-	l.count += len(batch)
+	l.count += n
 	l.mu.Unlock()
 	return nil
 }
@@ -250,16 +256,25 @@ func handIn(node *pe.Node, entries []entry) {
 }
 
 // read hands every frame from the peer to the local PEs (first ..
-// first+count-1) until the connection ends; it returns the error that
+// first+count-1), and its entries for the process itself to serve, until
+// the connection ends; it returns the error that
 // ended it (io.EOF for a clean end). Frames of an older rollback
 // generation than the job's are dropped.
-func (l *link) read(node *pe.Node, first, count int) error {
+func (l *link) read(node *pe.Node, first, count int, serve func(from int, env *pe.Envelope) error) error {
 	r := bufio.NewReaderSize(l.conn, 64<<10)
 	var hdr [pe.FrameHeaderSize]byte
 	var off int64
 	sys := make([][]pe.Envelope, count)
 	app := make([][]pe.Envelope, count)
+	var served error
 	deliver := func(dst int, env *pe.Envelope) {
+		if dst == pe.ServiceDst {
+			// the process's own: at once, held or not
+			if err := serve(l.peer, env); err != nil && served == nil {
+				served = err
+			}
+			return
+		}
 		i := dst - first
 		if env.SystemLane() {
 			sys[i] = append(sys[i], *env)
@@ -285,6 +300,9 @@ func (l *link) read(node *pe.Node, first, count int) error {
 		}
 		if err := pe.DecodeFrameBody(body, n, first, first+count, off, deliver); err != nil {
 			return err
+		}
+		if served != nil {
+			return fmt.Errorf("byte %d: %w", off, served)
 		}
 		off += int64(size)
 		l.hmu.Lock()

@@ -62,6 +62,7 @@ type ReplicatedEventLog struct {
 // serviceJob is what the log needs of the job.
 type serviceJob interface {
 	SendService(to int, msg []byte) error
+	ReplyService(to int, msg []byte) error // from Receive
 	Generation() uint64
 }
 
@@ -378,7 +379,7 @@ func (l *ReplicatedEventLog) Receive(from int, b []byte) {
 		// its sender rolled back since: nothing of it is kept
 		l.mu.Unlock()
 		if m.Kind == evCommit {
-			_ = l.job.SendService(from, mustMarshal(eventMsg{Kind: evAck, ID: m.ID, Gen: m.Gen}))
+			_ = l.job.ReplyService(from, mustMarshal(eventMsg{Kind: evAck, ID: m.ID, Gen: m.Gen}))
 		}
 		return
 	case m.Gen > l.gen:
@@ -406,7 +407,7 @@ func (l *ReplicatedEventLog) Receive(from int, b []byte) {
 	}
 	l.mu.Unlock()
 	if reply != nil {
-		_ = l.job.SendService(from, reply)
+		_ = l.job.ReplyService(from, reply)
 	}
 }
 

@@ -48,6 +48,8 @@ func (j procJob) SendService(to int, b []byte) error {
 	return nil
 }
 
+func (j procJob) ReplyService(to int, b []byte) error { return j.SendService(to, b) }
+
 func (j procJob) Generation() uint64 {
 	j.net.mu.Lock()
 	defer j.net.mu.Unlock()

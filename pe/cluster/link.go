@@ -90,12 +90,15 @@ func (l *link) deliver(src, dst int, batch []pe.Envelope) error {
 		}
 	}
 	l.scratch[src-l.first] = buf
-	return l.enqueue(buf, len(batch), true)
+	return l.enqueue(buf, len(batch), true, true)
 }
 
 // enqueue queues n encoded entries (buf) for the peer; with room, once
-// what is queued fits under maxQueued.
-func (l *link) enqueue(buf []byte, n int, room bool) error {
+// what is queued fits under maxQueued; with through, written by the
+// caller itself when nothing is queued (never from a connection's
+// reader: two readers writing to each other's full connections would
+// wait for each other).
+func (l *link) enqueue(buf []byte, n int, room, through bool) error {
 	l.mu.Lock()
 	for room && len(l.frame) > maxQueued && l.err == nil && !l.closing {
 		l.room.Wait()
@@ -112,7 +115,7 @@ func (l *link) enqueue(buf []byte, n int, room bool) error {
 		}
 		return fmt.Errorf("to process %d: %w", l.peer, err)
 	}
-	if l.count == 0 && !l.writing && n <= writeThrough {
+	if through && l.count == 0 && !l.writing && n <= writeThrough {
 		// Nothing queued and nobody writing: this PE writes the frame
 		// itself, saving the writer's wake-up on the way (what a round
 		// trip pays twice). When frames queue up, the writer sends them.

@@ -49,8 +49,15 @@ func (j *Job) SetService(s Service) {
 }
 
 // SendService sends msg to process to's service, after what was queued
-// for it. It fails with ErrUnreachable when the process is lost.
-func (j *Job) SendService(to int, msg []byte) error {
+// for it. It fails with ErrUnreachable when the process is lost. Not from
+// Service.Receive: a reply goes by ReplyService.
+func (j *Job) SendService(to int, msg []byte) error { return j.sendService(to, msg, true) }
+
+// ReplyService is SendService from a connection's reader (Service.Receive
+// answering): the link's writer sends it, never the reader itself.
+func (j *Job) ReplyService(to int, msg []byte) error { return j.sendService(to, msg, false) }
+
+func (j *Job) sendService(to int, msg []byte, through bool) error {
 	if to < 0 || to >= len(j.links) || to == j.cfg.Rank {
 		return fmt.Errorf("a service message to process %d, not a peer of process %d", to, j.cfg.Rank)
 	}
@@ -66,7 +73,7 @@ func (j *Job) SendService(to int, msg []byte) error {
 	// never waiting for room: a reader answering a request must not
 	// wait for the peer's reader, which may be answering it (service
 	// messages are few and small)
-	if err := l.enqueue(buf, 1, false); err != nil {
+	if err := l.enqueue(buf, 1, false, through); err != nil {
 		return err
 	}
 	if l.down.Load() {

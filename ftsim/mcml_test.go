@@ -212,93 +212,76 @@ func TestLogLimitTwoFailuresOneAfterTheOther(t *testing.T) {
 // its way to the keeper, the keeper dropped it (the root's old
 // incarnation's), and the fellows sent no partial for it again.
 func TestLogLimitFailuresAfterARollbackWithAKeeperOrARoot(t *testing.T) {
-	cfg := chare.Config{FT: "camel", Teams: "2", LogLimit: 128, PEs: 7}
-
-	mix := MixArgs{Steps: 8, Ckpt: 3}
-	c := cfg
-	c.Branching = 3
-	free := Run(Mix, mix, c, 7114443935915565398)
-	require.NoError(t, free.Err)
-	c.Kills = []chare.Kill{{PE: 0, Step: -1, Event: 1183}, {PE: 0, Step: -1, Event: 1197}}
-	res := Run(Mix, mix, c, 7114443935915565398)
-	require.NoError(t, res.Err, "kills %v", c.Kills)
-	require.Len(t, res.Stats.FT.Recoveries, 2)
-	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
-
-	chain := MixArgs{Steps: 6, Ckpt: 3}
-	c = cfg
-	c.Branching = 4
-	c.Kills = []chare.Kill{{PE: 3, Step: -1, Event: 634}, {PE: 3, Step: -1, HandOver: 24}, {PE: 0, Step: -1, HandOver: 122}}
-	res = Run(chainMain, chain, c, 1341811054534183918)
-	require.NoError(t, res.Err, "kills %v", c.Kills)
-	require.Len(t, res.Stats.FT.Recoveries, 3)
-	require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps))
-
-	// plain camel: a keeper failed in a rollback in which its root did
-	// not, heard from the root which reductions were complete, and told
-	// the root's other children to drop their partials of one whose
-	// result it no longer had; the root failed next and waited for them
-	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 4, Branching: 3}
-	free = Run(Mix, mix, c, 16009483518335382477)
-	require.NoError(t, free.Err)
-	c.Kills = []chare.Kill{{PE: 1, Step: -1, Event: 802}, {PE: 3, Step: -1, Event: 564}, {PE: 0, Step: -1, HandOver: 140}}
-	res = Run(Mix, mix, c, 16009483518335382477)
-	require.NoError(t, res.Err, "kills %v", c.Kills)
-	require.Len(t, res.Stats.FT.Recoveries, 3)
-	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
-
-	// plain camel: a keeper failed in a rollback in which its root did
-	// not, was told the root's reductions were complete (so sent no
-	// partial for them again), and got the last result again only from
-	// the root's re-execution — whose copy was on its way when the root
-	// failed; now the root hands it its kept results as it restarts
-	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 3, Branching: 3}
-	free = Run(Mix, mix, c, 917142029731216221)
-	require.NoError(t, free.Err)
-	c.Kills = []chare.Kill{{PE: 1, Step: -1, HandOver: 63}, {PE: 0, Step: -1, HandOver: 94}}
-	res = Run(Mix, mix, c, 917142029731216221)
-	require.NoError(t, res.Err, "kills %v", c.Kills)
-	require.Len(t, res.Stats.FT.Recoveries, 2)
-	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
-
-	// plain camel: a failed PE whose multicast came down through an
-	// inner node rolled back without failing, which delivered (and
-	// forwarded) it only in the turn it had recorded, after a message
-	// the failed PE sends only once it has the multicast: a cycle, until
-	// the root sent the multicast straight to the failed PE too
-	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 6, Branching: 3}
-	c.Kills = []chare.Kill{{PE: 1, Step: -1, HandOver: 54}, {PE: 1, Step: -1, Event: 721}, {PE: 5, Step: -1, Event: 846}}
-	res = Run(chainMain, chain, c, 4868385870984694878)
-	require.NoError(t, res.Err, "kills %v", c.Kills)
-	require.Len(t, res.Stats.FT.Recoveries, 3)
-	require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps))
-
-	// plain camel: a PE rolled back without failing, below an inner node
-	// of a multicast's tree rolled back with it, replays its recorded
-	// order, in which the multicast came straight from the root (it had
-	// failed in the first rollback): it waited for its parent's forward,
-	// which waited for a message the PE sends once it has the multicast
-	c = chare.Config{FT: "camel", LogLimit: 128, PEs: 7, Branching: 2}
-	free = Run(Mix, mix, c, 8556973420410111290)
-	require.NoError(t, free.Err)
-	c.Kills = []chare.Kill{{PE: 5, Step: -1, HandOver: 26}, {PE: 2, Step: -1, Event: 596}, {PE: 4, Step: -1, Event: 97}}
-	res = Run(Mix, mix, c, 8556973420410111290)
-	require.NoError(t, res.Err, "kills %v", c.Kills)
-	require.Len(t, res.Stats.FT.Recoveries, 3)
-	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
-
-	// camel with teams: a root rolled back without failing kept the
-	// determinants it held for others, and took a child's as stored when
-	// the child's partial brought them again, so the result it kept did
-	// not carry them; the root failed next (with them), then the child's
-	// team, which delivered the next step's multicast ahead of the
-	// reception that multicast depended on (its determinant lost), and
-	// its contribution counted for the wrong reduction
-	c = cfg
-	c.Branching = 4
-	c.Kills = []chare.Kill{{PE: 1, Step: -1, HandOver: 70}, {PE: 5, Step: -1, HandOver: 23}, {PE: 2, Step: -1, Event: 1078}}
-	res = Run(chainMain, chain, c, 14295414038499445631)
-	require.NoError(t, res.Err, "kills %v", c.Kills)
-	require.Len(t, res.Stats.FT.Recoveries, 3)
-	require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps))
+	teams := chare.Config{FT: "camel", Teams: "2", LogLimit: 128, PEs: 7}
+	camel := func(pes, branching int) chare.Config {
+		return chare.Config{FT: "camel", LogLimit: 128, PEs: pes, Branching: branching}
+	}
+	branching := func(c chare.Config, b int) chare.Config { c.Branching = b; return c }
+	for _, r := range []struct {
+		why   string
+		cfg   chare.Config
+		chain bool // the order-sensitive program, checked by its logs (else Mix, against a failure-free run)
+		seed  uint64
+		kills []chare.Kill
+	}{
+		{"a keeper rolled back without failing dropped the results it kept", branching(teams, 3), false, 7114443935915565398,
+			[]chare.Kill{{PE: 0, Step: -1, Event: 1183}, {PE: 0, Step: -1, Event: 1197}}},
+		{"a root told its fellows a reduction complete whose result was on its way to its keeper", branching(teams, 4), true, 1341811054534183918,
+			[]chare.Kill{{PE: 3, Step: -1, Event: 634}, {PE: 3, Step: -1, HandOver: 24}, {PE: 0, Step: -1, HandOver: 122}}},
+		// a keeper failed in a rollback in which its root did not, heard
+		// from the root which reductions were complete, and told the
+		// root's other children to drop their partials of one whose
+		// result it no longer had; the root failed next and waited
+		{"a keeper acknowledged a result it did not hold", camel(4, 3), false, 16009483518335382477,
+			[]chare.Kill{{PE: 1, Step: -1, Event: 802}, {PE: 3, Step: -1, Event: 564}, {PE: 0, Step: -1, HandOver: 140}}},
+		// a keeper failed in a rollback in which its root did not, was
+		// told the root's reductions were complete (so sent no partial
+		// for them again), and got the last result again only from the
+		// root's re-execution — whose copy was on its way when the root
+		// failed; now the root hands it its kept results as it restarts
+		{"a failed keeper waited for a result only its root's re-execution made", camel(3, 3), false, 917142029731216221,
+			[]chare.Kill{{PE: 1, Step: -1, HandOver: 63}, {PE: 0, Step: -1, HandOver: 94}}},
+		// a failed PE whose multicast came down through an inner node
+		// rolled back without failing, which delivered (and forwarded)
+		// it only in the turn it had recorded, after a message the
+		// failed PE sends only once it has the multicast: a cycle, until
+		// the root sent the multicast straight to the failed PE too
+		{"a failed PE below an inner node rolled back without failing", camel(6, 3), true, 4868385870984694878,
+			[]chare.Kill{{PE: 1, Step: -1, HandOver: 54}, {PE: 1, Step: -1, Event: 721}, {PE: 5, Step: -1, Event: 846}}},
+		// a PE rolled back without failing, below an inner node of a
+		// multicast's tree rolled back with it, replays its recorded
+		// order, in which the multicast came straight from the root (it
+		// had failed in the first rollback): it waited for its parent's
+		// forward, which waited for a message it sends once it has the
+		// multicast
+		{"a PE rolled back without failing below an inner node rolled back too", camel(7, 2), false, 8556973420410111290,
+			[]chare.Kill{{PE: 5, Step: -1, HandOver: 26}, {PE: 2, Step: -1, Event: 596}, {PE: 4, Step: -1, Event: 97}}},
+		// a root rolled back without failing kept the determinants it
+		// held for others, and took a child's as stored when the child's
+		// partial brought them again, so the result it kept did not carry
+		// them; the root failed next (with them), then the child's team,
+		// which delivered the next step's multicast ahead of the
+		// reception that multicast depended on (its determinant lost),
+		// and its contribution counted for the wrong reduction
+		{"a root rolled back without failing took its inherited determinants for stored", branching(teams, 4), true, 14295414038499445631,
+			[]chare.Kill{{PE: 1, Step: -1, HandOver: 70}, {PE: 5, Step: -1, HandOver: 23}, {PE: 2, Step: -1, Event: 1078}}},
+	} {
+		c := r.cfg
+		c.Kills = r.kills
+		if r.chain {
+			chain := MixArgs{Steps: 6, Ckpt: 3}
+			res := Run(chainMain, chain, c, r.seed)
+			require.NoError(t, res.Err, "%s: kills %v", r.why, r.kills)
+			require.Len(t, res.Stats.FT.Recoveries, len(r.kills), r.why)
+			require.NoError(t, checkChain(chainLogsOf(t, res), chain.Steps), r.why)
+			continue
+		}
+		mix := MixArgs{Steps: 8, Ckpt: 3}
+		free := Run(Mix, mix, r.cfg, r.seed)
+		require.NoError(t, free.Err, r.why)
+		res := Run(Mix, mix, c, r.seed)
+		require.NoError(t, res.Err, "%s: kills %v", r.why, r.kills)
+		require.Len(t, res.Stats.FT.Recoveries, len(r.kills), r.why)
+		require.Equal(t, mixLogs(t, free), mixLogs(t, res), r.why)
+	}
 }

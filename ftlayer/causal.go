@@ -273,6 +273,13 @@ type Causal struct {
 	// failSet: the PEs rolling back with those in failing (nil: their
 	// team)
 	failSet []int32
+	// completed (a restarted incarnation): the reductions this PE heard
+	// were complete since the host last took them (TakeCompleted)
+	completed []Reduced
+	// ownStored: the determinants of its own order a rollback made this
+	// PE hand another to store (see storeOwnOrder), until a checkpoint
+	// covers them
+	ownStored *storedOrder
 }
 
 // upSent is the determinants an unlogged partial carried (see upKept).
@@ -657,6 +664,8 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 			out = s.endRecovery(out)
 		}
 		return out, nil
+	case PktStore:
+		return s.receiveStore(p, out), nil
 	case PktApp:
 		var err error
 		out, err = s.receiveMsg(p.Msg, out)
@@ -676,6 +685,9 @@ func (s *Causal) reduced(done []Reduced, out []Action) ([]Action, error) {
 		}
 		if !st.complete(r.Num) {
 			continue
+		}
+		if s.inc > 0 {
+			s.completed = append(s.completed, r)
 		}
 		out = s.releasePartials(r, out) // CAMEL alone acknowledges reductions
 		for _, c := range s.coll.t.Children(r.Group, s.me) {
@@ -1477,9 +1489,11 @@ func (s *Causal) Next() []Action {
 // is exhausted and everything the peers replayed is in. Only then are the
 // determinants this PE stored for others back (they ride on replayed
 // messages): were it declared recovered earlier, a peer failing next
-// could lose determinants only this PE's lost copy held.
+// could lose determinants only this PE's lost copy held. A PE rolled back
+// without failing waits, besides, for a PE outside the rollback to store
+// its own order (storeOwnOrder), for the same reason.
 func (s *Causal) endRecovery(out []Action) []Action {
-	if s.recovering && !s.collecting() && s.replayedIn >= s.replayFrom && len(s.held)+len(s.heldRec) == 0 && s.rsn >= s.lastRecorded {
+	if s.recovering && !s.collecting() && s.replayedIn >= s.replayFrom && len(s.held)+len(s.heldRec) == 0 && s.rsn >= s.lastRecorded && (s.rb == nil || !s.rb.storing) {
 		s.recovering = false
 		s.recorded, s.detSeen, s.byRound = nil, nil, nil
 		// a later failure of a fellow is another failure
@@ -1487,6 +1501,20 @@ func (s *Causal) endRecovery(out []Action) []Action {
 		out, _ = s.reduced(s.deferred, out) // their groups were checked when they came
 		s.deferred = nil
 	}
+	return out
+}
+
+// TakeCompleted returns the reductions a restarted incarnation heard
+// were complete since the last call. Its runtime must hear them too: a
+// PE that rolled back may wait for a partial of one that a child, told
+// it was complete, will not send again, while its own knowledge of the
+// completion came another way (its kept result, a root's
+// acknowledgement; found by ftsim: a root rolled back without failing
+// completed a reduction from its own kept result, and an inner node
+// rolled back with it waited for a failed child's partial).
+func (s *Causal) TakeCompleted() []Reduced {
+	out := s.completed
+	s.completed = nil
 	return out
 }
 
@@ -1534,7 +1562,8 @@ func (s *Causal) Checkpoint() {
 	clear(s.detTop)
 	s.fwdSeen = nil
 	s.inherited = 0 // (the mark came after the recovery that kept them)
-	var buf []Det   // a new slice: messages in flight may share the old one
+	s.ownStoredCovered(m.rsn)
+	var buf []Det // a new slice: messages in flight may share the old one
 	for _, d := range s.detBuf {
 		if d.RSN > m.rsn {
 			buf = append(buf, d)
@@ -1606,7 +1635,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32, with []int32) ([]Action, error)
 	}
 	if s.rb.has(s.me) && s.rb.has(y) {
 		// rolled back with it
-		return s.fellowFailed(y, inc), nil
+		return append(s.fellowFailed(y, inc), s.storeAgain(y)...), nil
 	}
 	if s.teams.Same(y, s.me) {
 		// a teammate: this PE failed with it, and recovers with it; its
@@ -1701,6 +1730,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32, with []int32) ([]Action, error)
 			s.stats.Replayed++
 		}
 	}
+	out = append(out, s.storeAgain(y)...)
 	return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktReplayed, From: s.me, To: y}}), nil
 }
 

@@ -146,6 +146,10 @@ const (
 	// checkpoint, in Relog; the keeper acknowledges the reduction to the
 	// root's other children, which may then drop what they sent for it.
 	PktRedResult
+	// PktStore (under a log limit): a PE rolled back without failing
+	// hands a PE outside its rollback the determinants of its own order,
+	// to store; the answer, without Dets, says they are stored.
+	PktStore
 )
 
 // Packet is one unit the network carries between PEs.

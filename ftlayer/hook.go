@@ -214,6 +214,11 @@ func (h *CausalHook) doAll(acts []Action) {
 	for i := range acts {
 		h.do(&acts[i])
 	}
+	if len(h.s.completed) > 0 && h.complete != nil {
+		for _, r := range h.s.TakeCompleted() {
+			h.complete(r.Group, r.Num)
+		}
+	}
 }
 
 // do carries out an action that delivers nothing. The packet is lent to

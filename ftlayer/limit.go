@@ -287,6 +287,91 @@ type rollbackSet struct {
 	told       []bool // fellows this PE sent its determinants to
 	keeps      bool   // this PE did not fail
 	kept       *Kept  // what it kept (CAMEL: its fellows' results)
+	// own: the determinants of the receptions this PE replays from its
+	// own order, which it hands a PE outside the set to store before its
+	// recovery may end (asked: sent; storing: not yet answered; see
+	// storeOwnOrder)
+	own            []Det
+	asked, storing bool
+}
+
+// storedOrder is what a PE rolled back without failing handed PE at to
+// store: the determinants of its own order (see storeOwnOrder).
+type storedOrder struct {
+	at   int32
+	dets []Det
+}
+
+// storeOwnOrder hands the order this PE, rolled back without failing,
+// replays to a PE outside the rollback, once. A PE that failed with this
+// rollback may have held (and acknowledged) some of those determinants,
+// and nothing else holds them: the survivors stored this PE's later
+// determinants, so they take its own lists, which its re-execution sends
+// again, as known; the copies its re-execution sends are dropped, and
+// those in flight when it fails again are an old incarnation's. Its
+// next failure then found a gap under receptions the survivors' state
+// depends on (found by ftsim). The recovery ends only once they are
+// stored (receiveStore), and a failure of the PE holding them sends them
+// again to its new incarnation (storeAgain), whose re-execution does not
+// bring them back as it brings back piggybacked ones.
+func (s *Causal) storeOwnOrder(r *rollbackSet) []Action {
+	if r.asked || len(r.own) == 0 {
+		return nil
+	}
+	for i := range int32(s.n) {
+		if p := (s.me + 1 + i) % int32(s.n); !r.in[p] && !s.teams.Same(p, s.me) {
+			r.asked, r.storing = true, true
+			s.ownStored = &storedOrder{at: p, dets: r.own}
+			return []Action{{Kind: ActSend, Packet: Packet{Kind: PktStore, From: s.me, To: p, Dets: r.own}}}
+		}
+	}
+	return nil // (every PE outside this PE's team rolls back: nothing depends on the order)
+}
+
+// receiveStore is PktStore: with Dets, another PE's order to store and
+// answer; without, the answer to this PE's, which lets its recovery end.
+func (s *Causal) receiveStore(p *Packet, out []Action) []Action {
+	if len(p.Dets) > 0 {
+		// appended whole: what this PE may hold of it already is held
+		// twice, which is harmless
+		for _, d := range p.Dets {
+			if d.Recver == p.From {
+				s.detLog = append(s.detLog, d)
+			}
+		}
+		return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktStore, From: s.me, To: p.From}})
+	}
+	if r := s.rb; r != nil && r.storing && s.ownStored != nil && p.From == s.ownStored.at {
+		r.storing = false
+		s.removeAcked(r.own)
+		out = s.endRecovery(out)
+	}
+	return out
+}
+
+// storeAgain sends the order this PE had PE y store to y's new
+// incarnation.
+func (s *Causal) storeAgain(y int32) []Action {
+	if o := s.ownStored; o != nil && o.at == y && len(o.dets) > 0 {
+		return []Action{{Kind: ActSend, Packet: Packet{Kind: PktStore, From: s.me, To: y, Dets: o.dets}}}
+	}
+	return nil
+}
+
+// ownStoredCovered drops, of the order this PE had stored, what a
+// checkpoint at reception rsn covers.
+func (s *Causal) ownStoredCovered(rsn uint64) {
+	o := s.ownStored
+	if o == nil {
+		return
+	}
+	i := 0
+	for i < len(o.dets) && o.dets[i].RSN <= rsn {
+		i++
+	}
+	if o.dets = o.dets[i:]; len(o.dets) == 0 {
+		s.ownStored = nil
+	}
 }
 
 func (r *rollbackSet) has(p int32) bool { return r != nil && int(p) < len(r.in) && p >= 0 && r.in[p] }
@@ -340,6 +425,7 @@ func (s *Causal) withRollback(rb Rollback) {
 			if d.RSN > s.rsn {
 				s.recorded[msgKey{d.Sender, d.Group, d.SSN}] = d.RSN
 				s.lastRecorded = max(s.lastRecorded, d.RSN)
+				r.own = append(r.own, d)
 			}
 		}
 		// the results it keeps for roots, logged again: no partial
@@ -429,6 +515,7 @@ func (s *Causal) fellowFailed(y int32, inc uint32) []Action {
 		}
 	}
 	out := []Action{{Kind: ActSend, Packet: rec}}
+	out = append(out, s.storeOwnOrder(r)...)
 	if !s.camel {
 		return out
 	}

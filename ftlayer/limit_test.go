@@ -160,7 +160,8 @@ func TestAPERolledBackWithoutFailingKeepsItsDeterminants(t *testing.T) {
 
 	acts, err := s.PeerFailed(3, 1, []int32{1, 2, 3})
 	require.NoError(t, err)
-	require.Len(t, acts, 1)
+	require.Len(t, acts, 2, "the determinants held for PE 3, and the own order to store")
+	require.Equal(t, PktStore, acts[1].Packet.Kind)
 	require.Equal(t, PktRecovery, acts[0].Packet.Kind)
 	require.Equal(t, int32(3), acts[0].Packet.To)
 	for _, d := range acts[0].Packet.Dets {
@@ -182,6 +183,78 @@ func TestAPERolledBackWithoutFailingKeepsItsDeterminants(t *testing.T) {
 	acts, err = f.PeerFailed(1, 1, []int32{1, 2, 3})
 	require.NoError(t, err)
 	require.Empty(t, acts, "a failed PE holds nothing for its fellows")
+}
+
+// A PE rolled back without failing hands its own order to the first PE
+// after it outside the rollback to store, and its recovery ends only
+// once that PE answered; the order goes again to that PE's next
+// incarnation, until a checkpoint covers it.
+func TestAPERolledBackWithoutFailingHasItsOrderStored(t *testing.T) {
+	// PEs 0..4; PE 3 failed; rollback set {1,2,3}; PE 1 here, which
+	// received from PEs 0 and 4 (rsn 1 and 2)
+	old := newCausal(1, 5, nil, false, LogLimit{Bytes: 1 << 20})
+	for i, from := range []int32{0, 4} {
+		_, err := old.ReceiveHop(p2p(from, 1, uint64(10+i), 1, 0))
+		require.NoError(t, err)
+	}
+	s := restartCausal(newCausal(1, 5, nil, false, LogLimit{Bytes: 1 << 20}), Counters{IncMap: make([]uint32, 5)}, 1)
+	s.withRollback(Rollback{Set: []int32{1, 2, 3}, Failed: []int32{3}, Kept: old.Keep()})
+	acts, err := s.PeerFailed(3, 1, []int32{1, 2, 3})
+	require.NoError(t, err)
+	var store *Packet
+	for _, a := range acts {
+		if a.Packet.Kind == PktStore {
+			store = &a.Packet
+		}
+	}
+	require.NotNil(t, store, "the own order goes out to be stored")
+	require.Equal(t, int32(4), store.To, "the first PE after this one outside the rollback")
+	require.Equal(t, []Det{{Sender: 0, Recver: 1, SSN: 10, RSN: 1}, {Sender: 4, Recver: 1, SSN: 11, RSN: 2}}, store.Dets)
+
+	// the rest of the recovery: determinants from PEs 0, 4 and 2, the
+	// replays, the two recorded receptions
+	for _, p := range []int32{0, 2, 4} {
+		_, err := s.Receive(&Packet{Kind: PktRecovery, From: p, To: 1})
+		require.NoError(t, err)
+	}
+	for i, from := range []int32{0, 4} {
+		_, err := s.ReceiveHop(p2p(from, 1, uint64(10+i), 1, 0))
+		require.NoError(t, err)
+		_, err = s.Receive(&Packet{Kind: PktReplayed, From: from, To: 1})
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint64(2), s.rsn)
+	require.True(t, s.Recovering(), "not before the order is stored")
+
+	// PE 4 stores it and answers
+	keeper := newCausal(4, 5, nil, false, LogLimit{Bytes: 1 << 20})
+	answer, err := keeper.Receive(store)
+	require.NoError(t, err)
+	require.Equal(t, store.Dets, keeper.detLog)
+	require.Len(t, answer, 1)
+	require.Equal(t, Packet{Kind: PktStore, From: 4, To: 1}, answer[0].Packet)
+	_, err = s.Receive(&Packet{Kind: PktStore, From: 2, To: 1})
+	require.NoError(t, err)
+	require.True(t, s.Recovering(), "an answer from another PE is not the one")
+	_, err = s.Receive(&answer[0].Packet)
+	require.NoError(t, err)
+	require.False(t, s.Recovering())
+
+	// PE 4 fails: its new incarnation gets the order again
+	acts, err = s.PeerFailed(4, 1, []int32{4})
+	require.NoError(t, err)
+	require.Contains(t, acts, Action{Kind: ActSend, Packet: *store})
+	s.Recovered(4)
+
+	// a checkpoint past it drops it
+	s.Prepare()
+	s.Checkpoint()
+	require.Nil(t, s.ownStored)
+	acts, err = s.PeerFailed(4, 2, []int32{4})
+	require.NoError(t, err)
+	for _, a := range acts {
+		require.NotEqual(t, PktStore, a.Packet.Kind)
+	}
 }
 
 // A survivor replays to every PE of a rollback set, and a failure outside

@@ -201,20 +201,24 @@ func TestLogLimitTwoFailuresOneAfterTheOther(t *testing.T) {
 	}
 }
 
-// Runs of camel under a limit in which a root rolled back with its
-// keeper, or a failed PE with an inner node of its multicasts' tree,
-// then another failure came (found by the random runs under FT_LONG;
-// named for them, so that the mutations' runs take them too). In the
+// Runs under a limit in which a root rolled back with its keeper, a
+// failed PE with an inner node of its multicasts' tree, or any PE
+// without failing, then another failure came (found by the random runs
+// under FT_LONG; named for them, so that the mutations' runs take them
+// too). In the
 // first, the keeper, rolled back without failing, had
 // dropped the results it kept: its re-execution does not make them, and
 // the root's later failure found them nowhere. In the second, the root
 // had told its fellows a reduction complete whose result was still on
 // its way to the keeper, the keeper dropped it (the root's old
 // incarnation's), and the fellows sent no partial for it again.
-func TestLogLimitFailuresAfterARollbackWithAKeeperOrARoot(t *testing.T) {
+func TestLogLimitFailuresAfterARollback(t *testing.T) {
 	teams := chare.Config{FT: "camel", Teams: "2", LogLimit: 128, PEs: 7}
 	camel := func(pes, branching int) chare.Config {
 		return chare.Config{FT: "camel", LogLimit: 128, PEs: pes, Branching: branching}
+	}
+	scmel := func(limit uint64, strategy string, pes, branching int) chare.Config {
+		return chare.Config{FT: "scmel", LogLimit: limit, LogLimitStrategy: strategy, PEs: pes, Branching: branching}
 	}
 	branching := func(c chare.Config, b int) chare.Config { c.Branching = b; return c }
 	for _, r := range []struct {
@@ -265,6 +269,40 @@ func TestLogLimitFailuresAfterARollbackWithAKeeperOrARoot(t *testing.T) {
 		// and its contribution counted for the wrong reduction
 		{"a root rolled back without failing took its inherited determinants for stored", branching(teams, 4), true, 14295414038499445631,
 			[]chare.Kill{{PE: 1, Step: -1, HandOver: 70}, {PE: 5, Step: -1, HandOver: 23}, {PE: 2, Step: -1, Event: 1078}}},
+		// a PE rolled back without failing replays its own order, some
+		// of which only a PE failing with it held; the survivors took
+		// those as stored (they had stored later ones), the copies its
+		// re-execution sent were dropped, and its next failure found a
+		// reception's order nowhere: now a PE outside the rollback
+		// stores the order before the recovery ends
+		{"a PE rolled back without failing held the only copy of its order", scmel(1024, "", 7, 4), false, 5873861987927455493,
+			[]chare.Kill{{PE: 0, Step: -1, HandOver: 107}, {PE: 1, Step: -1, Event: 253}}},
+		{"a PE rolled back without failing held the only copy of its order (cluster)", scmel(256, "cluster", 5, 4), false, 7867880976812262481,
+			[]chare.Kill{{PE: 1, Step: -1, HandOver: 59}, {PE: 4, Step: -1, Event: 567}, {PE: 0, Step: -1, Event: 590}}},
+		{"a PE rolled back without failing held the only copy of its order (teams)", branching(teams, 2), false, 6140042847698953385,
+			[]chare.Kill{{PE: 5, Step: -1, HandOver: 3}, {PE: 0, Step: -1, HandOver: 91}}},
+		{"a PE rolled back without failing held the only copy of its order (team)", chare.Config{FT: "team", Teams: "2", LogLimit: 256, PEs: 5, Branching: 4}, false, 10353988255505780870,
+			[]chare.Kill{{PE: 2, Step: -1, HandOver: 1}, {PE: 0, Step: -1, Event: 163}}},
+		// the PE that stored it failed, then the PE rolled back: the
+		// stored order is sent to the storing PE's new incarnation
+		{"the PE storing a rolled-back PE's order failed before it", scmel(256, "", 3, 3), false, 4775460983218494031,
+			[]chare.Kill{{PE: 2, Step: -1, Event: 54}, {PE: 0, Step: -1, Event: 195}, {PE: 1, Step: -1, Event: 13}}},
+		// (a wrong answer of a first version of the store, which
+		// dropped the order once stored)
+		{"a rolled-back PE's stored order and two more failures", camel(7, 2), false, 14597386050983630190,
+			[]chare.Kill{{PE: 4, Step: -1, HandOver: 36}, {PE: 1, Step: -1, Event: 190}, {PE: 2, Step: -1, Event: 175}}},
+		// a root rolled back without failing completed a reduction from
+		// the result its keeper kept, and told a failed PE so; an inner
+		// node rolled back with it heard it only in its protocol, and
+		// its runtime waited for that PE's partial, which the PE, failed
+		// again, did not send (now the runtime hears every completion a
+		// restarted incarnation's protocol hears)
+		{"an inner node rolled back waited for a partial of a reduction its root completed", camel(6, 3), false, 9012982173757027274,
+			[]chare.Kill{{PE: 4, Step: -1, Event: 1118}, {PE: 4, Step: -1, Event: 882}}},
+		{"an inner node rolled back waited for a partial of a reduction its root completed (teams)", branching(teams, 2), true, 1807410452188694073,
+			[]chare.Kill{{PE: 6, Step: -1, Event: 767}, {PE: 3, Step: -1, Event: 420}, {PE: 2, Step: -1, Event: 38}}},
+		{"an inner node rolled back waited for a partial of a reduction its root completed (teams, 6 PEs)", chare.Config{FT: "camel", Teams: "2", LogLimit: 128, PEs: 6, Branching: 2}, false, 3470697502217132710,
+			[]chare.Kill{{PE: 5, Step: -1, HandOver: 41}, {PE: 4, Step: -1, Event: 873}}},
 	} {
 		c := r.cfg
 		c.Kills = r.kills

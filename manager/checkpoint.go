@@ -552,6 +552,12 @@ func (m *Manager) restore(s *PESnapshot) error {
 		}
 		m.acts = c.red.Restart(cs.RedNext, cs.RedLocal, cs.RedChildren, m.acts[:0])
 		m.runActs(c, nil)
+		// what the hook's restart said complete came before the
+		// collection was here again (a PE rolled back without failing
+		// knows which of its reductions completed: found by ftsim, an
+		// inner node waiting for a partial its failed child was told it
+		// need not send again)
+		m.applyComplete(uint64(cs.Coll))
 	}
 	for i := range s.Sections {
 		m.onSection(&s.Sections[i])

@@ -311,13 +311,18 @@ func (m *Manager) onHeldCopy(msg *HeldCopyMsg) {
 }
 
 // completeBefore: reductions up to num of group g are complete at their
-// root (the hook learned it while recovering).
+// root (as the hook of a restarted incarnation learned it).
 func (m *Manager) completeBefore(g, num uint64) {
 	if m.rec.complete == nil {
 		m.rec.complete = map[uint64]uint64{}
 	}
 	m.rec.complete[g] = max(m.rec.complete[g], num)
 	m.applyComplete(g)
+	if !m.rec.recovering {
+		// kept only for groups set up later in a recovery: after one,
+		// a group set up anew starts its rounds afresh
+		m.rec.complete = nil
+	}
 }
 
 // applyComplete tells group g's reduction state what its root completed

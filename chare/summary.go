@@ -160,13 +160,16 @@ type SummaryFT struct {
 // another PE than the delivery before it), the commits to the event
 // logger (one before a send to another PE that follows deliveries not
 // committed yet) and the events they carried (less than the events when
-// recovering PEs replayed what the log held), and the same by entry
-// method or system message, most delivered first.
+// recovering PEs replayed what the log held), the sends after new
+// deliveries that needed no commit (their destination sent every one of
+// them, and holds the count), and the same by entry method or system
+// message, most delivered first.
 type SummaryEvents struct {
 	Deliveries      uint64              `json:"deliveries"`
 	Events          uint64              `json:"events"`
 	Commits         uint64              `json:"commits"`
 	EventsCommitted uint64              `json:"events_committed"`
+	CommitsSpared   uint64              `json:"commits_spared"`
 	ByEntry         []SummaryEntryEvent `json:"by_entry"`
 }
 
@@ -404,7 +407,7 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 		s.FaultTolerance.Verified = &v
 	}
 	if l.Deliveries > 0 {
-		ev := &SummaryEvents{Deliveries: l.Deliveries, Events: l.Events, Commits: l.Commits, EventsCommitted: l.EventsCommitted}
+		ev := &SummaryEvents{Deliveries: l.Deliveries, Events: l.Events, Commits: l.Commits, EventsCommitted: l.EventsCommitted, CommitsSpared: l.CommitsSpared}
 		for _, e := range l.Entries {
 			ev.ByEntry = append(ev.ByEntry, SummaryEntryEvent{Entry: pe.TypeName(e.Type), Deliveries: e.Deliveries, Events: e.Events})
 		}
@@ -555,8 +558,8 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 		fmt.Fprintf(w, "  --ft-verify:    %d messages recovered PEs sent again, each as their first execution did\n", *v)
 	}
 	if ev := ft.Events; ev != nil {
-		fmt.Fprintf(w, "  events:         %d deliveries, %d of them events (%.1f%%), %d commits to the event logger carrying %d\n",
-			ev.Deliveries, ev.Events, 100*float64(ev.Events)/float64(ev.Deliveries), ev.Commits, ev.EventsCommitted)
+		fmt.Fprintf(w, "  events:         %d deliveries, %d of them events (%.1f%%), %d commits to the event logger carrying %d; %d sends needed none\n",
+			ev.Deliveries, ev.Events, 100*float64(ev.Events)/float64(ev.Deliveries), ev.Commits, ev.EventsCommitted, ev.CommitsSpared)
 		var parts []string
 		for i, e := range ev.ByEntry {
 			if i == 6 {

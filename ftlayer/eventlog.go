@@ -27,8 +27,12 @@ type EventLog interface {
 	// Commit appends PE pe's events, in delivery order, and records that
 	// its deliveries reached covered; events at or before the last it
 	// holds for pe are already there (a recovering PE replays them) and
-	// are skipped. It returns once they are safe.
-	Commit(pe int32, evs []Event, covered uint64) error
+	// are skipped. It records too, for each PE others names, that its
+	// deliveries reached the count given, in the order its events say:
+	// a PE that sent a message without committing (see Pessimist.Send)
+	// left the count with the receiver, which commits it for it before
+	// anything it sends elsewhere leaves. It returns once all are safe.
+	Commit(pe int32, evs []Event, covered uint64, others []Cover) error
 	// Events returns PE pe's events after delivery from, and the
 	// deliveries its commits covered.
 	Events(pe int32, from uint64) (evs []Event, covered uint64, err error)
@@ -38,6 +42,12 @@ type EventLog interface {
 	// Reset drops every event: a global rollback starts every PE's
 	// deliveries afresh.
 	Reset()
+}
+
+// Cover is how far PE PE's deliveries went (see EventLog.Commit).
+type Cover struct {
+	PE      int32
+	Covered uint64
 }
 
 // EventStore is the events of a job's PEs as an event logger holds them:
@@ -186,7 +196,19 @@ func (l *MemEventLog) of(pe int32) (*memEvents, error) {
 	return &l.pes[pe], nil
 }
 
-func (l *MemEventLog) Commit(pe int32, evs []Event, covered uint64) error {
+func (l *MemEventLog) Commit(pe int32, evs []Event, covered uint64, others []Cover) error {
+	if err := l.commit(pe, evs, covered); err != nil {
+		return err
+	}
+	for _, c := range others {
+		if err := l.commit(c.PE, nil, c.Covered); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *MemEventLog) commit(pe int32, evs []Event, covered uint64) error {
 	m, err := l.of(pe)
 	if err != nil {
 		return err

@@ -159,6 +159,10 @@ type Packet struct {
 	Msg      *Message  // PktApp
 	Dets     []Det     // PktAck, PktRecovery
 	Done     []Reduced // PktRecovery, PktRedAck
+	// Covered (PktReplayed, pessimist): how far the recovering PE's
+	// deliveries went by what it told this survivor instead of
+	// committing (see Pessimist.Send)
+	Covered uint64
 	// Relog: PktRecovery (CAMEL), the results a recovering keeper kept,
 	// from their root's copies; PktRedResult, the result to keep.
 	Relog []*Message
@@ -242,7 +246,11 @@ type Stats struct {
 	// recovering PE does not commit again what the log holds), and the
 	// deliveries and events by entry method or system message.
 	Deliveries, Events, Commits, EventsCommitted uint64
-	Entries                                      []EntryEvents
+	// CommitsSpared: sends after new deliveries that needed no commit,
+	// their destination having sent every one of them (see
+	// Pessimist.Send)
+	CommitsSpared uint64
+	Entries       []EntryEvents
 }
 
 // Total sums one field of the per-kind log statistics over every kind.
@@ -314,6 +322,7 @@ func (s *Stats) Add(o Stats) {
 	s.Events += o.Events
 	s.Commits += o.Commits
 	s.EventsCommitted += o.EventsCommitted
+	s.CommitsSpared += o.CommitsSpared
 	for _, e := range o.Entries {
 		i, found := slices.BinarySearchFunc(s.Entries, e.Type, func(a EntryEvents, t uint32) int { return cmp.Compare(a.Type, t) })
 		if !found {

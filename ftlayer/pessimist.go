@@ -51,6 +51,16 @@ type Pessimist struct {
 	last      int32   // the sender of the last delivery (-1: none since a checkpoint or restart)
 	pending   []Event // events not committed yet
 	committed uint64  // the deliveries the last commit covered
+	// runFrom: the sender of every delivery since the last commit (-1:
+	// none since; -2: more than one)
+	runFrom int32
+	// heldFor: per PE, how far its deliveries went by what it told this
+	// PE instead of committing (FTHeader.Safe of a message delivered
+	// here; nil until one came); heldDirty: the PEs whose count this PE
+	// has not committed for them since
+	heldFor   []uint64
+	heldDirty []int32
+	commit    Commit // what Send hands the host (reused)
 
 	senderLog
 	held   []*Message // arrivals waiting for their turn, in arrival order
@@ -86,7 +96,7 @@ type EntryEvents struct {
 // start of the run.
 func NewPessimist(me int32, n int) *Pessimist {
 	s := &Pessimist{me: me, n: n, channels: newChannels(n),
-		last: -1, entries: map[uint32]*EntryEvents{}}
+		last: -1, runFrom: -1, entries: map[uint32]*EntryEvents{}}
 	return s
 }
 
@@ -131,14 +141,36 @@ func (s *Pessimist) Snapshot() Counters {
 	return c
 }
 
+// Commit is what the host must hand the event logger before a message
+// leaves: the PE's events since its last commit (maybe none), that its
+// deliveries reached Covered, and the counts of other PEs' deliveries
+// this PE holds for them (Others; see Send). Its slices are the host's
+// until the PE's next delivery.
+type Commit struct {
+	Events  []Event
+	Covered uint64
+	Others  []Cover
+}
+
 // Send numbers a message to PE to (a hop of any role: every hop is a
 // message on its channel) and logs it unless it stays on this PE. When
 // the PE delivered messages since its last commit and the message goes
-// to another PE, the host must commit, before the message leaves, the
-// events commit lists (maybe none) and that the deliveries reached
-// Committed(); the slice is the host's until the next delivery. A
-// message to this PE itself needs no commit: nothing outside sees it.
-func (s *Pessimist) Send(to int32, env *pe.Envelope) (hdr *pe.FTHeader, commit []Event, err error) {
+// to another PE, the host must commit what commit says before the
+// message leaves (nil: nothing). A message to this PE itself needs no
+// commit: nothing outside sees it.
+//
+// Nor does one whose destination sent every delivery since the last
+// commit, with no event among them (a pipeline's or a ping-pong's
+// steady state): the deliveries continue the run of the last committed
+// event, so only how far they went is missing, and it goes with the
+// message (FTHeader.Safe), held by the one PE that will depend on it.
+// Should this PE fail, that PE, surviving, hands it back with the end of
+// its replay, and a restarted PE delivers past its log only once every
+// survivor has (turn). Should both fail, nothing outside depends on the
+// count unless the destination sent something elsewhere since, and its
+// commit before that carried the count to the logger (Others): so the
+// latency of a PE whose deliveries are all deterministic is none's.
+func (s *Pessimist) Send(to int32, env *pe.Envelope) (hdr *pe.FTHeader, commit *Commit, err error) {
 	if to < 0 || int(to) >= s.n {
 		return nil, nil, fmt.Errorf("PE %d: send to PE %d, outside 0..%d", s.me, to, s.n-1)
 	}
@@ -164,14 +196,38 @@ func (s *Pessimist) Send(to int32, env *pe.Envelope) (hdr *pe.FTHeader, commit [
 	s.msgLog = append(s.msgLog, logEntry{s.logSeq, m})
 	s.countLog(m, true)
 	if s.rsn > s.committed {
-		commit = s.pending
+		if len(s.pending) == 0 && s.runFrom == to {
+			m.Safe = s.rsn
+			s.stats.CommitsSpared++
+			return &m.FTHeader, nil, nil
+		}
+		s.commit = Commit{Events: s.pending, Covered: s.rsn, Others: s.commit.Others[:0]}
+		for _, p := range s.heldDirty {
+			s.commit.Others = append(s.commit.Others, Cover{PE: p, Covered: s.heldFor[p]})
+		}
+		s.heldDirty = s.heldDirty[:0]
 		s.pending = s.pending[:0]
 		s.committed = s.rsn
 		s.stats.Commits++
-		s.stats.EventsCommitted += uint64(len(commit))
-		return &m.FTHeader, commit, nil
+		s.stats.EventsCommitted += uint64(len(s.commit.Events))
+		return &m.FTHeader, &s.commit, nil
 	}
 	return &m.FTHeader, nil, nil
+}
+
+// holdCount keeps how far PE p's deliveries went, which p's message,
+// delivered here, carried instead of a commit (see Send).
+func (s *Pessimist) holdCount(p int32, upTo uint64) {
+	if s.heldFor == nil {
+		s.heldFor = make([]uint64, s.n)
+	}
+	if upTo <= s.heldFor[p] {
+		return
+	}
+	if !slices.Contains(s.heldDirty, p) {
+		s.heldDirty = append(s.heldDirty, p)
+	}
+	s.heldFor[p] = upTo
 }
 
 // Committed is the deliveries the last commit covered (what the host
@@ -247,7 +303,9 @@ func (s *Pessimist) turn() (sender int32, forced, wait bool) {
 	}
 	pos := s.rsn + 1
 	if pos > s.upTo {
-		return -1, false, false
+		// a survivor may hold a count past the log's (see Send), which
+		// comes with the end of its replay
+		return -1, false, s.replayedIn < s.replayFrom
 	}
 	for s.next < len(s.replay) && s.replay[s.next].Seq <= pos {
 		s.next++
@@ -273,6 +331,15 @@ func (s *Pessimist) deliverable(m *Message) bool {
 func (s *Pessimist) deliver(m *Message) {
 	s.recv[m.Sender].add(m.CSN)
 	s.rsn++
+	switch {
+	case s.rsn == s.committed+1:
+		s.runFrom = m.Sender
+	case s.runFrom != m.Sender:
+		s.runFrom = -2
+	}
+	if m.Safe > 0 && m.Sender != s.me {
+		s.holdCount(m.Sender, m.Safe)
+	}
 	e := s.lastEntry
 	if e == nil || e.Type != m.Env.Type {
 		if e = s.entries[m.Env.Type]; e == nil {
@@ -329,6 +396,7 @@ func (s *Pessimist) Receive(p *Packet) error {
 		return fmt.Errorf("PE %d: packet of kind %d from PE %d (pessimist)", s.me, p.Kind, p.From)
 	}
 	if s.recovering && !s.set[p.From] {
+		s.upTo = max(s.upTo, p.Covered)
 		s.replayedIn++
 		s.endRecovery()
 	}
@@ -357,7 +425,11 @@ func (s *Pessimist) PeerFailed(y int32, inc uint32, with []int32) ([]Action, err
 			s.stats.Replayed++
 		}
 	}
-	return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktReplayed, From: s.me, To: y}}), nil
+	end := Packet{Kind: PktReplayed, From: s.me, To: y}
+	if s.heldFor != nil {
+		end.Covered = s.heldFor[y]
+	}
+	return append(out, Action{Kind: ActSend, Packet: end}), nil
 }
 
 // Recovered: PE y finished recovering.
@@ -451,7 +523,7 @@ func (h *PessimistHook) Send(dst int, _ Role, _, _ uint64, _ bool, env *pe.Envel
 	if commit != nil {
 		// before the message leaves: nothing outside this PE may depend on
 		// a delivery order the logger does not hold
-		if err := h.events.Commit(h.s.me, commit, h.s.Committed()); err != nil {
+		if err := h.events.Commit(h.s.me, commit.Events, commit.Covered, commit.Others); err != nil {
 			return fmt.Errorf("PE %d: event logger: %w", h.s.me, err)
 		}
 	}

@@ -50,17 +50,19 @@ func TestTheEventStore(t *testing.T) {
 
 	// the launcher's: the same, a lock a PE
 	ml := NewMemEventLog(3)
-	require.NoError(t, ml.Commit(2, []Event{{1, 0}, {3, 1}}, 4))
-	require.NoError(t, ml.Commit(1, []Event{{1, 2}}, 1))
+	require.NoError(t, ml.Commit(2, []Event{{1, 0}, {3, 1}}, 4, nil))
+	require.NoError(t, ml.Commit(1, []Event{{1, 2}}, 1, []Cover{{PE: 0, Covered: 6}}))
 	evs, covered, err = ml.Events(2, 1)
 	require.NoError(t, err)
 	require.Equal(t, []Event{{3, 1}}, evs)
 	require.Equal(t, uint64(4), covered)
+	_, covered, _ = ml.Events(0, 0)
+	require.Equal(t, uint64(6), covered, "a count PE 1 committed for PE 0")
 	ml.Truncate(2, 3)
 	evs, _, _ = ml.Events(2, 0)
 	require.Empty(t, evs)
-	require.EqualError(t, ml.Commit(3, nil, 1), "event log: PE 3 out of range 0..2")
-	require.EqualError(t, ml.Commit(0, []Event{{2, 1}, {1, 1}}, 2), "event log: PE 0's events out of order (delivery 1 after 2)")
+	require.EqualError(t, ml.Commit(3, nil, 1, nil), "event log: PE 3 out of range 0..2")
+	require.EqualError(t, ml.Commit(0, []Event{{2, 1}, {1, 1}}, 2, nil), "event log: PE 0's events out of order (delivery 1 after 2)")
 	ml.Reset()
 	evs, covered, _ = ml.Events(1, 0)
 	require.Empty(t, evs)
@@ -89,7 +91,7 @@ func TestPessimistEventsAreRunsAndCommitsComeBeforeSends(t *testing.T) {
 	require.Nil(t, commit, "to itself: nothing outside sees it")
 	_, commit, err = s.Send(1, &pe.Envelope{Type: 7})
 	require.NoError(t, err)
-	require.Equal(t, []Event{{1, 1}, {3, 2}}, commit)
+	require.Equal(t, &Commit{Events: []Event{{1, 1}, {3, 2}}, Covered: 3}, commit)
 	require.Equal(t, uint64(3), s.Committed())
 	_, commit, err = s.Send(2, &pe.Envelope{Type: 7})
 	require.NoError(t, err)
@@ -100,7 +102,8 @@ func TestPessimistEventsAreRunsAndCommitsComeBeforeSends(t *testing.T) {
 	_, commit, err = s.Send(1, &pe.Envelope{Type: 7})
 	require.NoError(t, err)
 	require.NotNil(t, commit)
-	require.Empty(t, commit, "the same run: only how far it went")
+	require.Empty(t, commit.Events, "the same run: only how far it went")
+	require.Equal(t, uint64(4), commit.Covered)
 	require.Equal(t, uint64(4), s.Committed())
 	st := s.Stats()
 	require.Equal(t, uint64(4), st.Deliveries)
@@ -108,6 +111,88 @@ func TestPessimistEventsAreRunsAndCommitsComeBeforeSends(t *testing.T) {
 	require.Equal(t, uint64(2), st.Commits)
 	require.Equal(t, []EntryEvents{{Type: 7, Deliveries: 4, Events: 2}}, st.Entries)
 	require.Equal(t, uint64(3), st.Log[KindP2P].TotalMsgs, "what went to other PEs is logged")
+}
+
+// A send whose destination sent every delivery since the last commit,
+// none of them an event, commits nothing: the count goes with the
+// message, and its receiver holds it, commits it for the sender before
+// it sends elsewhere, and hands it back when the sender restarts; the
+// restarted sender delivers past its log only once every survivor has.
+func TestPessimistASendBackToTheRunsSenderCommitsNothing(t *testing.T) {
+	a := NewPessimist(0, 3)
+	arrive := func(s *Pessimist, env *pe.Envelope) {
+		t.Helper()
+		got, err := s.Arrive(env)
+		require.NoError(t, err)
+		require.Equal(t, Handle, got)
+	}
+	arrive(a, pessimistEnv(1, 0, 1, 0))
+	hdr, commit, err := a.Send(1, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Equal(t, &Commit{Events: []Event{{1, 1}}, Covered: 1}, commit, "an event: committed")
+	require.Zero(t, hdr.Safe)
+	arrive(a, pessimistEnv(1, 0, 2, 0))
+	arrive(a, pessimistEnv(1, 0, 3, 0))
+	hdr, commit, err = a.Send(1, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Nil(t, commit, "PE 1's run goes on, and PE 1 gets the count")
+	require.Equal(t, uint64(3), hdr.Safe)
+	require.Equal(t, uint64(1), a.Committed())
+	require.Equal(t, uint64(1), a.Stats().CommitsSpared)
+	_, commit, err = a.Send(2, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Empty(t, commit.Events)
+	require.Equal(t, uint64(3), commit.Covered, "elsewhere: committed")
+
+	// PE 1 delivers it, holds the count, and commits it for PE 0 with its
+	// own next commit (a send to PE 2)
+	b := NewPessimist(1, 3)
+	env := pessimistEnv(0, 1, 1, 0)
+	env.FT.Safe = 3
+	arrive(b, env)
+	_, commit, err = b.Send(2, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Equal(t, []Cover{{PE: 0, Covered: 3}}, commit.Others)
+	env = pessimistEnv(0, 1, 2, 0)
+	arrive(b, env)
+	_, commit, err = b.Send(2, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Empty(t, commit.Others, "committed already")
+
+	// PE 0 restarts from the start: its log has the event at 1 and a
+	// count of 1; PE 1, surviving, hands back 3; PE 0 delivers PE 1's
+	// messages up to 3, and PE 2's, which came first, only after that
+	acts, err := b.PeerFailed(0, 1, nil)
+	require.NoError(t, err)
+	end := acts[len(acts)-1].Packet
+	require.Equal(t, PktReplayed, end.Kind)
+	require.Equal(t, uint64(3), end.Covered)
+	r := restartPessimist(NewPessimist(0, 3), Counters{IncMap: make([]uint32, 3), SendCSN: make([]uint64, 3)}, 1, nil, []Event{{1, 1}}, 1)
+	got, err := r.Arrive(pessimistEnv(1, 0, 1, 0))
+	require.NoError(t, err)
+	require.Equal(t, Handle, got, "the log's order")
+	got, err = r.Arrive(pessimistEnv(2, 0, 1, 0))
+	require.NoError(t, err)
+	require.Equal(t, Held, got, "past the log, before every survivor's count is in")
+	got, err = r.Arrive(pessimistEnv(1, 0, 2, 0))
+	require.NoError(t, err)
+	require.Equal(t, Held, got)
+	require.NoError(t, r.Receive(&Packet{Kind: PktReplayed, From: 2, To: 0}))
+	_, ok := r.Next()
+	require.False(t, ok, "PE 1's count is not in")
+	require.NoError(t, r.Receive(&end))
+	m, ok := r.Next()
+	require.True(t, ok)
+	require.Equal(t, int32(1), m.Sender, "PE 1's count: its run goes on")
+	got, err = r.Arrive(pessimistEnv(2, 0, 2, 0))
+	require.NoError(t, err)
+	require.Equal(t, Held, got)
+	got, err = r.Arrive(pessimistEnv(1, 0, 3, 0))
+	require.NoError(t, err)
+	require.Equal(t, Handle, got)
+	m, ok = r.Next()
+	require.True(t, ok)
+	require.Equal(t, int32(2), m.Sender, "past the count: free")
 }
 
 // Arrivals out of channel order, copies and an old incarnation's
@@ -157,12 +242,20 @@ func TestPessimistReplaysTheLoggedOrder(t *testing.T) {
 			got = append(got, [2]uint64{uint64(m.Sender), m.CSN})
 		}
 	}
-	// 1,1  1,2  2,1  1,3 in the log's order; then 2's second, free
-	require.Equal(t, [][2]uint64{{1, 1}, {1, 2}, {2, 1}, {1, 3}, {2, 2}}, got)
+	// 1,1  1,2  2,1  1,3 in the log's order; 2's second is free, but
+	// only once every survivor's replay is in (one may hold a count
+	// past the log's: see Send)
+	require.Equal(t, [][2]uint64{{1, 1}, {1, 2}, {2, 1}, {1, 3}}, got)
 	require.True(t, s.Recovering(), "the survivors' replays are not in")
 	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 1, To: 0}))
 	require.True(t, s.Recovering())
+	_, ok := s.Next()
+	require.False(t, ok)
 	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 2, To: 0}))
+	m, ok := s.Next()
+	require.True(t, ok)
+	require.Equal(t, [2]uint64{2, 2}, [2]uint64{uint64(m.Sender), m.CSN})
+	_, _ = s.Next()
 	require.False(t, s.Recovering())
 	// no event again for what the log holds; one for the free delivery
 	require.Equal(t, []Event{{5, 2}}, s.pending)

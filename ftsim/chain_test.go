@@ -182,6 +182,20 @@ func checkChain(logs []ChainLog, steps int) error {
 	if len(logs) != chainElems {
 		return fmt.Errorf("%d logs, want %d", len(logs), chainElems)
 	}
+	n, err := checkChainLogs(logs)
+	if err != nil {
+		return err
+	}
+	if want := chainElems * len(chainTargets) * steps; n != want {
+		return fmt.Errorf("%d messages sent and got, want %d", n, want)
+	}
+	return nil
+}
+
+// checkChainLogs is checkChain for any program that logs as chain does
+// (its elements' logs, in index order): it returns how many messages
+// were sent, each got once.
+func checkChainLogs(logs []ChainLog) (int, error) {
 	type key struct {
 		from int32
 		seq  uint64
@@ -191,7 +205,7 @@ func checkChain(logs []ChainLog, steps int) error {
 		for _, r := range l.Sent {
 			k := key{int32(i), r.Seq}
 			if _, dup := sent[k]; dup {
-				return fmt.Errorf("element %d sent message %d twice", i, r.Seq)
+				return 0, fmt.Errorf("element %d sent message %d twice", i, r.Seq)
 			}
 			sent[k] = r
 		}
@@ -203,19 +217,19 @@ func checkChain(logs []ChainLog, steps int) error {
 			s, ok := sent[k]
 			switch {
 			case !ok:
-				return fmt.Errorf("element %d got message %d of element %d, which it never sent", j, r.Seq, r.Peer)
+				return 0, fmt.Errorf("element %d got message %d of element %d, which it never sent", j, r.Seq, r.Peer)
 			case s.Peer != int32(j):
-				return fmt.Errorf("element %d got message %d of element %d, sent to element %d", j, r.Seq, r.Peer, s.Peer)
+				return 0, fmt.Errorf("element %d got message %d of element %d, sent to element %d", j, r.Seq, r.Peer, s.Peer)
 			case s.H != r.H:
-				return fmt.Errorf("element %d got message %d of element %d with hash %x; its sender's history has %x (an orphan: the sender's recovery went otherwise)", j, r.Seq, r.Peer, r.H, s.H)
+				return 0, fmt.Errorf("element %d got message %d of element %d with hash %x; its sender's history has %x (an orphan: the sender's recovery went otherwise)", j, r.Seq, r.Peer, r.H, s.H)
 			case got[k]:
-				return fmt.Errorf("element %d got message %d of element %d twice", j, r.Seq, r.Peer)
+				return 0, fmt.Errorf("element %d got message %d of element %d twice", j, r.Seq, r.Peer)
 			}
 			got[k] = true
 		}
 	}
-	if want := chainElems * len(chainTargets) * steps; len(sent) != want || len(got) != want {
-		return fmt.Errorf("%d messages sent and %d got, want %d", len(sent), len(got), want)
+	if len(sent) != len(got) {
+		return 0, fmt.Errorf("%d messages sent and %d got", len(sent), len(got))
 	}
-	return nil
+	return len(sent), nil
 }

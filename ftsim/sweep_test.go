@@ -128,9 +128,15 @@ func TestRandomFailuresInOneRun(t *testing.T) {
 
 func chainLogsOf(t *testing.T, r chare.Result) []ChainLog {
 	t.Helper()
-	m, ok := r.Main.(*ChainMain)
+	return mainOf[*ChainMain](t, r).All
+}
+
+// mainOf is a run's main chare, of type M.
+func mainOf[M any](t *testing.T, r chare.Result) M {
+	t.Helper()
+	m, ok := r.Main.(M)
 	require.True(t, ok, "no main chare: %v", r.Err)
-	return m.All
+	return m
 }
 
 // The order-sensitive program: every PE failing before every event (a

@@ -27,7 +27,9 @@ type FTHeader struct {
 	Inc            uint32 // the sender's incarnation
 	// Safe (team-based logging): every reception of the sender's up to
 	// this rsn has its determinant held in another team; its teammates
-	// stop passing those on.
+	// stop passing those on. (Pessimist logging: how far the sender's
+	// deliveries went, all from the receiver since its last commit,
+	// which the receiver holds for it instead of a commit.)
 	Safe uint64
 	Dets []Det // determinants piggybacked on the message
 	// Acks are determinants of the receiver's own receptions that the

@@ -185,45 +185,105 @@ func (l *ReplicatedEventLog) local(p int32) bool {
 var errEnding = errors.New("the run is ending")
 
 // Commit implements ftlayer.EventLog: the events are held here and sent
-// to the replicas that are up; it returns once each acknowledged them or
-// was lost.
-func (l *ReplicatedEventLog) Commit(p int32, evs []ftlayer.Event, covered uint64) error {
+// to the replicas that are up, and each count of others goes where its
+// PE's events are held — its own process and that process's replicas,
+// this one among them or not. It returns once every one of them that is
+// up acknowledged (all at once: one round trip).
+func (l *ReplicatedEventLog) Commit(p int32, evs []ftlayer.Event, covered uint64, others []ftlayer.Cover) error {
 	if !l.local(p) {
 		return fmt.Errorf("event log: PE %d commits in process %d, which does not run it", p, l.rank)
 	}
+	for _, c := range others {
+		if c.PE < 0 || int(c.PE) >= l.store.PEs() {
+			return fmt.Errorf("event log: a count for PE %d, outside 0..%d", c.PE, l.store.PEs()-1)
+		}
+	}
+	var out posts
 	l.mu.Lock()
 	if err := l.store.Commit(p, evs, covered); err != nil {
 		l.mu.Unlock()
 		return err
 	}
-	l.nextID++
-	msg := eventMsg{Kind: evCommit, Gen: l.gen, ID: l.nextID, PE: p, Covered: covered, Evs: packEvents(evs)}
-	left, targets := l.liveReplicas()
-	if len(targets) == 0 {
-		l.mu.Unlock()
-		return nil
+	l.post(&out, eventMsg{Kind: evCommit, PE: p, Covered: covered, Evs: packEvents(evs)}, l.replicas(l.rank))
+	for _, c := range others {
+		owner := l.rankOf(c.PE)
+		holders := append([]int{owner}, l.replicas(owner)...)
+		if slices.Contains(holders, l.rank) {
+			_ = l.store.Commit(c.PE, nil, c.Covered) // (no events: nothing to refuse)
+		}
+		l.post(&out, eventMsg{Kind: evCommit, PE: c.PE, Covered: c.Covered}, holders)
 	}
-	w := &commitWait{left: left, done: make(chan struct{})}
-	l.commits[msg.ID] = w
 	l.mu.Unlock()
-	b, err := msgpack.Marshal(&msg)
-	if err != nil {
-		return err
-	}
-	for _, r := range targets {
-		if err := l.job.SendService(r, b); err != nil {
-			if !errors.Is(err, cluster.ErrUnreachable) {
-				return fmt.Errorf("event log: committing PE %d's events to process %d: %w", p, r, err)
-			}
-			l.answered(msg.ID, r) // lost: its loss releases the others too
+	return l.await(&out)
+}
+
+// posts are the messages of one commit and what waits for their
+// acknowledgements.
+type posts struct {
+	sends []post
+	waits []*commitWait
+}
+
+type post struct {
+	r  int
+	id uint64
+	b  []byte
+}
+
+// post adds m, to be acknowledged by every process of to that is up and
+// not this one (l.mu held).
+func (l *ReplicatedEventLog) post(out *posts, m eventMsg, to []int) {
+	left := map[int]bool{}
+	for _, r := range to {
+		if r != l.rank && !l.lost[r] {
+			left[r] = true
 		}
 	}
-	select {
-	case <-w.done:
-		return nil
-	case <-l.done:
-		return errEnding
+	if len(left) == 0 {
+		return
 	}
+	l.nextID++
+	m.Gen, m.ID = l.gen, l.nextID
+	w := &commitWait{left: left, done: make(chan struct{})}
+	l.commits[m.ID] = w
+	out.waits = append(out.waits, w)
+	b := mustMarshal(m)
+	for _, r := range to {
+		if left[r] {
+			out.sends = append(out.sends, post{r, m.ID, b})
+		}
+	}
+}
+
+// await sends what out holds and waits for its acknowledgements (a
+// process lost meanwhile releases what waits for it).
+func (l *ReplicatedEventLog) await(out *posts) error {
+	for _, sd := range out.sends {
+		if err := l.job.SendService(sd.r, sd.b); err != nil {
+			if !errors.Is(err, cluster.ErrUnreachable) {
+				return fmt.Errorf("event log: committing to process %d: %w", sd.r, err)
+			}
+			l.answered(sd.id, sd.r) // lost: its loss releases the others too
+		}
+	}
+	for _, w := range out.waits {
+		select {
+		case <-w.done:
+		case <-l.done:
+			return errEnding
+		}
+	}
+	return nil
+}
+
+// rankOf is the process that runs PE p.
+func (l *ReplicatedEventLog) rankOf(p int32) int {
+	for r := range l.procs {
+		if first, count := cluster.Block(l.store.PEs(), l.procs, r); int(p) < first+count {
+			return r
+		}
+	}
+	return l.procs - 1
 }
 
 // answered: process r acknowledged commit id, or cannot.

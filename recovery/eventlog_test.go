@@ -171,6 +171,49 @@ func returned(c chan error) bool {
 	}
 }
 
+// A commit carries the counts of other PEs' deliveries this PE holds (a
+// send without a commit left them with it: see ftlayer.Pessimist.Send):
+// each goes where its PE's events are held — its own process and that
+// process's replicas, this one among them or not — at the same time as
+// the commit's own events go to this process's replicas, and Commit
+// returns once every one of them that is up holds what it was sent.
+func TestACommitCarriesCountsWhereTheirPEsEventsAre(t *testing.T) {
+	done := make(chan struct{})
+	defer close(done)
+	n := newMemNet(4, 2, done) // PEs 0-1 in process 0, 2-3 in 1, ...
+	res := make(chan error, 1)
+	// process 1 commits PE 2's events with PE 6's count (PE 6 is
+	// process 3's, whose replicas are processes 0 and 1: held here at
+	// once) and PE 3's (its own: to its replicas, 2 and 3)
+	go func() {
+		res <- n.logs[1].Commit(2, evs(1, 0), 1, []ftlayer.Cover{{PE: 6, Covered: 9}, {PE: 3, Covered: 5}})
+	}()
+	n.sends(2 + 2 + 2) // PE 2's events to 2 and 3; PE 6's count to 3 and 0; PE 3's to 2 and 3
+	_, covered, _ := n.logs[1].store.Events(6, 0)
+	require.Equal(t, uint64(9), covered, "this process is one of PE 6's replicas")
+	for n.deliver(1, 3) {
+	}
+	for n.deliver(1, 2) {
+	}
+	for n.deliver(3, 1) || n.deliver(2, 1) {
+	}
+	require.False(t, returned(res), "returned before process 0 holds PE 6's count")
+	n.lose(0)
+	require.NoError(t, <-res, "a lost process is not waited for")
+	for _, r := range []int{1, 3} {
+		_, covered, err := n.logs[r].store.Events(6, 0)
+		require.NoError(t, err)
+		require.Equal(t, uint64(9), covered, "process %d", r)
+	}
+	_, covered, _ = n.logs[2].store.Events(6, 0)
+	require.Zero(t, covered, "process 2 holds nothing of PE 6's")
+	for _, r := range []int{1, 2, 3} {
+		_, covered, _ := n.logs[r].store.Events(3, 0)
+		require.Equal(t, uint64(5), covered, "process %d", r)
+	}
+	require.EqualError(t, n.logs[1].Commit(2, nil, 1, []ftlayer.Cover{{PE: 8, Covered: 1}}), "event log: a count for PE 8, outside 0..7")
+}
+
 // A commit returns once both replicas hold the events, not before; a
 // replica lost meanwhile is not waited for.
 func TestACommitWaitsForBothReplicas(t *testing.T) {
@@ -178,7 +221,7 @@ func TestACommitWaitsForBothReplicas(t *testing.T) {
 	defer close(done)
 	n := newMemNet(4, 1, done)
 	res := make(chan error, 1)
-	go func() { res <- n.logs[0].Commit(0, evs(1, 3, 4, 2), 5) }()
+	go func() { res <- n.logs[0].Commit(0, evs(1, 3, 4, 2), 5, nil) }()
 	n.sends(2) // to processes 1 and 2, the next two
 	require.True(t, n.deliver(0, 1))
 	require.True(t, n.deliver(1, 0)) // 1's acknowledgement
@@ -194,7 +237,7 @@ func TestACommitWaitsForBothReplicas(t *testing.T) {
 		require.Equal(t, uint64(5), covered)
 	}
 
-	go func() { res <- n.logs[0].Commit(0, evs(6, 1), 7) }()
+	go func() { res <- n.logs[0].Commit(0, evs(6, 1), 7, nil) }()
 	n.sends(2)
 	require.True(t, n.deliver(0, 1))
 	require.True(t, n.deliver(1, 0))
@@ -202,7 +245,7 @@ func TestACommitWaitsForBothReplicas(t *testing.T) {
 	require.NoError(t, <-res)
 	// and a commit while 2 is lost goes to 1 alone
 	require.NoError(t, func() error {
-		go func() { res <- n.logs[0].Commit(0, evs(8, 3), 9) }()
+		go func() { res <- n.logs[0].Commit(0, evs(8, 3), 9, nil) }()
 		n.sends(1)
 		n.drain()
 		return <-res
@@ -218,7 +261,7 @@ func TestAReplacementFetchesItsEventsFromItsReplicas(t *testing.T) {
 	n := newMemNet(4, 2, done)
 	commit := func(r int, p int32, e []ftlayer.Event, covered uint64) {
 		res := make(chan error, 1)
-		go func() { res <- n.logs[r].Commit(p, e, covered) }()
+		go func() { res <- n.logs[r].Commit(p, e, covered, nil) }()
 		n.sends(2)
 		n.drain()
 		require.NoError(t, <-res)
@@ -272,7 +315,7 @@ func TestEventsNoReplicaHoldsAreAnError(t *testing.T) {
 	defer close(done)
 	n := newMemNet(3, 1, done)
 	res := make(chan error, 1)
-	go func() { res <- n.logs[0].Commit(0, evs(1, 2), 2) }()
+	go func() { res <- n.logs[0].Commit(0, evs(1, 2), 2, nil) }()
 	n.sends(2)
 	n.drain()
 	require.NoError(t, <-res)

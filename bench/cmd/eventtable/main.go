@@ -3,9 +3,10 @@
 // it runs once under --ft pessimist and reports the messages delivered,
 // the share that were non-deterministic events (a delivery from another
 // PE than the delivery before it), the commits to the event logger per
-// message, and the entry method with the most events. Each run's results
-// are checked against a run without fault tolerance (bitwise, where the
-// program reports energies).
+// message, the sends that needed no commit (their destination sent every
+// delivery since the last), and the entry method with the most events.
+// Each run's results are checked against a run without fault tolerance
+// (bitwise, where the program reports energies).
 //
 //	go run ./bench/cmd/eventtable                        # every program, 2, 4 and 8 PEs
 //	go run ./bench/cmd/eventtable -progs leanmd -pes 16
@@ -47,6 +48,7 @@ type summary struct {
 			Deliveries uint64 `json:"deliveries"`
 			Events     uint64 `json:"events"`
 			Commits    uint64 `json:"commits"`
+			Spared     uint64 `json:"commits_spared"`
 			ByEntry    []struct {
 				Entry      string `json:"entry"`
 				Deliveries uint64 `json:"deliveries"`
@@ -64,8 +66,8 @@ func main() {
 	dir, err := os.MkdirTemp("", "eventtable")
 	check(err)
 	defer os.RemoveAll(dir)
-	fmt.Println("| program | PEs | deliveries | events | % events | commits per delivery | most events (entry: events of deliveries) |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---|")
+	fmt.Println("| program | PEs | deliveries | events | % events | commits per delivery | sends that needed none, per delivery | most events (entry: events of deliveries) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---|")
 	for _, name := range strings.Split(*progList, ",") {
 		p, ok := find(name)
 		if !ok {
@@ -94,8 +96,8 @@ func main() {
 					most, top = e.Events, fmt.Sprintf("%s: %d of %d", e.Entry, e.Events, e.Deliveries)
 				}
 			}
-			fmt.Printf("| %s | %s | %d | %d | %.1f | %.2f | %s |\n", p.name, ps, ev.Deliveries, ev.Events,
-				100*float64(ev.Events)/float64(ev.Deliveries), float64(ev.Commits)/float64(ev.Deliveries), top)
+			fmt.Printf("| %s | %s | %d | %d | %.1f | %.2f | %.2f | %s |\n", p.name, ps, ev.Deliveries, ev.Events,
+				100*float64(ev.Events)/float64(ev.Deliveries), float64(ev.Commits)/float64(ev.Deliveries), float64(ev.Spared)/float64(ev.Deliveries), top)
 		}
 	}
 }

@@ -73,7 +73,7 @@ var mutations = []mutation{
 		"		end.Covered = s.heldFor[y]",
 		"		_ = s.heldFor[y]"},
 	{"pessimist: nothing reaches the event logger", "ftlayer/pessimist.go",
-		"		if err := h.events.Commit(h.s.me, commit.Events, commit.Covered); err != nil {",
+		"		if err := h.events.Commit(h.s.me, commit.Events, commit.Covered, commit.Others); err != nil {",
 		"		if err := error(nil); err != nil {"},
 	{"a log limit: a keeper acknowledges a reduction it only heard was complete", "ftlayer/causal.go",
 		"s.keeper(r.Group) == s.me && st.kept.has(r.Num) {",

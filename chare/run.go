@@ -255,7 +255,8 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          machine only; 0.0.0.0: each process on its host's own
                          address, for a real cluster)
   --connect-timeout D    every process must have joined within D (default 60s)
-  --heartbeat-timeout D  a process silent for D is taken for hung: the job
+  --heartbeat-timeout D  a process silent for D is taken for hung: under
+                         charmrun it is killed and replaced, else the job
                          ends (default 30s)
   --trace FILE.html|FILE.json
                          record every PE's timeline (entry methods, waits,

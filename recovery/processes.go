@@ -160,6 +160,9 @@ func describe(r int, pes []int32) string {
 	return fmt.Sprintf("process %d (PEs %d..%d) was lost", r, pes[0], pes[len(pes)-1])
 }
 
+// Replaces implements cluster.Recovery.
+func (p *Processes) Replaces() bool { return p.replaceable }
+
 // ProcessLost implements cluster.Recovery.
 func (p *Processes) ProcessLost(r int) bool {
 	s := p.sup

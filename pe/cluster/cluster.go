@@ -150,16 +150,19 @@ type Job struct {
 	// process 0: replacements that asked to join while another lost
 	// process's had not (see rejoin), and those admitted whose links are
 	// not all up yet
-	joining   []Member
-	admitted  map[int]bool
-	nextGen   uint64      // the generation a rollback in progress takes
-	stepped   bool        // a recovery step was taken here (Rolled): links attached now do not hold
-	lastBeat  []time.Time // when each peer's last heartbeat came
-	progress  []uint64    // each peer's part of the job's progress, as its last heartbeat said
-	resultsCh chan struct{}
-	released  chan struct{}
-	relOnce   sync.Once
-	closeOnce sync.Once
+	joining  []Member
+	admitted map[int]bool
+	nextGen  uint64      // the generation a rollback in progress takes
+	stepped  bool        // a recovery step was taken here (Rolled): links attached now do not hold
+	lastBeat []time.Time // when each peer's last heartbeat came
+	// hungKilled: the hung peers this process had killed, by incarnation
+	// (one kill each: see killHung)
+	hungKilled map[int]int
+	progress   []uint64 // each peer's part of the job's progress, as its last heartbeat said
+	resultsCh  chan struct{}
+	released   chan struct{}
+	relOnce    sync.Once
+	closeOnce  sync.Once
 }
 
 // Recovery is what the layer above does when a process of the job is lost
@@ -178,6 +181,9 @@ type Recovery interface {
 	// Report: a process told process 0 how its recovery goes (Report;
 	// on process 0 only).
 	Report(from int, data []byte)
+	// Replaces reports whether the launcher starts a replacement for a
+	// lost process (then a hung one is killed, to be replaced).
+	Replaces() bool
 }
 
 type ctlKind uint8
@@ -201,6 +207,7 @@ const (
 	ctlClock                         // rank 0 → a process: its clock, please (Gen: the request)
 	ctlClockReply                    // → rank 0: the clock (Clock), for request Gen
 	ctlDie                           // any → a process: end yourself by SIGKILL now (Err: why), an injected failure
+	ctlKillHung                      // any → a process on a hung one's host: kill it by SIGKILL (Code: its rank, Inc: its incarnation, Err: why)
 )
 
 // control is a control message, carried msgpack-encoded in a
@@ -758,7 +765,9 @@ func (j *Job) beat(done <-chan struct{}) {
 
 // checkBeats takes a process that is silent for longer than the heartbeat
 // timeout for hung: alive, so no connection breaks and no replacement
-// comes; the job ends.
+// comes by itself. It is killed, to be lost and replaced, when the
+// launcher replaces processes and a process on its host can kill it
+// (killHung); otherwise the job ends.
 func (j *Job) checkBeats() {
 	now := time.Now()
 	j.mu.Lock()
@@ -770,7 +779,85 @@ func (j *Job) checkBeats() {
 	}
 	j.mu.Unlock()
 	for _, r := range hung {
-		j.peerFailed(r, fmt.Sprintf("no heartbeat for %v (--heartbeat-timeout): it hangs, or its host is cut off", j.cfg.HeartbeatTimeout), true)
+		why := fmt.Sprintf("no heartbeat for %v (--heartbeat-timeout): it hangs, or its host is cut off", j.cfg.HeartbeatTimeout)
+		if !j.killHung(r, why) {
+			j.peerFailed(r, why, true)
+		}
+	}
+}
+
+// killHung has hung process r killed by SIGKILL, by this process if it
+// runs on r's host, else by a live one that does, and reports whether it
+// could: r is not process 0 (which cannot be replaced), the launcher
+// replaces processes, and a process of the job shares r's host (a host
+// cut off from the others has none they can reach). Its links then
+// break, and it is lost and replaced as a crashed process is. Once per
+// incarnation: the heartbeats keep finding it silent until it is gone.
+func (j *Job) killHung(r int, why string) bool {
+	if r == 0 || j.recovery == nil || !j.recovery.Replaces() {
+		return false
+	}
+	j.mu.Lock()
+	hung := j.members[r]
+	if hung.PID <= 0 || hung.PID == os.Getpid() {
+		// (processes of one OS process, as tests run them: nothing to kill)
+		j.mu.Unlock()
+		return false
+	}
+	if j.hungKilled == nil {
+		j.hungKilled = map[int]int{}
+	}
+	if inc, ok := j.hungKilled[r]; ok && inc == hung.Inc {
+		j.mu.Unlock()
+		return true
+	}
+	killer := -1
+	if j.members[j.cfg.Rank].Host == hung.Host {
+		killer = j.cfg.Rank
+	} else {
+		for q, m := range j.members {
+			if q != r && q != j.cfg.Rank && !j.lost[q] && m.Host == hung.Host {
+				killer = q
+				break
+			}
+		}
+	}
+	if killer >= 0 {
+		j.hungKilled[r] = hung.Inc
+	}
+	j.mu.Unlock()
+	switch killer {
+	case -1:
+		return false
+	case j.cfg.Rank:
+		j.killLocal(r, hung, why)
+	default:
+		j.send(killer, control{Kind: ctlKillHung, Code: r, Inc: hung.Inc, Err: why})
+	}
+	return true
+}
+
+// killLocal kills hung process r (m), which runs on this host, by SIGKILL.
+func (j *Job) killLocal(r int, m Member, why string) {
+	fmt.Fprintf(os.Stderr, "charmgo: process %d (pid %d on %s) is killed, to be replaced: %s\n", r, m.PID, m.Host, why)
+	if p, err := os.FindProcess(m.PID); err == nil {
+		p.Kill()
+	}
+}
+
+// onKillHung is ctlKillHung: kill process m.Code if it is still the
+// incarnation the sender found hung, and runs on this host.
+func (j *Job) onKillHung(m control) {
+	j.mu.Lock()
+	if m.Code <= 0 || m.Code >= len(j.members) || j.lost[m.Code] {
+		j.mu.Unlock()
+		return
+	}
+	hung := j.members[m.Code]
+	here := j.members[j.cfg.Rank].Host == hung.Host && hung.Inc == m.Inc && hung.PID > 0 && hung.PID != os.Getpid()
+	j.mu.Unlock()
+	if here {
+		j.killLocal(m.Code, hung, m.Err)
 	}
 }
 
@@ -1063,6 +1150,8 @@ func (j *Job) handle(m control) {
 		j.checkBeats()
 	case ctlDie:
 		j.die(m.Err)
+	case ctlKillHung:
+		j.onKillHung(m)
 	case ctlClock:
 		j.send(m.From, control{Kind: ctlClockReply, Gen: m.Gen, Clock: time.Now().UnixNano()})
 	case ctlClockReply:

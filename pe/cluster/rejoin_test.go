@@ -13,6 +13,7 @@ import (
 type joinedRecorder struct{ joined, lost []int }
 
 func (r *joinedRecorder) ProcessLost(q int) bool { r.lost = append(r.lost, q); return true }
+func (r *joinedRecorder) Replaces() bool         { return true }
 func (r *joinedRecorder) Rejoined(q int)         { r.joined = append(r.joined, q) }
 func (r *joinedRecorder) Action([]byte)          {}
 func (r *joinedRecorder) Report(int, []byte)     {}

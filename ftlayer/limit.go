@@ -454,20 +454,28 @@ func (s *Causal) withRollback(rb Rollback) {
 // toFellowsStraight sends multicast m, which this root makes again as it
 // re-executes in a rollback, straight to the PEs of the rollback in its
 // group (failed or not) whose parent in the group's tree rolled back
-// without failing, besides down the tree. Such a parent delivers, and
+// without failing, and to those that did not fail whose parent rolled
+// back, besides down the tree. Such a parent delivers, and
 // forwards, the multicast only in the turn it recorded, which may come
 // after a message the PE below sends only once it has the multicast
 // (found by ftsim: a cycle of waits; first with a failed PE below, then
 // with one rolled back without failing, which replays its own recorded
 // order, where the multicast came straight from the root in the run it
-// recorded). A survivor root replays its multicasts to a failed PE
-// straight that way (PeerFailed); a root rolled back has none logged. A
-// copy that also comes down the tree is a duplicate there. (Sent to
-// every member of the set, not only those, the copies stalled other
-// random runs: their parents were failed PEs or the root itself.)
+// recorded). The same for a PE of the rollback that did not fail, below
+// a parent that failed with it: it replays its own order, from an
+// earlier run, in which the parent forwarded the multicast before a
+// reception the parent's new order now puts first — and that reception
+// is of a message the PE below sends only after the multicast (found by
+// ftsim: a parent whose failure in an earlier rollback had moved the
+// multicast after that reception, the copy it forwarded then dropped as
+// a duplicate below). A survivor root replays its multicasts to a failed
+// PE straight that way (PeerFailed); a root rolled back has none logged.
+// A copy that also comes down the tree is a duplicate there. (Sent to
+// every member of the set, failed ones below failed parents too, the
+// copies stalled other random runs.)
 func (s *Causal) toFellowsStraight(m *Message) {
 	for y := range int32(s.n) {
-		if p := s.coll.t.Parent(m.Group, y); y != s.me && s.rb.has(y) && s.coll.t.Has(m.Group, y) && p != s.me && p >= 0 && s.rb.has(p) && !s.rb.failed[p] {
+		if p := s.coll.t.Parent(m.Group, y); y != s.me && s.rb.has(y) && s.coll.t.Has(m.Group, y) && p != s.me && p >= 0 && s.rb.has(p) && (!s.rb.failed[p] || !s.rb.failed[y]) {
 			s.direct = append(s.direct, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
 			s.stats.Replayed++
 		}

@@ -301,6 +301,14 @@ func TestLogLimitFailuresAfterARollback(t *testing.T) {
 			[]chare.Kill{{PE: 4, Step: -1, Event: 1118}, {PE: 4, Step: -1, Event: 882}}},
 		{"an inner node rolled back waited for a partial of a reduction its root completed (teams)", branching(teams, 2), true, 1807410452188694073,
 			[]chare.Kill{{PE: 6, Step: -1, Event: 767}, {PE: 3, Step: -1, Event: 420}, {PE: 2, Step: -1, Event: 38}}},
+		// a PE rolled back without failing replays an order in which its
+		// parent, failed with it, forwarded a multicast before a message
+		// the PE sends only after it; the parent's own order, made anew
+		// in an earlier rollback, has the multicast after that message
+		{"a PE rolled back without failing below a failed parent waited for a multicast", branching(chare.Config{FT: "camel", Teams: "2", LogLimit: 128, PEs: 5}, 3), true, 12438829641129717539,
+			[]chare.Kill{{PE: 0, Step: -1, Event: 738}, {PE: 3, Step: -1, Event: 870}, {PE: 1, Step: -1, HandOver: 36}}},
+		{"a PE rolled back without failing below a failed parent waited for a multicast (7 PEs)", branching(teams, 4), false, 2947530114073129039,
+			[]chare.Kill{{PE: 0, Step: -1, Event: 563}, {PE: 5, Step: -1, Event: 44}}},
 		{"an inner node rolled back waited for a partial of a reduction its root completed (teams, 6 PEs)", chare.Config{FT: "camel", Teams: "2", LogLimit: 128, PEs: 6, Branching: 2}, false, 3470697502217132710,
 			[]chare.Kill{{PE: 5, Step: -1, HandOver: 41}, {PE: 4, Step: -1, Event: 873}}},
 	} {

@@ -635,6 +635,7 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 		if !s.recovering || s.detsFrom[p.From] {
 			return nil, nil // a late copy: this PE is done recovering
 		}
+		s.peerIncarnation(p.From, p.Inc)
 		for _, d := range p.Dets {
 			if d.Recver != s.me || d.RSN <= s.rsn {
 				continue // not ours, or from before the checkpoint
@@ -1410,6 +1411,36 @@ func (s *Causal) storeDetsOutOfOrder(dets []Det, sender int32) {
 	}
 }
 
+// peerIncarnation: PE p runs as incarnation inc (its recovery packet
+// says so). A restarted PE's map of incarnations is its checkpoint's: a
+// peer that failed since may have messages of its old incarnation
+// waiting here, which its new one sends otherwise numbered (found by
+// ftsim: PE 3 failed and recovered, then PE 0; PE 0's new incarnation
+// took PE 3's old partial and its re-execution's for the same
+// reduction). They are dropped, as are any that come later.
+func (s *Causal) peerIncarnation(p int32, inc uint32) {
+	if inc <= s.incMap[p] {
+		return
+	}
+	s.incMap[p] = inc
+	keep := s.held[:0]
+	for _, m := range s.held {
+		if m.Sender == p && m.Inc < inc {
+			s.stats.Dropped++
+			continue
+		}
+		keep = append(keep, m)
+	}
+	clear(s.held[len(keep):])
+	s.held = keep
+	for rsn, m := range s.heldRec {
+		if m.Sender == p && m.Inc < inc {
+			delete(s.heldRec, rsn)
+			s.stats.Dropped++
+		}
+	}
+}
+
 // hold keeps m until its turn: by its recorded reception's rsn when that
 // is known.
 func (s *Causal) hold(m *Message) {
@@ -1659,7 +1690,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32, with []int32) ([]Action, error)
 		s.ackHeld[y] = nil // its new incarnation may not have made them yet
 	}
 	s.incMap[y] = inc
-	rec := Packet{Kind: PktRecovery, From: s.me, To: y}
+	rec := Packet{Kind: PktRecovery, From: s.me, To: y, Inc: s.inc}
 	for _, d := range s.detLog {
 		if d.Recver == y {
 			rec.Dets = append(rec.Dets, d)

@@ -159,6 +159,9 @@ type Packet struct {
 	Msg      *Message  // PktApp
 	Dets     []Det     // PktAck, PktRecovery
 	Done     []Reduced // PktRecovery, PktRedAck
+	// Inc (PktRecovery): the sender's incarnation, which a restarted PE's
+	// checkpoint may predate
+	Inc uint32
 	// Covered (PktReplayed, pessimist): how far the recovering PE's
 	// deliveries went by what it told this survivor instead of
 	// committing (see Pessimist.Send)

@@ -516,7 +516,7 @@ func (s *Causal) fellowFailed(y int32, inc uint32) []Action {
 		return nil
 	}
 	r.told[y] = true
-	rec := Packet{Kind: PktRecovery, From: s.me, To: y}
+	rec := Packet{Kind: PktRecovery, From: s.me, To: y, Inc: s.inc}
 	for _, d := range s.detLog {
 		if d.Recver == y {
 			rec.Dets = append(rec.Dets, d)

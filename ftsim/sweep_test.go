@@ -333,3 +333,22 @@ func TestTwoFailuresKeepTheDeterminantsOfReexecutedPartials(t *testing.T) {
 	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
 	require.Equal(t, 2, res.Stats.FT.Failures)
 }
+
+// A PE failed and recovered, then another whose checkpoint predates the
+// first failure: its restarted incarnation took the first PE's old
+// incarnation's partial, still waiting for it, and its re-execution's for
+// the same reduction, numbered otherwise ("second partial"; found by the
+// random runs under FT_LONG). A survivor's recovery packet says its
+// incarnation now, and what is older is dropped.
+func TestTwoFailuresTheSecondRestartedFromBeforeTheFirst(t *testing.T) {
+	for _, limit := range []uint64{0, 256} {
+		cfg := chare.Config{FT: "scmel", LogLimit: limit, PEs: 4, Branching: 3}
+		free := Run(Mix, MixArgs{Steps: 8, Ckpt: 3}, cfg, 12994499601787273718)
+		require.NoError(t, free.Err)
+		cfg.Kills = []chare.Kill{{PE: 0, Step: -1, Event: 451}, {PE: 3, Step: -1, Event: 424}}
+		res := Run(Mix, MixArgs{Steps: 8, Ckpt: 3}, cfg, 12994499601787273718)
+		require.NoError(t, res.Err, "limit %d", limit)
+		require.Len(t, res.Stats.FT.Recoveries, 2)
+		require.Equal(t, mixLogs(t, free), mixLogs(t, res), "limit %d", limit)
+	}
+}

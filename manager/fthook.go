@@ -29,8 +29,9 @@ type FTPacketMsg struct {
 	Dets  []pe.Det
 	Done  []ftlayer.Reduced
 	Relog Envelopes `msgpack:",omitempty"`
-	// Covered: see ftlayer.Packet
+	// Covered and Inc: see ftlayer.Packet
 	Covered uint64 `msgpack:",omitempty"`
+	Inc     uint32 `msgpack:",omitempty"`
 }
 
 // Envelopes travel inside a message as they are within a process, and in
@@ -148,7 +149,7 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 		m.PE.Send(dst, &env)
 		return
 	}
-	msg := &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done, Covered: p.Covered}
+	msg := &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done, Covered: p.Covered, Inc: p.Inc}
 	if len(p.Relog) > 0 {
 		msg.Relog = make(Envelopes, len(p.Relog))
 		for i, r := range p.Relog {
@@ -169,7 +170,7 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 
 func (m *Manager) onFTPacket(env *pe.Envelope) {
 	msg := env.Payload.(*FTPacketMsg)
-	p := &ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done, Covered: msg.Covered}
+	p := &ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done, Covered: msg.Covered, Inc: msg.Inc}
 	for i := range msg.Relog {
 		lm, err := ftlayer.LoggedMessage(&msg.Relog[i])
 		if err != nil {

@@ -1423,22 +1423,28 @@ func (s *Causal) peerIncarnation(p int32, inc uint32) {
 		return
 	}
 	s.incMap[p] = inc
-	keep := s.held[:0]
-	for _, m := range s.held {
-		if m.Sender == p && m.Inc < inc {
-			s.stats.Dropped++
-			continue
-		}
-		keep = append(keep, m)
-	}
-	clear(s.held[len(keep):])
-	s.held = keep
+	s.held = dropOlder(s.held, p, inc, &s.stats.Dropped)
 	for rsn, m := range s.heldRec {
 		if m.Sender == p && m.Inc < inc {
 			delete(s.heldRec, rsn)
 			s.stats.Dropped++
 		}
 	}
+}
+
+// dropOlder removes from held, in place, what incarnations of PE p older
+// than inc sent, counting them in dropped.
+func dropOlder(held []*Message, p int32, inc uint32, dropped *uint64) []*Message {
+	keep := held[:0]
+	for _, m := range held {
+		if m.Sender == p && m.Inc < inc {
+			*dropped++
+			continue
+		}
+		keep = append(keep, m)
+	}
+	clear(held[len(keep):])
+	return keep
 }
 
 // hold keeps m until its turn: by its recorded reception's rsn when that

@@ -282,16 +282,7 @@ func (s *Pessimist) isHeld(sender int32, csn uint64) bool {
 // as it re-executes, or a log replays it).
 func (s *Pessimist) newIncarnation(p int32, inc uint32) {
 	s.incMap[p] = inc
-	keep := s.held[:0]
-	for _, m := range s.held {
-		if m.Sender == p && m.Inc < inc {
-			s.stats.Dropped++
-			continue
-		}
-		keep = append(keep, m)
-	}
-	clear(s.held[len(keep):])
-	s.held = keep
+	s.held = dropOlder(s.held, p, inc, &s.stats.Dropped)
 }
 
 // turn says which sender's message the next delivery must be (forced),

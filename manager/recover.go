@@ -313,25 +313,31 @@ func (m *Manager) onHeldCopy(msg *HeldCopyMsg) {
 // completeBefore: reductions up to num of group g are complete at their
 // root (as the hook of a restarted incarnation learned it).
 func (m *Manager) completeBefore(g, num uint64) {
+	if !m.rec.recovering {
+		// nothing kept: after a recovery a group set up anew starts its
+		// rounds afresh
+		m.completeUpTo(g, num)
+		return
+	}
 	if m.rec.complete == nil {
 		m.rec.complete = map[uint64]uint64{}
 	}
 	m.rec.complete[g] = max(m.rec.complete[g], num)
 	m.applyComplete(g)
-	if !m.rec.recovering {
-		// kept only for groups set up later in a recovery: after one,
-		// a group set up anew starts its rounds afresh
-		m.rec.complete = nil
+}
+
+// applyComplete tells group g's reduction state what its root completed,
+// as heard during this recovery (also when the group is set up after the
+// news came).
+func (m *Manager) applyComplete(g uint64) {
+	if num, ok := m.rec.complete[g]; ok {
+		m.completeUpTo(g, num)
 	}
 }
 
-// applyComplete tells group g's reduction state what its root completed
-// (also when the group is set up after the news came).
-func (m *Manager) applyComplete(g uint64) {
-	num, ok := m.rec.complete[g]
-	if !ok {
-		return
-	}
+// completeUpTo tells group g's reduction state, if it has one here, that
+// its rounds up to num are complete at the root.
+func (m *Manager) completeUpTo(g, num uint64) {
 	if g < 1<<32 {
 		if c := m.colls[uint32(g)]; c != nil && c.red != nil {
 			m.acts = c.red.CompleteBefore(uint32(num), m.acts[:0])

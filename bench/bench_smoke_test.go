@@ -25,9 +25,22 @@ func TestBenchProgramsRun(t *testing.T) {
 	// where every PE has a core), and under message logging
 	run("pingpong-spin", 2, func(c chare.Config) chare.Result { c.SpinPolls = 4096; return chare.Run(pingMain, c) })
 	run("stream-spin", 2, func(c chare.Config) chare.Result { c.SpinPolls = 4096; return chare.Run(streamMain, c) })
-	for _, ft := range []string{"scmel", "camel"} {
+	for _, ft := range []string{"scmel", "camel", "pessimist"} {
 		run("pingpong-"+ft, 2, func(c chare.Config) chare.Result { c.FT = ft; return chare.Run(pingMain, c) })
 		run("stream-"+ft, 2, func(c chare.Config) chare.Result { c.FT = ft; return chare.Run(streamMain, c) })
+	}
+	// the ping-pongs that checkpoint as they go: 64*3 round trips, a
+	// checkpoint every 80 (under pessimist the second interval's sends
+	// reuse the first's records)
+	for _, ft := range []string{"", "pessimist"} {
+		run("pingpong-checkpointing-"+ft, 2, func(c chare.Config) chare.Result {
+			c.FT = ft
+			pingCkptEvery, pingCkpts = 80, 0
+			defer func() { pingCkptEvery = 0 }()
+			res := chare.Run(pingMain, c)
+			require.Equal(t, 2, pingCkpts, "a checkpoint after round trips 80 and 160")
+			return res
+		})
 	}
 	run("local", 1, func(c chare.Config) chare.Result { return chare.Run(localMain, c) })
 	for _, mode := range []string{"reduction", "p2p"} {

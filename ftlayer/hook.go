@@ -28,7 +28,10 @@ type Hook interface {
 	// it is queued (see SendHop for first and num). env is the caller's
 	// only during the call: a hook that logs it keeps a copy.
 	Send(dst int, role Role, g, num uint64, first bool, env *pe.Envelope) error
-	// Arrive: env reached this PE.
+	// Arrive: env reached this PE. Its header (env.FT) may be its
+	// sender's memory: the runtime reads it no more once a checkpoint
+	// follows the message's handling (which a sender's hook may then
+	// reuse), and never passes a handled envelope to Arrive again.
 	Arrive(env *pe.Envelope) (Arrival, error)
 	// Next hands back a held envelope whose turn has come; the runtime
 	// calls it after each envelope it handled, until it reports false.

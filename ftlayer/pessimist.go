@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"unsafe"
 
 	"github.com/charmgo/charmgo/ftlayer/mcml"
 	"github.com/charmgo/charmgo/pe"
@@ -63,9 +64,10 @@ type Pessimist struct {
 	commit    Commit // what Send hands the host (reused)
 
 	senderLog
-	held   []*Message // arrivals waiting for their turn, in arrival order
-	sealed bool       // a snapshot was taken and its commit has not come: arrivals are held
-	mark   struct{ logSeq, rsn uint64 }
+	records sentRecords
+	held    []*Message // arrivals waiting for their turn, in arrival order
+	sealed  bool       // a snapshot was taken and its commit has not come: arrivals are held
+	mark    struct{ logSeq, rsn, record uint64 }
 
 	// recovery of this PE
 	recovering bool
@@ -81,7 +83,6 @@ type Pessimist struct {
 	stats     Stats
 	entries   map[uint32]*EntryEvents
 	lastEntry *EntryEvents // the entry of the last delivery (most repeat it)
-	rx        hopMsg
 }
 
 // EntryEvents counts a PE's deliveries of one entry method or system
@@ -182,13 +183,16 @@ func (s *Pessimist) Send(to int32, env *pe.Envelope) (hdr *pe.FTHeader, commit *
 		kind = env.Kind
 	}
 	s.sendCSN[to]++
-	hm := &hopMsg{env: *env}
+	if to == s.me {
+		// not logged: its header alone, which the collector frees once
+		// handled (a record would hold its chunk until a checkpoint)
+		return &pe.FTHeader{Sender: s.me, Recver: to, CSN: s.sendCSN[to], Inc: s.inc}, nil, nil
+	}
+	hm := s.records.take()
+	hm.env = *env
 	m := &hm.Message
 	*m = Message{Kind: kind, FTHeader: pe.FTHeader{Sender: s.me, Recver: to, CSN: s.sendCSN[to], Inc: s.inc}, Env: &hm.env}
 	hm.env.FT = &m.FTHeader
-	if to == s.me {
-		return &m.FTHeader, nil, nil
-	}
 	if m.Size = pe.PayloadSize(env.Payload); m.Size < 0 {
 		m.Size = encodedSize(env)
 	}
@@ -251,17 +255,18 @@ func (s *Pessimist) Arrive(env *pe.Envelope) (Arrival, error) {
 		s.stats.Dropped++
 		return Dropped, nil
 	}
+	if s.deliverable(h.Sender, h.CSN) {
+		// the envelope as it came is what is delivered: no copy of the
+		// header, which stays in its sender's log
+		s.deliver(h.Sender, h.CSN, h.Safe, env.Type)
+		return Handle, nil
+	}
 	kind := KindP2P
 	if env.Kind == KindSystem || env.Kind == KindMulticast || env.Kind == KindReduction {
 		kind = env.Kind
 	}
-	s.rx.fill(env, kind)
-	if s.deliverable(&s.rx.Message) {
-		s.deliver(&s.rx.Message)
-		return Handle, nil
-	}
-	cp := &hopMsg{Message: s.rx.Message, env: s.rx.env}
-	cp.Env = &cp.env
+	cp := &hopMsg{}
+	cp.fill(env, kind)
 	cp.env.FT = &cp.FTHeader
 	s.held = append(s.held, &cp.Message)
 	s.stats.Held++
@@ -309,44 +314,47 @@ func (s *Pessimist) turn() (sender int32, forced, wait bool) {
 	return s.replay[s.next-1].Sender, true, false
 }
 
-func (s *Pessimist) deliverable(m *Message) bool {
-	if s.sealed || m.CSN != s.recv[m.Sender].contig+1 {
+// deliverable says whether the message CSN from PE from may be
+// delivered now.
+func (s *Pessimist) deliverable(from int32, csn uint64) bool {
+	if s.sealed || csn != s.recv[from].contig+1 {
 		return false
 	}
 	sender, forced, wait := s.turn()
-	return !wait && (!forced || sender == m.Sender)
+	return !wait && (!forced || sender == from)
 }
 
-// deliver counts m's delivery: its channel number, and an event if it
-// begins a run of its sender.
-func (s *Pessimist) deliver(m *Message) {
-	s.recv[m.Sender].add(m.CSN)
+// deliver counts the delivery of message csn from PE from, of entry
+// (or system message) typ, which carried safe (FTHeader.Safe): its
+// channel number, and an event if it begins a run of its sender.
+func (s *Pessimist) deliver(from int32, csn, safe uint64, typ uint32) {
+	s.recv[from].add(csn)
 	s.rsn++
 	switch {
 	case s.rsn == s.committed+1:
-		s.runFrom = m.Sender
-	case s.runFrom != m.Sender:
+		s.runFrom = from
+	case s.runFrom != from:
 		s.runFrom = -2
 	}
-	if m.Safe > 0 && m.Sender != s.me {
-		s.holdCount(m.Sender, m.Safe)
+	if safe > 0 && from != s.me {
+		s.holdCount(from, safe)
 	}
 	e := s.lastEntry
-	if e == nil || e.Type != m.Env.Type {
-		if e = s.entries[m.Env.Type]; e == nil {
-			e = &EntryEvents{Type: m.Env.Type}
-			s.entries[m.Env.Type] = e
+	if e == nil || e.Type != typ {
+		if e = s.entries[typ]; e == nil {
+			e = &EntryEvents{Type: typ}
+			s.entries[typ] = e
 		}
 		s.lastEntry = e
 	}
 	e.Deliveries++
 	s.stats.Deliveries++
-	if m.Sender != s.last {
-		s.last = m.Sender
+	if from != s.last {
+		s.last = from
 		e.Events++
 		s.stats.Events++
 		if s.rsn > s.lastLogged {
-			s.pending = append(s.pending, Event{Seq: s.rsn, Sender: m.Sender})
+			s.pending = append(s.pending, Event{Seq: s.rsn, Sender: from})
 		}
 	}
 }
@@ -355,9 +363,9 @@ func (s *Pessimist) deliver(m *Message) {
 // delivery.
 func (s *Pessimist) Next() (*Message, bool) {
 	for i, m := range s.held {
-		if s.deliverable(m) {
+		if s.deliverable(m.Sender, m.CSN) {
 			s.held = slices.Delete(s.held, i, i+1)
-			s.deliver(m)
+			s.deliver(m.Sender, m.CSN, m.Safe, m.Env.Type)
 			return m, true
 		}
 	}
@@ -438,7 +446,7 @@ func (s *Pessimist) Prepare() Counters {
 		l := &s.logged[k]
 		l.AtCheckpointBytes = max(l.AtCheckpointBytes, l.Bytes)
 	}
-	s.mark.logSeq, s.mark.rsn = s.logSeq, s.rsn
+	s.mark.logSeq, s.mark.rsn, s.mark.record = s.logSeq, s.rsn, s.records.next
 	s.sealed = true
 	return s.Snapshot()
 }
@@ -461,6 +469,12 @@ func (s *Pessimist) Checkpoint() (truncate uint64) {
 	}
 	clear(s.msgLog[len(keep):])
 	s.msgLog = keep
+	if len(s.failing) == 0 {
+		// (copies replayed to a recovering PE are not counted by the
+		// quiescence a checkpoint waits for: their records stay until a
+		// checkpoint finds none in flight)
+		s.records.release(s.mark.record)
+	}
 	k := 0
 	for k < len(s.pending) && s.pending[k].Seq <= s.mark.rsn {
 		k++
@@ -529,11 +543,7 @@ func (h *PessimistHook) Arrive(env *pe.Envelope) (Arrival, error) {
 	if env.FT == nil {
 		return Handle, nil // the runtime's control: not logged
 	}
-	a, err := h.s.Arrive(env)
-	if a == Handle {
-		*env = *h.s.rx.Env
-	}
-	return a, err
+	return h.s.Arrive(env)
 }
 
 func (h *PessimistHook) Next(env *pe.Envelope) bool {
@@ -628,4 +638,60 @@ func (h *PessimistHook) Describe(w io.Writer) {
 		fmt.Fprintf(w, "  recovering: replays complete from %d of %d survivors; the log's order up to delivery %d; delivery %d is next: %s\n",
 			s.replayedIn, s.replayFrom, s.upTo, s.rsn+1, next)
 	}
+}
+
+// sentRecords hands out the records of the messages a PE sends (its log's
+// and their headers, which their envelopes point at), a chunk at a time,
+// and takes chunks back for reuse once a checkpoint has covered every
+// record in them: a run that checkpoints sends without allocating.
+//
+// Reuse is safe because the runtime takes a checkpoint only at
+// quiescence, when every message it counts has been handled, and reads
+// the header of a handled envelope no more (Hook.Arrive; a message
+// forwarded is stamped anew, one kept, as a broadcast for an element to
+// come, is handed on without its protocol). The copies a survivor
+// replays to a recovering PE are not counted: no chunk is taken back
+// while this PE replays to one (Checkpoint). A restarted PE's records are
+// new: an old incarnation's envelopes still in flight keep theirs.
+type sentRecords struct {
+	chunks [][]hopMsg // in use, oldest first; the last one is being filled
+	used   int        // records handed out of the last chunk
+	free   [][]hopMsg
+	first  uint64 // the number of chunks[0]'s first record
+	next   uint64 // the number of the next record
+}
+
+// recordChunk is how many records fill a chunk of 16 KiB (an allocator
+// size class).
+const recordChunk = 16384 / int(unsafe.Sizeof(hopMsg{}))
+
+// take is the next record.
+func (r *sentRecords) take() *hopMsg {
+	if len(r.chunks) == 0 || r.used == recordChunk {
+		var c []hopMsg
+		if n := len(r.free); n > 0 {
+			c, r.free = r.free[n-1], r.free[:n-1]
+		} else {
+			c = make([]hopMsg, recordChunk)
+		}
+		r.chunks = append(r.chunks, c)
+		r.used = 0
+	}
+	hm := &r.chunks[len(r.chunks)-1][r.used]
+	r.used++
+	r.next++
+	return hm
+}
+
+// release takes back the chunks all of whose records were handed out
+// before record upTo (the one being filled stays).
+func (r *sentRecords) release(upTo uint64) {
+	n := 0
+	for n < len(r.chunks)-1 && r.first+uint64(recordChunk) <= upTo {
+		clear(r.chunks[n]) // the payloads they point at may go
+		r.free = append(r.free, r.chunks[n])
+		r.first += uint64(recordChunk)
+		n++
+	}
+	r.chunks = append(r.chunks[:0], r.chunks[n:]...)
 }

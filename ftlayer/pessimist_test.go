@@ -306,3 +306,106 @@ func TestPessimistCheckpoint(t *testing.T) {
 	require.Equal(t, uint64(2), m.CSN)
 	require.Equal(t, []Event{{2, 1}}, s.pending, "the first delivery after a checkpoint is an event")
 }
+
+func TestSentRecordsAreReusedOnceACheckpointCoversThem(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		sent     int // records taken before the release
+		upTo     int // release's mark
+		reused   int // chunks that go back to be used again
+		inUseNow int
+	}{
+		{"one chunk, being filled", 5, 5, 0, 1},
+		{"a full chunk stays while it is the one being filled", recordChunk, recordChunk, 0, 1},
+		{"a full chunk goes once the next one is used", recordChunk + 1, recordChunk, 1, 1},
+		{"a chunk not wholly covered stays", 2*recordChunk + 1, 2*recordChunk - 1, 1, 2},
+		{"every chunk but the last", 3*recordChunk + 4, 3*recordChunk + 4, 3, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var r sentRecords
+			var taken []*hopMsg
+			for i := 0; i < c.sent; i++ {
+				hm := r.take()
+				hm.env.Payload = i
+				taken = append(taken, hm)
+			}
+			r.release(uint64(c.upTo))
+			require.Len(t, r.free, c.reused)
+			require.Len(t, r.chunks, c.inUseNow)
+			require.Equal(t, uint64(c.reused*recordChunk), r.first)
+			for _, f := range r.free {
+				for i := range f {
+					require.Nil(t, f[i].env.Payload, "a chunk taken back keeps no payload alive")
+				}
+			}
+			// what is handed out next: the rest of the chunk being filled,
+			// then the chunks taken back, before any new one
+			left := recordChunk - c.sent%recordChunk
+			if c.sent%recordChunk == 0 {
+				left = 0
+			}
+			for i := 0; i < left; i++ {
+				r.take()
+			}
+			if c.reused > 0 {
+				require.Same(t, &r.free[c.reused-1][0], r.take())
+			}
+			for i := c.reused * recordChunk; i < len(taken); i++ {
+				require.Equal(t, i, taken[i].env.Payload, "a record not covered is kept as it was")
+			}
+		})
+	}
+}
+
+func TestPessimistTakesNoRecordBackWhileItReplays(t *testing.T) {
+	s := NewPessimist(0, 2)
+	for i := 0; i < recordChunk+1; i++ {
+		_, _, err := s.Send(1, &pe.Envelope{Type: 7})
+		require.NoError(t, err)
+	}
+	acts, err := s.PeerFailed(1, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, acts, recordChunk+2, "the log's messages, then the end of the replay")
+	s.Prepare()
+	s.Checkpoint()
+	require.Len(t, s.records.free, 0, "copies replayed to PE 1 may still be on their way")
+	s.Recovered(1)
+	s.Prepare()
+	s.Checkpoint()
+	require.Len(t, s.records.free, 1)
+}
+
+// A run that checkpoints sends and receives under pessimist logging
+// without allocating.
+func TestPessimistSendsWithoutAllocatingBetweenCheckpoints(t *testing.T) {
+	events := NewMemEventLog(2)
+	hooks := [2]*PessimistHook{}
+	for i := range hooks {
+		hooks[i] = NewPessimistHook(i, 2, func(int, *Packet) {}, events)
+	}
+	i := 0
+	round := func(msgs int) {
+		for k := 0; k < msgs; k++ {
+			from := i % 2
+			i++
+			env := pe.Envelope{Type: 1, Kind: pe.KindP2P, Src: int32(from), Seq: uint64(i)}
+			if err := hooks[from].Send(1-from, RoleP2P, 0, 0, false, &env); err != nil {
+				t.Fatal(err)
+			}
+			if a, err := hooks[1-from].Arrive(&env); a != Handle || err != nil {
+				t.Fatal(a, err)
+			}
+		}
+		for _, h := range hooks {
+			h.Prepare()
+		}
+		for _, h := range hooks {
+			h.Checkpoint()
+		}
+	}
+	busy := func() { round(6 * recordChunk) }
+	busy()
+	busy() // the chunks and slices grow to a round's size
+	require.Equal(t, testing.AllocsPerRun(5, func() { round(0) }), testing.AllocsPerRun(5, busy),
+		"a checkpoint allocates (its counters), the messages between two do not")
+}

@@ -11,7 +11,10 @@
 // them on this machine (++local, the default) or over ssh on the hosts of a
 // node list (++nodelist FILE, ++remote-shell CMD), serves their rendezvous,
 // gives them a per-job secret, and ends them all if one fails or if
-// charmrun itself is ended: no process outlives the job.
+// charmrun itself is ended: no process outlives the job. It starts a
+// replacement for a process killed mid-run (not process 0); with
+// --ckpt-dir DIR, a job that loses what it cannot replace runs again,
+// once, from the last checkpoint complete in DIR.
 package main
 
 import (
@@ -23,12 +26,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe/cluster"
 )
 
@@ -52,7 +57,10 @@ options:
   +balancer NAME         load balancer, passed to the program
   --wire-check, --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR,
   --watchdog D, ...      any runtime flag (see the program's --help), passed
-                         to the program
+                         to the program; with --ckpt-dir DIR and several
+                         processes, a job that loses process 0 (which cannot
+                         be replaced) runs again, once, from DIR's last
+                         complete checkpoint
   ++verbose              print the commands before running them
   -h, --help             this text
 `
@@ -87,7 +95,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 2
 			}
 		}
-		return job.Run()
+		code, lost := job.RunJob()
+		if code == 0 || lost == "" || l.ckptDir == "" {
+			return code
+		}
+		return restartOnce(job, l, lost, stderr)
 	}
 	if l.verbose {
 		fmt.Fprintf(stderr, "charmrun: %s %s\n", path, strings.Join(l.progArgs, " "))
@@ -125,10 +137,58 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 var errHelp = errors.New("help")
 
+// restartOnce runs a job of several processes again, once, after it
+// ended because lost could not be replaced (process 0, which holds the
+// job's membership and rendezvous, or a process that kept dying): from
+// the last checkpoint complete in its --ckpt-dir, or, if none is yet,
+// as it started. The faults injected into the first run (--kill,
+// --kill-file) are not injected again.
+func restartOnce(job cluster.Launch, l launchSpec, lost string, stderr io.Writer) int {
+	drop := []string{"--kill", "--kill-file", "+killFile"}
+	from := "as it started"
+	latest, err := manager.ReadLatest(l.ckptDir)
+	if err == nil {
+		drop = append(drop, "--restart", "+restart")
+		from = fmt.Sprintf("from checkpoint %d in %s", latest.Epoch, l.ckptDir)
+	} else {
+		from += fmt.Sprintf(" (no checkpoint is complete in --ckpt-dir: %v)", err)
+	}
+	args := append(slices.Clone(l.layout), without(l.pass, drop)...)
+	if err == nil {
+		args = append(args, "--restart", l.ckptDir)
+	}
+	job.Args = append(args, l.own...)
+	fmt.Fprintf(stderr, "charmrun: the job cannot go on (%s); it runs again, once, %s\n", lost, from)
+	code, lost := job.RunJob()
+	if code != 0 && lost != "" {
+		fmt.Fprintf(stderr, "charmrun: the job ran again once already; it ends (%s)\n", lost)
+	}
+	return code
+}
+
+// without is the runtime flags flags without those named in names (and
+// their values).
+func without(flags, names []string) []string {
+	var out []string
+	for i := 0; i < len(flags); i++ {
+		name, _, hasValue := strings.Cut(flags[i], "=")
+		if slices.Contains(names, name) {
+			if !hasValue {
+				i++ // its value
+			}
+			continue
+		}
+		out = append(out, flags[i])
+	}
+	return out
+}
+
 // launchSpec is what charmrun was asked to run.
 type launchSpec struct {
 	prog     string
 	progArgs []string // runtime flags to pass on, then the program's arguments
+	layout   []string // the layout's flags in progArgs (+p, ++n, ++ppn)
+	ckptDir  string   // --ckpt-dir's value, "" if none
 	pass     []string // the runtime flags alone
 	own      []string // the program's own arguments
 	pes      int      // +p, 0 if not given
@@ -215,6 +275,8 @@ func parse(args []string) (launchSpec, error) {
 				}
 			case name == "--listen":
 				l.listen = val
+			case name == "--ckpt-dir":
+				l.ckptDir = val
 			case name == "--connect-timeout":
 				if l.timeout, err = time.ParseDuration(val); err != nil || l.timeout <= 0 {
 					return l, fmt.Errorf("flag --connect-timeout: %q is not a positive duration (30s, 2m)", val)
@@ -237,12 +299,12 @@ func parse(args []string) (launchSpec, error) {
 		return l, err
 	}
 	if l.pes > 0 {
-		l.progArgs = append(l.progArgs, "+p", strconv.Itoa(l.pes))
+		l.layout = append(l.layout, "+p", strconv.Itoa(l.pes))
 	}
 	if l.procs > 1 || l.nodelist != "" {
-		l.progArgs = append(l.progArgs, "++n", strconv.Itoa(l.procs), "++ppn", strconv.Itoa(l.ppn))
+		l.layout = append(l.layout, "++n", strconv.Itoa(l.procs), "++ppn", strconv.Itoa(l.ppn))
 	}
-	l.progArgs = append(append(l.progArgs, l.pass...), l.own...)
+	l.progArgs = append(append(slices.Clone(l.layout), l.pass...), l.own...)
 	return l, nil
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -353,6 +354,14 @@ func startJob(t *testing.T, charmrun, leanmd string, args, params []string, unti
 		io.Copy(j.out, stdout)
 		close(j.done)
 	}()
+	j.findKids(t)
+	return j
+}
+
+// findKids finds charmrun's children by rank.
+func (j *job) findKids(t *testing.T) {
+	t.Helper()
+	j.kids = map[int]int{}
 	dirs, err := os.ReadDir("/proc")
 	require.NoError(t, err)
 	for _, d := range dirs {
@@ -366,7 +375,7 @@ func startJob(t *testing.T, charmrun, leanmd string, args, params []string, unti
 		}
 		// pid (comm) state ppid ...: the command may hold spaces
 		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(cmd.Process.Pid) {
+		if len(f) < 2 || f[1] != strconv.Itoa(j.cmd.Process.Pid) {
 			continue
 		}
 		env, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
@@ -377,7 +386,6 @@ func startJob(t *testing.T, charmrun, leanmd string, args, params []string, unti
 			}
 		}
 	}
-	return j
 }
 
 // signal sends sig to the process of rank r (found by startJob: a pid of
@@ -609,6 +617,57 @@ func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 			require.Contains(t, errs[0].String(), "was lost")
 		}
 	}
+}
+
+// A job that loses what cannot be replaced (process 0 here) and was
+// given --ckpt-dir runs again, once, from the last checkpoint complete
+// there, or as it started if none is yet; the faults injected into the
+// first run are not injected again. Either way the run ends with the
+// failure-free energies, bitwise. A second such loss ends the job.
+func TestAJobThatCannotGoOnRunsAgainFromItsCheckpointDirectory(t *testing.T) {
+	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
+	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(append([]string{"+p2", leanmd}, params...), &out, &errb), errb.String())
+	want := energies(t, out.String())
+	type restartCase struct {
+		name  string
+		args  []string
+		from  string
+		until string // what the first run prints before process 0 is killed ("": --kill kills it)
+	}
+	cases := []restartCase{
+		// (the kill lands after step 25, before or after checkpoint 3)
+		{"killed by a signal, from the last checkpoint", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark"},
+		{"before any checkpoint, as it started", []string{"--ft", "none", "--kill", "0@5"}, `as it started \(no checkpoint is complete in --ckpt-dir: `, ""},
+	}
+	if os.Getenv("FT_LONG") != "" { // (the suite's time: the same path under a protocol)
+		cases = append(cases, restartCase{"killed at a step, under camel", []string{"--ft", "camel", "--kill", "0@25"}, `from checkpoint 2 in `, ""})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append([]string{"++n", "2", "++ppn", "1", "--watchdog", "60s", "--ckpt-dir", dir}, c.args...)
+			j := startJob(t, cr, leanmd, args, params, cmp.Or(c.until, "Starting simulation"))
+			if c.until != "" {
+				j.signal(t, 0, syscall.SIGKILL)
+			}
+			require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
+			require.Regexp(t, `charmrun: the job cannot go on \(process 0 was killed by SIGKILL\); it runs again, once, `+c.from, j.err.String())
+			require.Equal(t, 1, strings.Count(j.err.String(), "it runs again"), "and once: the kill is not injected again")
+			require.Equal(t, want, energies(t, j.out.String()))
+		})
+	}
+	t.Run("lost again, it ends", func(t *testing.T) {
+		args := []string{"++n", "2", "++ppn", "1", "--watchdog", "60s", "--ckpt-dir", t.TempDir(), "--kill", "0@25"}
+		j := startJob(t, cr, leanmd, args, params, "Starting simulation")
+		j.err.waitFor(t, "it runs again, once", 60*time.Second)
+		j.out.waitFor(t, "Step 30 Benchmark", 60*time.Second) // the first run ended before step 30
+		j.findKids(t)
+		j.signal(t, 0, syscall.SIGKILL)
+		require.NotEqual(t, 0, j.waitWithin(t, 60*time.Second))
+		require.Contains(t, j.err.String(), "charmrun: the job ran again once already; it ends (process 0 was killed by SIGKILL)")
+	})
 }
 
 // A checkpoint written by two processes restarts in one, and one written

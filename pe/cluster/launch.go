@@ -92,6 +92,19 @@ type Launch struct {
 // charmrun ends them too: children here die with it (Pdeathsig), and every
 // process ends once its connection to the rendezvous does.
 func (l Launch) Run() int {
+	code, _ := l.RunJob()
+	return code
+}
+
+// RunJob is Run, and says whether the job ended because a process was
+// lost (killed by a signal charmrun did not send) and not replaced: lost
+// names it ("process 0 was killed by SIGKILL"), else it is empty.
+func (l Launch) RunJob() (code int, lost string) {
+	code = l.run(&lost)
+	return code, lost
+}
+
+func (l Launch) run(lost *string) int {
 	path := l.Path
 	// charmrun's own lines and the children's output share the streams:
 	// every write goes through one lock per stream
@@ -226,6 +239,9 @@ func (l Launch) Run() int {
 				// the cause, whatever another process that noticed it
 				// said or did first (and whichever exit came first here)
 				fail("%v was killed by %s", e.c, e.signal)
+				if *lost == "" {
+					*lost = fmt.Sprintf("%v was killed by %s", e.c, e.signal)
+				}
 			}
 			if code == 0 {
 				code = e.code

@@ -134,6 +134,15 @@ func TestRuntimeFlagsBeforeTheProgramAndAPackage(t *testing.T) {
 
 // energies are the lines of LeanMD's summary that must be bitwise equal
 // between runs.
+// failureFree is the energies of LeanMD run with params on pes PEs in one
+// process, without a failure: what a run that recovers must end with.
+func failureFree(t *testing.T, leanmd string, pes int, params []string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(append([]string{"+p" + strconv.Itoa(pes), leanmd}, params...), &out, &errb), errb.String())
+	return energies(t, out.String())
+}
+
 func energies(t *testing.T, out string) string {
 	t.Helper()
 	var e []string
@@ -498,9 +507,7 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 func TestAHungProcessIsReplaced(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run(append([]string{"+p2", leanmd}, params...), &out, &errb), errb.String())
-	want := energies(t, out.String())
+	want := failureFree(t, leanmd, 2, params)
 	cases := [][]string{{"++n", "2", "++ppn", "1", "--ft", "camel"}}
 	if os.Getenv("FT_LONG") != "" { // (the suite's time: one protocol is the same path)
 		cases = append(cases, []string{"++n", "2", "++ppn", "2", "--ft", "none"}, []string{"++n", "2", "++ppn", "2", "--ft", "pessimist"},
@@ -529,9 +536,7 @@ func TestAHungProcessIsReplaced(t *testing.T) {
 func TestTwoProcessesLostCloseTogether(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "61", "20", "20", "10", "--progress", "1"}
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run(append([]string{"+p3", leanmd}, params...), &out, &errb), errb.String())
-	want := energies(t, out.String())
+	want := failureFree(t, leanmd, 3, params)
 	for _, c := range []struct {
 		name      string
 		args      []string
@@ -627,9 +632,7 @@ func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 func TestAJobThatCannotGoOnRunsAgainFromItsCheckpointDirectory(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run(append([]string{"+p2", leanmd}, params...), &out, &errb), errb.String())
-	want := energies(t, out.String())
+	want := failureFree(t, leanmd, 2, params)
 	type restartCase struct {
 		name  string
 		args  []string

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,9 +25,7 @@ import (
 func TestPessimistAcrossProcesses(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run(append([]string{"+p8", leanmd}, params...), &out, &errb), errb.String())
-	want := energies(t, out.String())
+	want := failureFree(t, leanmd, 8, params)
 	for _, c := range []struct {
 		name      string
 		args      []string

@@ -253,6 +253,9 @@ type Stats struct {
 	// their destination having sent every one of them (see
 	// Pessimist.Send)
 	CommitsSpared uint64
+	// RecordsReused: records of the pessimist's sender-based log handed
+	// out again, from chunks a checkpoint took back (see sentRecords)
+	RecordsReused uint64
 	Entries       []EntryEvents
 }
 
@@ -326,6 +329,7 @@ func (s *Stats) Add(o Stats) {
 	s.Commits += o.Commits
 	s.EventsCommitted += o.EventsCommitted
 	s.CommitsSpared += o.CommitsSpared
+	s.RecordsReused += o.RecordsReused
 	for _, e := range o.Entries {
 		i, found := slices.BinarySearchFunc(s.Entries, e.Type, func(a EntryEvents, t uint32) int { return cmp.Compare(a.Type, t) })
 		if !found {

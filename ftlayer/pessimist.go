@@ -489,6 +489,7 @@ func (s *Pessimist) Checkpoint() (truncate uint64) {
 func (s *Pessimist) Stats() Stats {
 	st := s.stats
 	st.Log = s.logged
+	st.RecordsReused = s.records.reused
 	for _, e := range s.entries {
 		st.Entries = append(st.Entries, *e)
 	}
@@ -659,6 +660,7 @@ type sentRecords struct {
 	free   [][]hopMsg
 	first  uint64 // the number of chunks[0]'s first record
 	next   uint64 // the number of the next record
+	reused uint64 // records in the chunks handed out again
 }
 
 // recordChunk is how many records fill a chunk of 16 KiB (an allocator
@@ -671,6 +673,7 @@ func (r *sentRecords) take() *hopMsg {
 		var c []hopMsg
 		if n := len(r.free); n > 0 {
 			c, r.free = r.free[n-1], r.free[:n-1]
+			r.reused += uint64(recordChunk)
 		} else {
 			c = make([]hopMsg, recordChunk)
 		}

@@ -330,8 +330,8 @@ func TestSentRecordsAreReusedOnceACheckpointCoversThem(t *testing.T) {
 				taken = append(taken, hm)
 			}
 			r.release(uint64(c.upTo))
-			require.Len(t, r.free, c.reused)
-			require.Len(t, r.chunks, c.inUseNow)
+			require.Equal(t, c.reused, len(r.free), "chunks taken back")
+			require.Equal(t, c.inUseNow, len(r.chunks), "chunks in use")
 			require.Equal(t, uint64(c.reused*recordChunk), r.first)
 			for _, f := range r.free {
 				for i := range f {
@@ -349,6 +349,7 @@ func TestSentRecordsAreReusedOnceACheckpointCoversThem(t *testing.T) {
 			}
 			if c.reused > 0 {
 				require.Same(t, &r.free[c.reused-1][0], r.take())
+				require.Equal(t, uint64(recordChunk), r.reused)
 			}
 			for i := c.reused * recordChunk; i < len(taken); i++ {
 				require.Equal(t, i, taken[i].env.Payload, "a record not covered is kept as it was")
@@ -368,11 +369,11 @@ func TestPessimistTakesNoRecordBackWhileItReplays(t *testing.T) {
 	require.Len(t, acts, recordChunk+2, "the log's messages, then the end of the replay")
 	s.Prepare()
 	s.Checkpoint()
-	require.Len(t, s.records.free, 0, "copies replayed to PE 1 may still be on their way")
+	require.Zero(t, len(s.records.free), "copies replayed to PE 1 may still be on their way")
 	s.Recovered(1)
 	s.Prepare()
 	s.Checkpoint()
-	require.Len(t, s.records.free, 1)
+	require.Equal(t, 1, len(s.records.free))
 }
 
 // A run that checkpoints sends and receives under pessimist logging

@@ -69,13 +69,7 @@ func (r *rollbackShapes) note(t *testing.T, c chare.Config, f Failure) {
 // back alone (logging on again after a checkpoint).
 func TestLogLimitFailuresAtEveryEvent(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride := 3
-	switch {
-	case raceOn:
-		stride = 29
-	case long() > 0:
-		stride = 1
-	}
+	stride := sweepStride(3, 29)
 	for _, c := range limited {
 		t.Run(limitName(c), func(t *testing.T) {
 			c.PEs, c.Branching = 5, 2

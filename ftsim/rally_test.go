@@ -164,13 +164,7 @@ func rallyLogsOf(t *testing.T, r chare.Result) []ChainLog {
 // orphan, whatever held the counts the commits were spared for.
 func TestPessimistFailuresInRalliesThatSpareCommits(t *testing.T) {
 	args := MixArgs{Steps: 4, Ckpt: 2}
-	stride := 3
-	switch {
-	case raceOn:
-		stride = 17
-	case long() > 0:
-		stride = 1
-	}
+	stride := sweepStride(3, 17)
 	for _, c := range []struct {
 		pes  int
 		sets [][]int
@@ -194,29 +188,53 @@ func TestPessimistFailuresInRalliesThatSpareCommits(t *testing.T) {
 				require.Greater(t, lg.CommitsSpared, lg.Commits, "a ping-pong's sends need no commit, most of them")
 			}
 			t.Logf("without failures: %d deliveries, %d events, %d commits, %d sends with none", lg.Deliveries, lg.Events, lg.Commits, lg.CommitsSpared)
-			runs, dir := 0, t.TempDir()
-			for e := 1; e <= free.Stats.Events; e += stride {
-				for _, set := range c.sets {
-					cf := cfg
-					// (a PE and its buddy failing at once lose both copies
-					// of its snapshot: the directory keeps one; a run's own)
-					cf.CheckpointDir = filepath.Join(dir, strconv.Itoa(e), fmt.Sprint(set))
-					for _, p := range set {
-						cf.Kills = append(cf.Kills, chare.Kill{PE: p, Step: -1, Event: e})
-					}
-					res := Run(rallyMain, args, cf, 5)
-					if Unfired(res) {
-						continue
-					}
-					name := fmt.Sprintf("PEs %v before event %d", set, e)
-					require.NoError(t, res.Err, name)
-					got, err := checkChainLogs(rallyLogsOf(t, res))
-					require.NoError(t, err, name)
-					require.Equal(t, n, got, name)
-					runs++
-				}
-			}
-			t.Logf("%d runs", runs)
+			sweepRally(t, args, cfg, free.Stats.Events, stride, c.sets, n)
 		})
 	}
+}
+
+// sweepRally runs the rally under cfg with each set of PEs failing at
+// once before every stride-th of its events events, and checks that each
+// run ends with the n receptions of the failure-free run and no orphan.
+func sweepRally(t *testing.T, args MixArgs, cfg chare.Config, events, stride int, sets [][]int, n int) {
+	t.Helper()
+	runs, dir := 0, t.TempDir()
+	for e := 1; e <= events; e += stride {
+		for _, set := range sets {
+			cf := cfg
+			// (a PE and its buddy failing at once lose both copies of its
+			// snapshot: the directory keeps one; a run's own)
+			cf.CheckpointDir = filepath.Join(dir, strconv.Itoa(e), fmt.Sprint(set))
+			for _, p := range set {
+				cf.Kills = append(cf.Kills, chare.Kill{PE: p, Step: -1, Event: e})
+			}
+			res := Run(rallyMain, args, cf, 5)
+			if Unfired(res) {
+				continue
+			}
+			name := fmt.Sprintf("PEs %v before event %d", set, e)
+			require.NoError(t, res.Err, name)
+			got, err := checkChainLogs(rallyLogsOf(t, res))
+			require.NoError(t, err, name)
+			require.Equal(t, n, got, name)
+			runs++
+		}
+	}
+	t.Logf("%d runs", runs)
+}
+
+// The same after the checkpoint handed chunks of the sender-based log's
+// records back (ftlayer.sentRecords): a checkpoint late enough that every
+// PE filled one first, and failures after it replay from records handed
+// out again, to PEs that failed alone or together.
+func TestPessimistFailuresAfterTheLogsRecordsAreReused(t *testing.T) {
+	args := MixArgs{Steps: 16, Ckpt: 12}
+	stride := sweepStride(7, 29)
+	cfg := chare.Config{PEs: 2, FT: "pessimist", Branching: 2}
+	free := Run(rallyMain, args, cfg, 5)
+	require.NoError(t, free.Err)
+	n, err := checkChainLogs(rallyLogsOf(t, free))
+	require.NoError(t, err)
+	require.Positive(t, free.Stats.FT.Log.RecordsReused, "the checkpoint handed records back, and the sends after it took them")
+	sweepRally(t, args, cfg, free.Stats.Events, stride, [][]int{{0}, {1}, {0, 1}}, n)
 }

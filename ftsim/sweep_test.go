@@ -17,6 +17,18 @@ func long() int {
 	return max(n, 0)
 }
 
+// sweepStride is how many events a sweep steps over between two failure
+// points: every one under FT_LONG, underRace under -race, else normal.
+func sweepStride(normal, underRace int) int {
+	switch {
+	case raceOn:
+		return underRace
+	case long() > 0:
+		return 1
+	}
+	return normal
+}
+
 // withDir gives random failure runs under checkpoint/restart a checkpoint
 // directory: failures that overlap are one failure of all their PEs
 // there, and a PE and its buddy among them take both copies of its

@@ -637,25 +637,30 @@ func TestAJobThatCannotGoOnRunsAgainFromItsCheckpointDirectory(t *testing.T) {
 		name  string
 		args  []string
 		from  string
-		until string // what the first run prints before process 0 is killed ("": --kill kills it)
+		until string         // what the first run prints before process 0 is signalled ("": --kill kills it)
+		sig   syscall.Signal // the signal (SIGSTOP: it hangs, and a process on its host kills it)
 	}
 	cases := []restartCase{
 		// (the kill lands after step 25, before or after checkpoint 3)
-		{"killed by a signal, from the last checkpoint", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark"},
-		{"before any checkpoint, as it started", []string{"--ft", "none", "--kill", "0@5"}, `as it started \(no checkpoint is complete in --ckpt-dir: `, ""},
+		{"killed by a signal, from the last checkpoint", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark", syscall.SIGKILL},
+		{"before any checkpoint, as it started", []string{"--ft", "none", "--kill", "0@5"}, `as it started \(no checkpoint is complete in --ckpt-dir: `, "", 0},
+		{"hung", []string{"--ft", "none", "--heartbeat-timeout", "2s"}, `from checkpoint \d+ in `, "Step 25 Benchmark", syscall.SIGSTOP},
 	}
 	if os.Getenv("FT_LONG") != "" { // (the suite's time: the same path under a protocol)
-		cases = append(cases, restartCase{"killed at a step, under camel", []string{"--ft", "camel", "--kill", "0@25"}, `from checkpoint 2 in `, ""})
+		cases = append(cases, restartCase{"killed at a step, under camel", []string{"--ft", "camel", "--kill", "0@25"}, `from checkpoint 2 in `, "", 0})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			args := append([]string{"++n", "2", "++ppn", "1", "--watchdog", "60s", "--ckpt-dir", dir}, c.args...)
 			j := startJob(t, cr, leanmd, args, params, cmp.Or(c.until, "Starting simulation"))
-			if c.until != "" {
-				j.signal(t, 0, syscall.SIGKILL)
+			if c.sig != 0 {
+				j.signal(t, 0, c.sig)
 			}
 			require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
+			if c.sig == syscall.SIGSTOP {
+				require.Regexp(t, `charmgo: process 0 \(pid \d+ on \S+\) is killed, which ends the job \(process 0 cannot be replaced\): no heartbeat for 2s`, j.err.String())
+			}
 			require.Regexp(t, `charmrun: the job cannot go on \(process 0 was killed by SIGKILL\); it runs again, once, `+c.from, j.err.String())
 			require.Equal(t, 1, strings.Count(j.err.String(), "it runs again"), "and once: the kill is not injected again")
 			require.Equal(t, want, energies(t, j.out.String()))

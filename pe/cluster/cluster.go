@@ -788,13 +788,15 @@ func (j *Job) checkBeats() {
 
 // killHung has hung process r killed by SIGKILL, by this process if it
 // runs on r's host, else by a live one that does, and reports whether it
-// could: r is not process 0 (which cannot be replaced), the launcher
-// replaces processes, and a process of the job shares r's host (a host
-// cut off from the others has none they can reach). Its links then
-// break, and it is lost and replaced as a crashed process is. Once per
-// incarnation: the heartbeats keep finding it silent until it is gone.
+// could: the launcher replaces processes, and a process of the job
+// shares r's host (a host cut off from the others has none they can
+// reach). Its links then break, and it is lost and replaced as a crashed
+// process is; process 0, which cannot be replaced, ends the job as a
+// crashed process 0 does (charmrun, given --ckpt-dir, runs the job again
+// from there). Once per incarnation: the heartbeats keep finding it
+// silent until it is gone.
 func (j *Job) killHung(r int, why string) bool {
-	if r == 0 || j.recovery == nil || !j.recovery.Replaces() {
+	if j.recovery == nil || !j.recovery.Replaces() {
 		return false
 	}
 	j.mu.Lock()
@@ -839,7 +841,11 @@ func (j *Job) killHung(r int, why string) bool {
 
 // killLocal kills hung process r (m), which runs on this host, by SIGKILL.
 func (j *Job) killLocal(r int, m Member, why string) {
-	fmt.Fprintf(os.Stderr, "charmgo: process %d (pid %d on %s) is killed, to be replaced: %s\n", r, m.PID, m.Host, why)
+	then := "to be replaced"
+	if r == 0 {
+		then = "which ends the job (process 0 cannot be replaced)"
+	}
+	fmt.Fprintf(os.Stderr, "charmgo: process %d (pid %d on %s) is killed, %s: %s\n", r, m.PID, m.Host, then, why)
 	if p, err := os.FindProcess(m.PID); err == nil {
 		p.Kill()
 	}
@@ -849,7 +855,7 @@ func (j *Job) killLocal(r int, m Member, why string) {
 // incarnation the sender found hung, and runs on this host.
 func (j *Job) onKillHung(m control) {
 	j.mu.Lock()
-	if m.Code <= 0 || m.Code >= len(j.members) || j.lost[m.Code] {
+	if m.Code < 0 || m.Code >= len(j.members) || j.lost[m.Code] {
 		j.mu.Unlock()
 		return
 	}

@@ -41,6 +41,13 @@ func TestBenchProgramsRun(t *testing.T) {
 			require.Equal(t, 2, pingCkpts, "a checkpoint after round trips 80 and 160")
 			return res
 		})
+		// and the stream: rounds of 128 messages, 64 in the last
+		run("stream-checkpointing-"+ft, 2, func(c chare.Config) chare.Result {
+			c.FT = ft
+			streamCkptEvery = 128
+			defer func() { streamCkptEvery = 0 }()
+			return chare.Run(streamMain, c)
+		})
 	}
 	run("local", 1, func(c chare.Config) chare.Result { return chare.Run(localMain, c) })
 	for _, mode := range []string{"reduction", "p2p"} {

@@ -320,7 +320,10 @@ const (
 )
 
 type StreamMain struct {
-	start time.Time `msgpack:"-"` // the benchmark's clock
+	start   time.Time `msgpack:"-"` // the benchmark's clock
+	Arr     chare.ArrayProxy[Streamer]
+	Left    int           // messages still to send, all senders together
+	Elapsed time.Duration // the rounds' time before this one
 }
 
 type Streamer struct{ Got int }
@@ -331,12 +334,17 @@ var (
 	streamTick *chare.Entry[Streamer, int]
 	streamRecv *chare.Entry[Streamer, Msg]
 	streamDone *chare.Entry[StreamMain, struct{}]
+	// streamResume, streamCkptEvery: the stream pauses for a checkpoint
+	// every streamCkptEvery messages (0: never)
+	streamResume    *chare.Entry[StreamMain, struct{}]
+	streamCkptEvery int
 )
 
 func init() {
 	streamTick = chare.NewEntry(streamers, (*Streamer).Tick)
 	streamRecv = chare.NewEntry(streamers, (*Streamer).Recv)
 	streamDone = chare.NewEntry(streamMain, (*StreamMain).Done)
+	streamResume = chare.NewEntry(streamMain, (*StreamMain).Resume)
 }
 
 // Tick sends a burst of messages to this sender's receiver on the other PE
@@ -372,19 +380,39 @@ func (s *Streamer) Joins(ctx *chare.Ctx, _ struct{}) {
 var streamJoin = chare.NewEntry(streamers, (*Streamer).Joins)
 
 func (m *StreamMain) Init(ctx *chare.Ctx, _ []string) {
-	per := benchN / streamPairs
-	arr := streamers.NewArray(ctx, []int{2 * streamPairs}, struct{}{}) // block map on 2 PEs: senders on PE 0, receivers on PE 1
+	m.Arr = streamers.NewArray(ctx, []int{2 * streamPairs}, struct{}{}) // block map on 2 PEs: senders on PE 0, receivers on PE 1
+	m.Left = benchN
+	m.round(ctx)
+}
+
+// round streams streamCkptEvery messages (all of them if 0), every
+// sender the same share.
+func (m *StreamMain) round(ctx *chare.Ctx) {
+	n := m.Left
+	if streamCkptEvery > 0 {
+		n = min(n, streamCkptEvery)
+	}
+	m.Left -= n
 	m.start = time.Now()
 	for i := 0; i < streamPairs; i++ {
-		streamJoin.Send(ctx, arr.At(i), struct{}{})
-		streamTick.Send(ctx, arr.At(i), per)
+		streamJoin.Send(ctx, m.Arr.At(i), struct{}{})
+		streamTick.Send(ctx, m.Arr.At(i), n/streamPairs)
 	}
 }
 
+// Done: a round's messages all arrived. The clock stops for the
+// checkpoint between two rounds.
 func (m *StreamMain) Done(ctx *chare.Ctx, _ struct{}) {
-	benchElapsed = time.Since(m.start)
+	m.Elapsed += time.Since(m.start)
+	if m.Left > 0 {
+		chare.Checkpoint(ctx, streamResume.CallbackTo(streamMain.MainProxy()))
+		return
+	}
+	benchElapsed = m.Elapsed
 	ctx.Exit(0)
 }
+
+func (m *StreamMain) Resume(ctx *chare.Ctx, _ struct{}) { m.round(ctx) }
 
 func BenchmarkStream_Charmgo(b *testing.B) { runStream(b, chare.Config{PEs: 2}) }
 
@@ -396,15 +424,13 @@ func BenchmarkStream_CharmgoPessimist(b *testing.B) {
 	runStream(b, chare.Config{PEs: 2, FT: "pessimist"})
 }
 
-// streamRound is the most messages one run of a stream carries: the
-// benchmark runs as many as b.N asks in runs of at most this many. Under
-// message logging every message stays in its sender's log until a
-// checkpoint, so one run of b.N messages measured a heap that grew with
-// b.N, and the collector's work with it: Stream_CharmgoSCMEL took 412 ns a
-// message for 2.9 M messages and 615 for 4.9 M (benchtable: two modes).
-// A round is a checkpoint interval's worth of a busy PE's log. Without
-// message logging a stream is one run (starting runs costs a stream
-// without logging up to 2× a message: a run's first messages are slow).
+// streamRound is how many messages a stream under message logging
+// carries between two checkpoints: every message stays in its sender's
+// log until a checkpoint, so without them a run measured a heap that grew
+// with b.N, and the collector's work with it (Stream_CharmgoSCMEL took 412
+// ns a message for 2.9 M messages and 615 for 4.9 M: benchtable's two
+// modes). The checkpoints' time is left out, as the ping-pongs' is.
+// Without message logging a stream is one round.
 const streamRound = 1 << 18
 
 func runStream(b *testing.B, cfg chare.Config) {
@@ -413,22 +439,18 @@ func runStream(b *testing.B, cfg chare.Config) {
 	// period against 24–28 on a fast floor (benchtable: "two modes")
 	floor := crossCoreRoundTrips(1e5)
 	n := max(b.N-b.N%streamPairs, streamPairs)
-	round := n
+	streamCkptEvery = 0
 	if cfg.FT != "" {
-		round = streamRound // without logging nothing grows: one run
+		streamCkptEvery = streamRound
 	}
-	var elapsed time.Duration
-	for left := n; left > 0; left -= benchN {
-		benchN = min(left, round)
-		benchElapsed = 0
-		res := chare.Run(streamMain, programDefaults(cfg))
-		if res.Err != nil || res.Code != 0 {
-			b.Fatal(res.Code, res.Err)
-		}
-		elapsed += benchElapsed
+	defer func() { streamCkptEvery = 0 }()
+	benchN, benchElapsed = n, 0
+	res := chare.Run(streamMain, programDefaults(cfg))
+	if res.Err != nil || res.Code != 0 {
+		b.Fatal(res.Code, res.Err)
 	}
-	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/op")
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(benchElapsed.Nanoseconds())/float64(n), "ns/op")
+	b.ReportMetric(float64(n)/benchElapsed.Seconds(), "msgs/s")
 	reportFloor(b, floor)
 }
 

@@ -159,15 +159,15 @@ func restartOnce(job cluster.Launch, l launchSpec, lost string, stderr io.Writer
 	}
 	job.Args = append(args, l.own...)
 	fmt.Fprintf(stderr, "charmrun: the job cannot go on (%s); it runs again, once, %s\n", lost, from)
-	code, lost := job.RunJob()
-	if code != 0 && lost != "" {
-		fmt.Fprintf(stderr, "charmrun: the job ran again once already; it ends (%s)\n", lost)
+	code, lostAgain := job.RunJob()
+	if code != 0 && lostAgain != "" {
+		fmt.Fprintf(stderr, "charmrun: the job ran again once already; it ends (%s)\n", lostAgain)
 	}
 	return code
 }
 
-// without is the runtime flags flags without those named in names (and
-// their values).
+// without is flags (runtime flags) without those named in names, and
+// their values.
 func without(flags, names []string) []string {
 	var out []string
 	for i := 0; i < len(flags); i++ {

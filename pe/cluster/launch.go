@@ -238,9 +238,10 @@ func (l Launch) run(lost *string) int {
 			case e.signal != "" && !killed:
 				// the cause, whatever another process that noticed it
 				// said or did first (and whichever exit came first here)
-				fail("%v was killed by %s", e.c, e.signal)
+				what := fmt.Sprintf("%v was killed by %s", e.c, e.signal)
+				fail("%s", what)
 				if *lost == "" {
-					*lost = fmt.Sprintf("%v was killed by %s", e.c, e.signal)
+					*lost = what
 				}
 			}
 			if code == 0 {

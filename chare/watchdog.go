@@ -133,6 +133,7 @@ type nodeDump struct {
 // replaced is why the PEs wait, whatever their reductions say.
 func dumpNode(node *pe.Node, wait time.Duration, waiting func() string) nodeDump {
 	lo, n := node.LocalPEs() // this process's: the others dump their own
+	allParked := node.AllParked()
 	parked := make([]bool, n)
 	for p := range parked {
 		parked[p] = node.Parked(lo + p)
@@ -161,11 +162,7 @@ func dumpNode(node *pe.Node, wait time.Duration, waiting func() string) nodeDump
 	}
 	var pending []string
 	var silent []int
-	allParked := true
 	for p, d := range got {
-		if !parked[p] {
-			allParked = false
-		}
 		if d == nil {
 			silent = append(silent, lo+p)
 			fmt.Fprintf(&b, "PE %d: did not answer within %v: busy inside one handler\n", lo+p, wait)

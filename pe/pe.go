@@ -644,6 +644,13 @@ func (n *Node) SetRemoteProgress(v uint64) { n.remoteProgress.Store(v) }
 // any goroutine (a snapshot: it may wake at once).
 func (n *Node) Parked(i int) bool { return n.PE(i).in.parked.Load() }
 
+// AllParked reports whether every PE of this process is blocked with
+// nothing to do: one count, which a PE joins only once it found no work
+// and leaves as soon as a message is handed to it, so it is never seen
+// whole while a message waits (PEs asked one at a time can each be seen
+// parked, between their turns, while they pass a message round).
+func (n *Node) AllParked() bool { return int(n.parked.Load()) == len(n.pes) }
+
 // QueueLens is how many envelopes wait for this PE: in its system lane and
 // its application lane, taken from its inbox or not yet. Call it on the
 // PE's goroutine.

@@ -533,30 +533,37 @@ func TestAHungProcessIsReplaced(t *testing.T) {
 // replacements are admitted together: the second used to wait for the
 // first's links, which waited for it); without a directory PE 1's
 // snapshot, held by PEs 1 and 2, is gone with them, and the job says so.
+// The second lost while the first's replacement recovers, within a
+// second of it: the same (with a directory the job recovers, bitwise).
 func TestTwoProcessesLostCloseTogether(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "61", "20", "20", "10", "--progress", "1"}
 	want := failureFree(t, leanmd, 3, params)
 	for _, c := range []struct {
-		name      string
-		args      []string
-		staggered bool
-		code      int
-		notices   []string
+		name    string
+		args    []string
+		after   string // what the second kill waits for ("": nothing)
+		code    int
+		notices []string
 	}{
-		{"one after the other", []string{"--ft", "camel"}, true, 0, []string{
+		{"one after the other", []string{"--ft", "camel"}, "PE 1 caught up", 0, []string{
 			"charmgo: process 1 (PE 1) was lost; its replacement recovers alone (camel)",
 			"charmgo: process 2 (PE 2) was lost; its replacement recovers alone (camel)"}},
-		{"at once, from the checkpoint directory", []string{"--ft", "team", "--ckpt-dir", t.TempDir()}, false, 0, []string{
+		// the second while the first recovers: the two copies of PE 1's
+		// snapshot went with them (PE 2 holds the second)
+		{"the second during the first's recovery", []string{"--ft", "scmel"}, "process 1 was killed", 1, []string{
+			"and no copy of PE 1's snapshot of checkpoint 2 survives (each PE's snapshot is held by it and its buddy); give --ckpt-dir to keep one on disk"}},
+		{"the second during the first's recovery, from the checkpoint directory", []string{"--ft", "pessimist", "--ckpt-dir", t.TempDir()}, "process 1 was killed", 0, nil},
+		{"at once, from the checkpoint directory", []string{"--ft", "team", "--ckpt-dir", t.TempDir()}, "", 0, []string{
 			"charmgo: process 1 (PE 1) was lost, and process 2 (PE 2) was lost (2 processes at once: team recovers one failure at a time, so every PE rolls back); every PE rolls back to checkpoint"}},
-		{"at once, no copy of a snapshot left", []string{"--ft", "camel"}, false, 1, []string{
+		{"at once, no copy of a snapshot left", []string{"--ft", "camel"}, "", 1, []string{
 			"leanmd: process 1 (PE 1) was lost, and process 2 (PE 2) was lost (2 processes at once: camel recovers one failure at a time, so every PE rolls back), and no copy of PE 1's snapshot of checkpoint 2 survives"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			j := startJob(t, cr, leanmd, append([]string{"++n", "3", "++ppn", "1", "--watchdog", "20s"}, c.args...), params, "Step 25 Benchmark")
 			j.signal(t, 1, syscall.SIGKILL)
-			if c.staggered {
-				j.err.waitFor(t, "PE 1 caught up", 20*time.Second)
+			if c.after != "" {
+				j.err.waitFor(t, c.after, 20*time.Second)
 			}
 			j.signal(t, 2, syscall.SIGKILL)
 			require.Equal(t, c.code, j.waitWithin(t, 30*time.Second), j.err.String())

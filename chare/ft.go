@@ -93,7 +93,9 @@ func (h *host) LocalRestored(m *manager.Manager, epoch uint64) {
 	h.run.sup.LocalRestored(m.Me(), epoch)
 }
 
-func (h *host) LocalRecovered(m *manager.Manager) { h.run.sup.LocalRecovered(m.Me()) }
+func (h *host) LocalRecovered(m *manager.Manager) {
+	h.run.sup.LocalRecovered(m.Me(), m.FT().Stats())
+}
 
 func (h *host) RollingBack(m *manager.Manager, epoch uint64, from string) {
 	h.run.sup.RollingBack(epoch, from)

@@ -231,6 +231,22 @@ type SummaryRecovery struct {
 	// brought a PE into it (a log limit).
 	Set   []int32 `json:"rollback_set,omitempty"`
 	Chain int     `json:"rollback_chain,omitempty"`
+	// What the restarted PEs of a recovery alone said as they caught up:
+	// the logged messages the survivors sent them again (by the
+	// survivors' count), the copies they dropped, the messages they held
+	// for their turn, the most survivors one of them heard from, and when
+	// each caught up.
+	Replayed  uint64            `json:"replayed,omitempty"`
+	Dropped   uint64            `json:"dropped,omitempty"`
+	Held      uint64            `json:"held,omitempty"`
+	Survivors int               `json:"survivors,omitempty"`
+	CaughtUp  []SummaryCaughtUp `json:"caught_up,omitempty"`
+}
+
+// SummaryCaughtUp says when a restarted PE caught up, after the failure.
+type SummaryCaughtUp struct {
+	PE int32   `json:"pe"`
+	Ms float64 `json:"ms"`
 }
 
 // SummaryTeam is one team's logging: what it sent other teams (logged)
@@ -391,7 +407,12 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 		s.FaultTolerance.Protocol = cmp.Or(cfg.FT, "none")
 	}
 	for _, rc := range ft.Recoveries {
-		s.FaultTolerance.Recoveries = append(s.FaultTolerance.Recoveries, SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery), Set: rc.Set, Chain: rc.Chain})
+		sr := SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery), Set: rc.Set, Chain: rc.Chain,
+			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors}
+		for _, c := range rc.CaughtUp {
+			sr.CaughtUp = append(sr.CaughtUp, SummaryCaughtUp{PE: c.PE, Ms: ms(c.After)})
+		}
+		s.FaultTolerance.Recoveries = append(s.FaultTolerance.Recoveries, sr)
 	}
 	if cfg.LogLimit > 0 {
 		ll := &SummaryLogLimit{Bytes: cfg.LogLimit, Strategy: cmp.Or(cfg.LogLimitStrategy, "heaviest"), ChannelsOff: l.ChannelsOff,
@@ -543,7 +564,11 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 					set += fmt.Sprintf(" (chain %d)", rc.Chain)
 				}
 			}
-			fmt.Fprintf(w, " %d failure(s), %d PEs rolled back%s, %.1f ms%s", rc.Failures, rc.PEs, set, rc.RecoveryMs, sep)
+			replay := ""
+			if rc.Survivors > 0 {
+				replay = fmt.Sprintf(" (%d survivors sent %d logged messages again; %d copies dropped, %d held for their turn)", rc.Survivors, rc.Replayed, rc.Dropped, rc.Held)
+			}
+			fmt.Fprintf(w, " %d failure(s), %d PEs rolled back%s, %.1f ms%s%s", rc.Failures, rc.PEs, set, rc.RecoveryMs, replay, sep)
 		}
 	}
 	if ll := ft.LogLimit; ll != nil {

@@ -662,6 +662,8 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 	case PktReplayed:
 		if s.recovering {
 			s.replayedIn++
+			s.stats.ReplaysFrom++
+			s.stats.ReplayedIn += p.Replayed
 			out = s.endRecovery(out)
 		}
 		return out, nil
@@ -1757,6 +1759,7 @@ func (s *Causal) PeerFailed(y int32, inc uint32, with []int32) ([]Action, error)
 		}
 	}
 	out := []Action{{Kind: ActSend, Packet: rec}}
+	var replayed uint64
 	for _, e := range s.msgLog {
 		m := e.m
 		if m.released {
@@ -1764,11 +1767,12 @@ func (s *Causal) PeerFailed(y int32, inc uint32, with []int32) ([]Action, error)
 		}
 		if m.Recver == y || s.camel && m.Kind == KindMulticast && s.coll.t.Has(m.Group, y) || isResult(m) && m.Sender == y {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: m}})
-			s.stats.Replayed++
+			replayed++
 		}
 	}
+	s.stats.Replayed += replayed
 	out = append(out, s.storeAgain(y)...)
-	return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktReplayed, From: s.me, To: y}}), nil
+	return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktReplayed, From: s.me, To: y, Replayed: replayed}}), nil
 }
 
 func (s *Causal) recoveringPE() int32 {

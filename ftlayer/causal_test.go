@@ -54,9 +54,11 @@ func TestReplayFollowsTheRecordedOrder(t *testing.T) {
 	}
 	require.Equal(t, []uint64{5, 7, 9}, got)
 	require.True(t, hk.Recovering(), "until every peer's replay is in")
-	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 1, To: 0}))
-	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 2, To: 0}))
+	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 1, To: 0, Replayed: 1}))
+	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 2, To: 0, Replayed: 2}))
 	require.False(t, hk.Recovering())
+	require.Equal(t, uint64(2), hk.Stats().ReplaysFrom)
+	require.Equal(t, uint64(3), hk.Stats().ReplayedIn)
 }
 
 func TestSecondFailureDuringRecoveryIsReported(t *testing.T) {

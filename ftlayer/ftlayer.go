@@ -170,6 +170,9 @@ type Packet struct {
 	// from their root's copies; PktRedResult, the result to keep.
 	Relog []*Message
 	Ckpt  *CkptMsg // the checkpoint protocol's packets
+	// Replayed (PktReplayed): how many logged messages the survivor sent
+	// the recovering PE again before this packet
+	Replayed uint64
 }
 
 // Reduced says that a group's reductions up to Num are complete at its root.
@@ -257,6 +260,10 @@ type Stats struct {
 	// out again, from chunks a checkpoint took back (see sentRecords)
 	RecordsReused uint64
 	Entries       []EntryEvents
+	// A restarted incarnation's recovery: the survivors whose replay came
+	// (ReplaysFrom) and the logged messages they said they sent again
+	// (ReplayedIn)
+	ReplaysFrom, ReplayedIn uint64
 }
 
 // Total sums one field of the per-kind log statistics over every kind.
@@ -316,6 +323,8 @@ func (s *Stats) Add(o Stats) {
 	s.DetsPiggybacked += o.DetsPiggybacked
 	s.DetsAcked += o.DetsAcked
 	s.Replayed += o.Replayed
+	s.ReplaysFrom += o.ReplaysFrom
+	s.ReplayedIn += o.ReplayedIn
 	s.Dropped += o.Dropped
 	s.Held += o.Held
 	s.RolledBack += o.RolledBack

@@ -397,6 +397,8 @@ func (s *Pessimist) Receive(p *Packet) error {
 	if s.recovering && !s.set[p.From] {
 		s.upTo = max(s.upTo, p.Covered)
 		s.replayedIn++
+		s.stats.ReplaysFrom++
+		s.stats.ReplayedIn += p.Replayed
 		s.endRecovery()
 	}
 	return nil
@@ -421,10 +423,10 @@ func (s *Pessimist) PeerFailed(y int32, inc uint32, with []int32) ([]Action, err
 	for _, e := range s.msgLog {
 		if e.m.Recver == y {
 			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktApp, From: s.me, To: y, Msg: e.m}})
-			s.stats.Replayed++
 		}
 	}
-	end := Packet{Kind: PktReplayed, From: s.me, To: y}
+	s.stats.Replayed += uint64(len(out))
+	end := Packet{Kind: PktReplayed, From: s.me, To: y, Replayed: uint64(len(out))}
 	if s.heldFor != nil {
 		end.Covered = s.heldFor[y]
 	}

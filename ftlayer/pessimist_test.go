@@ -247,11 +247,14 @@ func TestPessimistReplaysTheLoggedOrder(t *testing.T) {
 	// past the log's: see Send)
 	require.Equal(t, [][2]uint64{{1, 1}, {1, 2}, {2, 1}, {1, 3}}, got)
 	require.True(t, s.Recovering(), "the survivors' replays are not in")
-	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 1, To: 0}))
+	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 1, To: 0, Replayed: 3}))
 	require.True(t, s.Recovering())
 	_, ok := s.Next()
 	require.False(t, ok)
-	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 2, To: 0}))
+	require.NoError(t, s.Receive(&Packet{Kind: PktReplayed, From: 2, To: 0, Replayed: 2}))
+	st := s.Stats()
+	require.Equal(t, uint64(2), st.ReplaysFrom, "the survivors whose replay came")
+	require.Equal(t, uint64(5), st.ReplayedIn, "what they said they sent again")
 	m, ok := s.Next()
 	require.True(t, ok)
 	require.Equal(t, [2]uint64{2, 2}, [2]uint64{uint64(m.Sender), m.CSN})
@@ -283,6 +286,7 @@ func TestPessimistPEsRestartedTogether(t *testing.T) {
 	require.Len(t, acts, 2, "its log to PE 2, then the marker")
 	require.Equal(t, PktApp, acts[0].Packet.Kind)
 	require.Equal(t, PktReplayed, acts[1].Packet.Kind)
+	require.Equal(t, uint64(1), acts[1].Packet.Replayed, "the marker counts what it follows")
 }
 
 // A checkpoint: arrivals wait for its commit; the commit drops the log

@@ -32,6 +32,8 @@ type FTPacketMsg struct {
 	// Covered and Inc: see ftlayer.Packet
 	Covered uint64 `msgpack:",omitempty"`
 	Inc     uint32 `msgpack:",omitempty"`
+	// Replayed: see ftlayer.Packet
+	Replayed uint64 `msgpack:",omitempty"`
 }
 
 // Envelopes travel inside a message as they are within a process, and in
@@ -149,7 +151,7 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 		m.PE.Send(dst, &env)
 		return
 	}
-	msg := &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done, Covered: p.Covered, Inc: p.Inc}
+	msg := &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done, Covered: p.Covered, Inc: p.Inc, Replayed: p.Replayed}
 	if len(p.Relog) > 0 {
 		msg.Relog = make(Envelopes, len(p.Relog))
 		for i, r := range p.Relog {
@@ -170,7 +172,7 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 
 func (m *Manager) onFTPacket(env *pe.Envelope) {
 	msg := env.Payload.(*FTPacketMsg)
-	p := &ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done, Covered: msg.Covered, Inc: msg.Inc}
+	p := &ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done, Covered: msg.Covered, Inc: msg.Inc, Replayed: msg.Replayed}
 	for i := range msg.Relog {
 		lm, err := ftlayer.LoggedMessage(&msg.Relog[i])
 		if err != nil {

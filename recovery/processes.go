@@ -72,8 +72,8 @@ func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *
 
 // recovered: PE me, of this process, caught up; process 0 decides the
 // next recoveries and checkpoints, so it must know.
-func (p *Processes) recovered(me int) {
-	b, _ := msgpack.Marshal(&report{Recovered: int32(me)})
+func (p *Processes) recovered(me int, c recoveryCounts) {
+	b, _ := msgpack.Marshal(&report{Recovered: int32(me), Counts: c})
 	p.job.Report(b)
 }
 
@@ -84,11 +84,13 @@ func (p *Processes) restored(epoch uint64) {
 }
 
 // report is what a process tells process 0 of its recovery: a PE caught
-// up (Recovered), or restored a checkpoint (Recovered -1); under a log
-// limit (Recovered -2), its PEs' channels not logged (Rows, by PE) or
-// that it renewed its PEs of the rollback set (Renewed).
+// up (Recovered; Counts, what its protocol says of its recovery), or
+// restored a checkpoint (Recovered -1); under a log limit (Recovered
+// -2), its PEs' channels not logged (Rows, by PE) or that it renewed its
+// PEs of the rollback set (Renewed).
 type report struct {
 	Recovered int32             `msgpack:"r"`
+	Counts    recoveryCounts    `msgpack:"c,omitempty"`
 	Restored  uint64            `msgpack:"e,omitempty"`
 	Rows      map[int32][]int32 `msgpack:"o,omitempty"`
 	Renewed   bool              `msgpack:"n,omitempty"`
@@ -113,7 +115,7 @@ func (p *Processes) Report(from int, data []byte) {
 		p.sup.mu.Unlock()
 		return
 	}
-	p.sup.caughtUp(int(r.Recovered), false)
+	p.sup.caughtUp(int(r.Recovered), false, r.Counts)
 }
 
 // step is a recovery step process 0 decided.

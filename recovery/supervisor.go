@@ -72,6 +72,33 @@ type RecoveryStats struct {
 	// Off is, by PE, the channels not logged when the failure struck,
 	// as the PEs told the supervisor: what Set was computed from.
 	Off [][]int32
+	// What the restarted PEs said as each caught up (a recovery alone):
+	// the logged messages the survivors sent them again, by the
+	// survivors' count (Replayed); the copies they dropped (of an old
+	// incarnation's, or twice received: Dropped); those they held for
+	// their turn (Held); the most survivors one of them heard from
+	// (Survivors); and when each caught up, in the order they did.
+	Replayed, Dropped, Held uint64
+	Survivors               int
+	CaughtUp                []PECaughtUp
+}
+
+// PECaughtUp says that PE PE caught up After the failure.
+type PECaughtUp struct {
+	PE    int32
+	After time.Duration
+}
+
+// recoveryCounts is what a restarted PE's protocol says of its recovery.
+type recoveryCounts struct {
+	Replayed  uint64 `msgpack:"rp,omitempty"`
+	Dropped   uint64 `msgpack:"dr,omitempty"`
+	Held      uint64 `msgpack:"hd,omitempty"`
+	Survivors int    `msgpack:"sv,omitempty"`
+}
+
+func countsOf(st ftlayer.Stats) recoveryCounts {
+	return recoveryCounts{Replayed: st.ReplayedIn, Dropped: st.Dropped, Held: st.Held, Survivors: int(st.ReplaysFrom)}
 }
 
 // TeamStats is one team's share of the logging statistics.
@@ -142,7 +169,7 @@ type Supervisor struct {
 	// onRestored and onRecovered tell process 0 that a PE of this one
 	// restored a checkpoint and caught up.
 	onRestored  func(epoch uint64)
-	onRecovered func(me int)
+	onRecovered func(me int, c recoveryCounts)
 
 	// gate: the channels PEs stopped logging on (a log limit)
 	gate     channelGate
@@ -671,16 +698,18 @@ func (s *Supervisor) restoredAt(epoch uint64) {
 	}
 }
 
-// LocalRecovered: PE me caught up with the others.
-func (s *Supervisor) LocalRecovered(me int) { s.caughtUp(me, true) }
+// LocalRecovered: PE me caught up with the others; st is its protocol's
+// statistics (of its incarnation since it restarted).
+func (s *Supervisor) LocalRecovered(me int, st ftlayer.Stats) { s.caughtUp(me, true, countsOf(st)) }
 
 // caughtUp: PE me caught up, here (here: its process says so and tells
-// process 0, if that is another) or in another process.
-func (s *Supervisor) caughtUp(me int, here bool) {
+// process 0, if that is another) or in another process, its protocol
+// saying c of its recovery.
+func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 	s.mu.Lock()
 	tell := s.onRecovered
 	if here && tell != nil {
-		defer tell(me)
+		defer tell(me, c)
 	}
 	// The line comes from where the job's recoveries are decided (process
 	// 0, or the one process), once it knows: a replacement's own line
@@ -692,6 +721,14 @@ func (s *Supervisor) caughtUp(me int, here bool) {
 	}
 	if i := slices.Index(s.recovering, me); i >= 0 {
 		s.recovering = slices.Delete(s.recovering, i, i+1)
+		if k := len(s.ft.Recoveries); k > 0 && !s.failed.IsZero() {
+			rc := &s.ft.Recoveries[k-1]
+			rc.Replayed += c.Replayed
+			rc.Dropped += c.Dropped
+			rc.Held += c.Held
+			rc.Survivors = max(rc.Survivors, c.Survivors)
+			rc.CaughtUp = append(rc.CaughtUp, PECaughtUp{PE: int32(me), After: time.Since(s.failed)})
+		}
 	}
 	if len(s.recovering) > 0 {
 		// its team is still recovering

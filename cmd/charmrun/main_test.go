@@ -472,17 +472,18 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
 	var want string
 	for _, c := range []struct {
-		args   []string
-		notice string
-		ft     string
+		args      []string
+		notice    string
+		ft        string
+		survivors int // the recovery's line names them (0: a global rollback)
 	}{
-		{[]string{"++n", "2", "++ppn", "2", "--ft", "none"}, "charmgo: process 1 (PEs 2..3) was lost; every PE rolls back to checkpoint", "none, 1 failures, 4 PEs rolled back"},
-		{[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (camel)", "camel, 1 failures, 1 PEs rolled back"},
-		{[]string{"++n", "3", "++ppn", "1", "--ft", "scmel"}, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (scmel)", "scmel, 1 failures, 1 PEs rolled back"},
+		{[]string{"++n", "2", "++ppn", "2", "--ft", "none"}, "charmgo: process 1 (PEs 2..3) was lost; every PE rolls back to checkpoint", "none, 1 failures, 4 PEs rolled back", 0},
+		{[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (camel)", "camel, 1 failures, 1 PEs rolled back", 1},
+		{[]string{"++n", "3", "++ppn", "1", "--ft", "scmel"}, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (scmel)", "scmel, 1 failures, 1 PEs rolled back", 2},
 		// a process is a team (--teams process, the default): its PEs
 		// roll back together, alone
-		{[]string{"++n", "2", "++ppn", "2", "--ft", "team"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (team)", "team, 1 failures, 2 PEs rolled back"},
-		{[]string{"++n", "2", "++ppn", "2", "--ft", "camel", "--teams", "process"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (camel+teams)", "camel+teams, 1 failures, 2 PEs rolled back"},
+		{[]string{"++n", "2", "++ppn", "2", "--ft", "team"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (team)", "team, 1 failures, 2 PEs rolled back", 2},
+		{[]string{"++n", "2", "++ppn", "2", "--ft", "camel", "--teams", "process"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (camel+teams)", "camel+teams, 1 failures, 2 PEs rolled back", 2},
 	} {
 		if want == "" {
 			var out, errb bytes.Buffer
@@ -495,6 +496,10 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 		require.Contains(t, j.err.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
 		require.Contains(t, j.err.String(), c.notice)
 		require.Contains(t, j.out.String(), "fault tolerance: "+c.ft)
+		if c.survivors > 0 {
+			// the replacement's PEs told process 0 what they heard
+			require.Regexp(t, fmt.Sprintf(`recoveries: .* ms \(%d survivors sent [1-9]\d* logged messages again;`, c.survivors), j.out.String(), "%v", c.args)
+		}
 		require.Equal(t, want, energies(t, j.out.String()), "%v", c.args)
 	}
 }

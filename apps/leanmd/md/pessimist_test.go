@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/recovery"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,6 +38,7 @@ func TestPessimistRecoversPEsFailingAtOnce(t *testing.T) {
 		require.Len(t, ft.Recoveries[0].Set, len(c.pes), "%s: the failed PEs alone", name)
 		require.Equal(t, len(c.pes), ft.PEsRolledBack, name)
 		require.Positive(t, ft.Log.Replayed, name)
+		requireRecoveryCounts(t, ft, 6-len(c.pes), name)
 		require.Positive(t, ft.Log.Commits, name)
 		require.Less(t, ft.Log.Events, ft.Log.Deliveries, name)
 	}
@@ -48,5 +50,23 @@ func TestPessimistRecoversPEsFailingAtOnce(t *testing.T) {
 		r := run(t, p, cfg)
 		requireSameEnergies(t, base, r, fmt.Sprint(kills))
 		require.Equal(t, 6, r.Ops.FT.PEsRolledBack, "%v: every PE rolls back", kills)
+	}
+}
+
+// requireRecoveryCounts checks what the restarted PEs of a run's one
+// recovery alone said of it as they caught up: each heard from every
+// survivor, and the survivors' markers counted exactly what the
+// survivors counted sending again.
+func requireRecoveryCounts(t *testing.T, ft recovery.Stats, survivors int, name string) {
+	t.Helper()
+	require.Len(t, ft.Recoveries, 1, name)
+	rc := ft.Recoveries[0]
+	require.Equal(t, survivors, rc.Survivors, "%s: survivors heard from", name)
+	require.Equal(t, ft.Log.Replayed, rc.Replayed, "%s: the messages sent again, as the survivors and as the restarted PEs count them", name)
+	require.Len(t, rc.CaughtUp, len(rc.Set), "%s: each restarted PE's catching up", name)
+	for _, c := range rc.CaughtUp {
+		require.Contains(t, rc.Set, c.PE, name)
+		require.Positive(t, c.After, name)
+		require.LessOrEqual(t, c.After, rc.Recovery, name)
 	}
 }

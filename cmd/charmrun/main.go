@@ -13,8 +13,10 @@
 // gives them a per-job secret, and ends them all if one fails or if
 // charmrun itself is ended: no process outlives the job. It starts a
 // replacement for a process killed mid-run (not process 0); with
-// --ckpt-dir DIR, a job that loses what it cannot replace runs again,
-// once, from the last checkpoint complete in DIR.
+// --ckpt-dir DIR, a job that loses what it cannot replace (process 0,
+// or the one process of a job of one, killed by a signal charmrun did
+// not pass on) runs again, once, from the last checkpoint complete in
+// DIR.
 package main
 
 import (
@@ -35,6 +37,7 @@ import (
 	"github.com/charmgo/charmgo/chare"
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe/cluster"
+	"golang.org/x/sys/unix"
 )
 
 const usage = `usage: charmrun [options] program [program arguments]
@@ -57,10 +60,10 @@ options:
   +balancer NAME         load balancer, passed to the program
   --wire-check, --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR,
   --watchdog D, ...      any runtime flag (see the program's --help), passed
-                         to the program; with --ckpt-dir DIR and several
-                         processes, a job that loses process 0 (which cannot
-                         be replaced) runs again, once, from DIR's last
-                         complete checkpoint
+                         to the program; with --ckpt-dir DIR, a job that
+                         loses process 0 (which cannot be replaced; the one
+                         process of a job of one) runs again, once, from
+                         DIR's last complete checkpoint
   ++verbose              print the commands before running them
   -h, --help             this text
 `
@@ -99,51 +102,86 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if code == 0 || lost == "" || l.ckptDir == "" {
 			return code
 		}
-		return restartOnce(job, l, lost, stderr)
+		return restartOnce(l, lost, stderr, func(args []string) (int, string) {
+			job.Args = args
+			return job.RunJob()
+		})
 	}
+	code, lost := runOne(l, path, l.progArgs, stdout, stderr)
+	if code == 0 || lost == "" {
+		return code
+	}
+	fmt.Fprintf(stderr, "charmrun: %s\n", lost)
+	if l.ckptDir == "" {
+		return code
+	}
+	return restartOnce(l, lost, stderr, func(args []string) (int, string) {
+		code, lost := runOne(l, path, args, stdout, stderr)
+		if lost != "" {
+			fmt.Fprintf(stderr, "charmrun: %s\n", lost)
+		}
+		return code, lost
+	})
+}
+
+// runOne runs a job of one process, the program itself, with args, and
+// says whether it ended killed by a signal charmrun did not pass on to
+// it (lost names it: "process 0 was killed by SIGKILL").
+func runOne(l launchSpec, path string, args []string, stdout, stderr io.Writer) (code int, lost string) {
 	if l.verbose {
-		fmt.Fprintf(stderr, "charmrun: %s %s\n", path, strings.Join(l.progArgs, " "))
+		fmt.Fprintf(stderr, "charmrun: %s %s\n", path, strings.Join(args, " "))
 	}
-	cmd := exec.Command(path, l.progArgs...)
+	cmd := exec.Command(path, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(stderr, "charmrun: start %s: %v\n", l.prog, err)
-		return 1
+		return 1, ""
 	}
 	// Pass interrupts on, so ^C ends the program the way it would end alone.
 	sig := make(chan os.Signal, 2)
+	passed := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		for s := range sig {
+			select {
+			case passed <- s:
+			default:
+			}
 			_ = cmd.Process.Signal(s)
 		}
 	}()
-	err = cmd.Wait()
+	err := cmd.Wait()
 	signal.Stop(sig)
 	close(sig)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
+			select {
+			case <-passed: // it ended as asked
+			default:
+				lost = fmt.Sprintf("process 0 was killed by %s", unix.SignalName(ws.Signal()))
+			}
+			return 128 + int(ws.Signal()), lost
 		}
-		return ee.ExitCode()
+		return ee.ExitCode(), ""
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "charmrun: %s: %v\n", l.prog, err)
-		return 1
+		return 1, ""
 	}
-	return 0
+	return 0, ""
 }
 
 var errHelp = errors.New("help")
 
-// restartOnce runs a job of several processes again, once, after it
-// ended because lost could not be replaced (process 0, which holds the
-// job's membership and rendezvous, or a process that kept dying): from
-// the last checkpoint complete in its --ckpt-dir, or, if none is yet,
-// as it started. The faults injected into the first run (--kill,
-// --kill-file) are not injected again.
-func restartOnce(job cluster.Launch, l launchSpec, lost string, stderr io.Writer) int {
+// restartOnce runs a job again (runAgain, with the arguments given),
+// once, after it ended because lost could not be replaced (process 0,
+// which holds the job's membership and rendezvous, or a process that
+// kept dying; the one process of a job of one): from the last checkpoint
+// complete in its --ckpt-dir, or, if none is yet, as it started. The
+// faults injected into the first run (--kill, --kill-file) are not
+// injected again.
+func restartOnce(l launchSpec, lost string, stderr io.Writer, runAgain func(args []string) (int, string)) int {
 	drop := []string{"--kill", "--kill-file", "+killFile"}
 	from := "as it started"
 	latest, err := manager.ReadLatest(l.ckptDir)
@@ -157,9 +195,8 @@ func restartOnce(job cluster.Launch, l launchSpec, lost string, stderr io.Writer
 	if err == nil {
 		args = append(args, "--restart", l.ckptDir)
 	}
-	job.Args = append(args, l.own...)
 	fmt.Fprintf(stderr, "charmrun: the job cannot go on (%s); it runs again, once, %s\n", lost, from)
-	code, lostAgain := job.RunJob()
+	code, lostAgain := runAgain(append(args, l.own...))
 	if code != 0 && lostAgain != "" {
 		fmt.Fprintf(stderr, "charmrun: the job ran again once already; it ends (%s)\n", lostAgain)
 	}

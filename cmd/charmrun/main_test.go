@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -367,10 +368,17 @@ func startJob(t *testing.T, charmrun, leanmd string, args, params []string, unti
 	return j
 }
 
-// findKids finds charmrun's children by rank.
+// findKids finds charmrun's children by rank (a job of one process,
+// which has none: its only child is process 0).
 func (j *job) findKids(t *testing.T) {
 	t.Helper()
 	j.kids = map[int]int{}
+	var unranked []int
+	defer func() {
+		if len(j.kids) == 0 && len(unranked) == 1 {
+			j.kids[0] = unranked[0]
+		}
+	}()
 	dirs, err := os.ReadDir("/proc")
 	require.NoError(t, err)
 	for _, d := range dirs {
@@ -388,11 +396,16 @@ func (j *job) findKids(t *testing.T) {
 			continue
 		}
 		env, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		ranked := false
 		for _, kv := range bytes.Split(env, []byte{0}) {
 			if r, ok := strings.CutPrefix(string(kv), cluster.RankEnv+"="); ok {
 				n, _ := strconv.Atoi(r)
 				j.kids[n] = pid
+				ranked = true
 			}
+		}
+		if !ranked {
+			unranked = append(unranked, pid)
 		}
 	}
 }
@@ -594,6 +607,22 @@ func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 	require.Contains(t, j.err.String(), "leanmd: process 0 (pid ")
 	waitGone(t, j.kids[1])
 
+	// A job of one process: charmrun says what ended it. A signal it
+	// passed on (^C) ends it as asked, without that line.
+	for _, c := range []struct {
+		sig  syscall.Signal
+		line bool
+	}{{syscall.SIGKILL, true}, {syscall.SIGINT, false}} {
+		j := startJob(t, cr, leanmd, []string{"+p2"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
+		if c.sig == syscall.SIGINT {
+			require.NoError(t, j.cmd.Process.Signal(c.sig)) // to charmrun, which passes it on
+		} else {
+			j.signal(t, 0, c.sig)
+		}
+		require.NotEqual(t, 0, j.wait(t))
+		require.Equal(t, c.line, strings.Contains(j.err.String(), "charmrun: process 0 was killed by "+unix.SignalName(c.sig)), "%v: %s", c.sig, j.err.String())
+	}
+
 	// Under srun nothing replaces a process: one killed, or one that
 	// hangs (stopped here: it keeps its connections, and the heartbeat
 	// timeout finds it), ends the job.
@@ -646,25 +675,38 @@ func TestAJobThatCannotGoOnRunsAgainFromItsCheckpointDirectory(t *testing.T) {
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
 	want := failureFree(t, leanmd, 2, params)
 	type restartCase struct {
-		name  string
-		args  []string
-		from  string
-		until string         // what the first run prints before process 0 is signalled ("": --kill kills it)
-		sig   syscall.Signal // the signal (SIGSTOP: it hangs, and a process on its host kills it)
+		name   string
+		args   []string
+		from   string
+		until  string         // what the first run prints before process 0 is signalled ("": --kill kills it)
+		sig    syscall.Signal // the signal (SIGSTOP: it hangs, and a process on its host kills it)
+		layout []string       // processes and PEs (nil: 2 processes of 1 PE)
 	}
 	cases := []restartCase{
 		// (the kill lands after step 25, before or after checkpoint 3)
-		{"killed by a signal, from the last checkpoint", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark", syscall.SIGKILL},
-		{"before any checkpoint, as it started", []string{"--ft", "none", "--kill", "0@5"}, `as it started \(no checkpoint is complete in --ckpt-dir: `, "", 0},
-		{"hung", []string{"--ft", "none", "--heartbeat-timeout", "2s"}, `from checkpoint \d+ in `, "Step 25 Benchmark", syscall.SIGSTOP},
+		{"killed by a signal, from the last checkpoint", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark", syscall.SIGKILL, nil},
+		{"a job of one process, killed by a signal", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark", syscall.SIGKILL, []string{"+p2"}},
+		{"before any checkpoint, as it started", []string{"--ft", "none", "--kill", "0@5"}, `as it started \(no checkpoint is complete in --ckpt-dir: `, "", 0, nil},
+		{"hung", []string{"--ft", "none", "--heartbeat-timeout", "2s"}, `from checkpoint \d+ in `, "Step 25 Benchmark", syscall.SIGSTOP, nil},
 	}
-	if os.Getenv("FT_LONG") != "" { // (the suite's time: the same path under a protocol)
-		cases = append(cases, restartCase{"killed at a step, under camel", []string{"--ft", "camel", "--kill", "0@25"}, `from checkpoint 2 in `, "", 0})
+	if os.Getenv("FT_LONG") != "" { // (the suite's time: the same path under each protocol)
+		cases = append(cases, restartCase{"killed at a step, under camel", []string{"--ft", "camel", "--kill", "0@25"}, `from checkpoint 2 in `, "", 0, nil})
+		// SIGKILL of process 0 under every protocol, in 3 processes of 1
+		// PE and in 1 process of 3 (nothing survives it)
+		for _, ft := range [][]string{{"--ft", "scmel"}, {"--ft", "camel"}, {"--ft", "team", "--teams", "1"}, {"--ft", "pessimist"}} {
+			for _, layout := range [][]string{{"++n", "3", "++ppn", "1"}, {"++n", "1", "++ppn", "3"}} {
+				cases = append(cases, restartCase{fmt.Sprintf("killed by a signal, under %s, %s×%s", ft[1], layout[1], layout[3]), ft, `from checkpoint [23] in `, "Step 25 Benchmark", syscall.SIGKILL, layout})
+			}
+		}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			args := append([]string{"++n", "2", "++ppn", "1", "--watchdog", "60s", "--ckpt-dir", dir}, c.args...)
+			layout := c.layout
+			if layout == nil {
+				layout = []string{"++n", "2", "++ppn", "1"}
+			}
+			args := append(append(slices.Clone(layout), "--watchdog", "60s", "--ckpt-dir", dir), c.args...)
 			j := startJob(t, cr, leanmd, args, params, cmp.Or(c.until, "Starting simulation"))
 			if c.sig != 0 {
 				j.signal(t, 0, c.sig)

@@ -1111,8 +1111,14 @@ func (p *PE) run() {
 		p.dispatchFront(q)
 		p.Stats.Processed++
 		if p.remoteFlushed && time.Since(p.lastYield) >= linkYield {
-			// let the link's writer, which a flush woke, send it now
+			// let the link's writer, which a flush woke, send it now. Twice:
+			// one scheduling in 61 takes the global queue first, where a
+			// yield puts this goroutine, and would run it again ahead of the
+			// writer, which then waited for the next preemption (10 ms; 2
+			// runs in 300 of TestABusyPELetsItsLinksRun); the next one
+			// cannot.
 			p.remoteFlushed = false
+			runtime.Gosched()
 			runtime.Gosched()
 			p.lastYield = time.Now()
 		}

@@ -13,6 +13,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -695,15 +697,21 @@ func (j *Job) Run(node *pe.Node) {
 
 // runLink starts l's writer and reader.
 func (j *Job) runLink(l *link) {
-	go l.write(func(err error) { j.linkDown(l, err.Error()) })
-	go func() {
-		err := l.read(j.node, j.first, j.count, j.serve)
-		msg := "its connection closed"
-		if err != nil && !errors.Is(err, net.ErrClosed) && err.Error() != "EOF" {
-			msg = err.Error()
-		}
-		j.linkDown(l, msg)
-	}()
+	go l.write(func(err error) { j.linkDown(l, lostWhy(err)) })
+	go func() { j.linkDown(l, lostWhy(l.read(j.node, j.first, j.count, j.serve))) }()
+}
+
+// lostWhy says why a peer is taken for lost from how its data
+// connection ended: in words where the peer's end went away (the usual
+// way a process dies), else the error itself.
+func lostWhy(err error) string {
+	switch {
+	case err == nil || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || err.Error() == "EOF":
+		return "its connection closed"
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		return "its connection was reset"
+	}
+	return err.Error()
 }
 
 // linkDown: l's connection failed or ended. Unless the job is ending or

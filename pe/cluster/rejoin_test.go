@@ -1,8 +1,13 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -116,4 +121,24 @@ func TestWaitingSaysHowFarEachReplacementGot(t *testing.T) {
 
 	other := &Job{cfg: Config{Rank: 1, Procs: 3}, lost: map[int]bool{2: true}}
 	require.Equal(t, "process 2 was lost, and process 0 has not said its replacement joined", other.Waiting())
+}
+
+// A peer's connection ending as a dying process ends it reads in words;
+// anything else, as it is.
+func TestWhyAPeerIsTakenForLost(t *testing.T) {
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	pipe := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "its connection closed"},
+		{io.EOF, "its connection closed"},
+		{fmt.Errorf("reading frame: %w", net.ErrClosed), "its connection closed"},
+		{reset, "its connection was reset"},
+		{fmt.Errorf("sending to process 0: %w", pipe), "its connection was reset"},
+		{errors.New("frame 3: bad length 99999999999"), "frame 3: bad length 99999999999"},
+	} {
+		require.Equal(t, c.want, lostWhy(c.err), "%v", c.err)
+	}
 }

@@ -39,10 +39,13 @@ func Unfired(r chare.Result) bool {
 func (f Failure) String() string { return fmt.Sprintf("PE %d before event %d", f.PE, f.Event) }
 
 // Sweep runs the program once without failures (interleaved by seed),
-// then once for each PE in pes failing before each event of that run
-// whose number is a multiple of stride (1: every event), and hands each
-// run to check. The runs with a failure follow the failure-free one up to
-// the failure: the same seed makes the same choices until then.
+// then once for each PE in pes failing before every stride-th event of
+// that run (1: every event), and hands each run to check. The PEs take
+// the events in turn: the i-th of pes fails before events i+1, i+1+stride,
+// …, so that with at least as many PEs as the stride every event is
+// some PE's. The
+// runs with a failure follow the failure-free one up to the failure: the
+// same seed makes the same choices until then.
 func Sweep[C, A any](main *chare.Type[C, A], arg A, cfg chare.Config, seed uint64, pes []int, stride int,
 	check func(free chare.Result, f Failure)) (events int, err error) {
 	free := Run(main, arg, cfg, seed)
@@ -50,8 +53,12 @@ func Sweep[C, A any](main *chare.Type[C, A], arg A, cfg chare.Config, seed uint6
 		return 0, fmt.Errorf("the failure-free run (seed %d): %w", seed, free.Err)
 	}
 	events = free.Stats.Events
-	for e := 1; e <= events; e += max(stride, 1) {
-		for _, p := range pes {
+	stride = max(stride, 1)
+	for e := 1; e <= events; e++ {
+		for i, p := range pes {
+			if (e-1-i%stride+stride)%stride != 0 {
+				continue
+			}
 			c := cfg
 			c.Kills = append(append([]chare.Kill(nil), cfg.Kills...), chare.Kill{PE: p, Step: -1, Event: e})
 			check(free, Failure{PE: p, Event: e, Res: Run(main, arg, c, seed)})

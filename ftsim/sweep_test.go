@@ -89,14 +89,12 @@ func TestDeterministicRunsRepeatAndEndLikeRealOnes(t *testing.T) {
 	}
 }
 
-// Every protocol, every PE failing before every event of a run: each run
-// ends with the failure-free results.
+// Every protocol, a PE failing before every event of a run: each run
+// ends with the failure-free results. The 5 PEs take the events in turn,
+// two by two (every PE before every event under FT_LONG).
 func TestFailuresAtEveryEvent(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride := 1
-	if raceOn {
-		stride = 17
-	}
+	stride := sweepStride(2, 17)
 	for _, pc := range protocols {
 		ft := pc.FT
 		name := protoName(pc)
@@ -151,14 +149,15 @@ func mainOf[M any](t *testing.T, r chare.Result) M {
 	return m
 }
 
-// The order-sensitive program: every PE failing before every event (a
+// The order-sensitive program: a PE failing before every event (the 4
+// PEs in turn, two by two; every PE before every event under FT_LONG; a
 // stride of them under -race), and random failures, each run's logs
 // consistent.
 func TestFailuresReplayTheOrderThatHappened(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride, trials := 1, 150*(1+long())
+	stride, trials := sweepStride(2, 17), 150*(1+long())
 	if raceOn {
-		stride, trials = 17, 20
+		trials = 20
 	}
 	for _, pc := range protocols {
 		ft := pc.FT

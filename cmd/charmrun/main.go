@@ -108,25 +108,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		})
 	}
 	code, lost := runOne(l, path, l.progArgs, stdout, stderr)
-	if code == 0 || lost == "" {
-		return code
-	}
-	fmt.Fprintf(stderr, "charmrun: %s\n", lost)
-	if l.ckptDir == "" {
+	if code == 0 || lost == "" || l.ckptDir == "" {
 		return code
 	}
 	return restartOnce(l, lost, stderr, func(args []string) (int, string) {
-		code, lost := runOne(l, path, args, stdout, stderr)
-		if lost != "" {
-			fmt.Fprintf(stderr, "charmrun: %s\n", lost)
-		}
-		return code, lost
+		return runOne(l, path, args, stdout, stderr)
 	})
 }
 
 // runOne runs a job of one process, the program itself, with args, and
 // says whether it ended killed by a signal charmrun did not pass on to
-// it (lost names it: "process 0 was killed by SIGKILL").
+// it (lost names it, "process 0 was killed by SIGKILL", in a line of
+// charmrun's as well).
 func runOne(l launchSpec, path string, args []string, stdout, stderr io.Writer) (code int, lost string) {
 	if l.verbose {
 		fmt.Fprintf(stderr, "charmrun: %s %s\n", path, strings.Join(args, " "))
@@ -160,6 +153,7 @@ func runOne(l launchSpec, path string, args []string, stdout, stderr io.Writer) 
 			case <-passed: // it ended as asked
 			default:
 				lost = fmt.Sprintf("process 0 was killed by %s", unix.SignalName(ws.Signal()))
+				fmt.Fprintf(stderr, "charmrun: %s\n", lost)
 			}
 			return 128 + int(ws.Signal()), lost
 		}

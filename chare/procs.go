@@ -17,6 +17,7 @@ import (
 	"github.com/charmgo/charmgo/manager"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/charmgo/charmgo/pe/cluster"
+	"github.com/charmgo/charmgo/recovery"
 )
 
 // launcherEnv are the rank and size variables of the launchers a job may
@@ -219,6 +220,10 @@ type processResult struct {
 	Usage   []pe.Usage      `msgpack:"u,omitempty"`  // the usage sampler's, by local PE
 	Steps   []stepTime      `msgpack:"st,omitempty"` // the steps begun here
 	Results []SummaryResult `msgpack:"rs,omitempty"` // reported here (Report)
+	// Steered: the recoveries this process steered, when it took over
+	// from a lost process 0 (nil: it did not); process 0's replacement
+	// knows none of them
+	Steered *recovery.Stats `msgpack:"sd,omitempty"`
 }
 
 // Process is one process of the job, for the run's summary.

@@ -1321,6 +1321,10 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			f, c := cluster.Block(cfg.PEs, cfg.Procs, m.Rank)
 			res.Processes = append(res.Processes, Process{Rank: m.Rank, FirstPE: f, PEs: c, Host: m.Host})
 		}
+		if job.Steward() == job.Rank() && job.Rank() != 0 {
+			st := rs.sup.Steered()
+			mine.Steered = &st
+		}
 		all, err := job.Finish(encodeResult(mine), finishTimeout)
 		if err != nil && res.Err == nil {
 			res.Code, res.Err = 1, err
@@ -1340,6 +1344,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		}
 	}
 	for _, pr := range results {
+		if pr.Steered != nil {
+			rs.sup.AddSteered(*pr.Steered)
+		}
 		copy(res.Stats.PEs[pr.First:], pr.PEs)
 		copy(res.Stats.PEOps[pr.First:], pr.PEOps)
 		for _, o := range pr.PEOps {

@@ -15,8 +15,10 @@ import (
 )
 
 // Processes recovers a job of several processes from a lost process
-// (cluster.Recovery): once the launcher's replacement joined, process 0's
-// supervisor decides, and every process takes the step it broadcasts.
+// (cluster.Recovery): once the launcher's replacement joined, the
+// steward's supervisor decides (process 0's; the successor's once process
+// 0 was lost, see cluster.Job.Steward), and every process takes the step
+// it broadcasts.
 // Under scmel and camel a process of one PE recovers alone, as a failed
 // PE does in one process, and under team a process that is one team;
 // under pessimist the PEs of the processes lost before any replacement
@@ -54,12 +56,22 @@ type Processes struct {
 	rowsFrom map[int]bool
 	renewed  map[int]bool
 	own      map[int]pe.Envelope
+
+	// informed: this process's supervisor saw every recovery of the job
+	// and every checkpoint PE 0 took (process 0 as it started). A
+	// successor did not: what process 0 knew of recoveries under way,
+	// teams and checkpoint windows went with it, so every recovery it
+	// steers is a global rollback, which needs none of that.
+	informed bool
+	steward  int // the steward as this process last knew it
 }
 
 // ForJob makes s recover node's job from lost processes.
 func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *Processes {
-	p := &Processes{sup: s, job: job, node: node, replaceable: replaceable, lost: map[int]bool{}}
+	p := &Processes{sup: s, job: job, node: node, replaceable: replaceable, lost: map[int]bool{},
+		informed: job.Rank() == 0 && !job.Replacement(), steward: job.Steward()}
 	s.mu.Lock()
+	s.elsewhere = p.forward
 	if job.Rank() != 0 {
 		s.onRecovered, s.onRestored = p.recovered, p.restored
 	} else if s.logLimit {
@@ -77,26 +89,52 @@ func (p *Processes) recovered(me int, c recoveryCounts) {
 	p.job.Report(b)
 }
 
+// forward tells the steward, if that is another process, that the global
+// rollback it decided chose checkpoint epoch (from) or that the program
+// resumed (resumed): PE 0, whose process sees both, may run elsewhere.
+// It reports whether it did.
+func (p *Processes) forward(epoch uint64, from string, resumed bool) bool {
+	if p.steers() {
+		return false
+	}
+	r := report{Recovered: reportRollingBack, Restored: epoch, From: from}
+	if resumed {
+		r = report{Recovered: reportResumed}
+	}
+	b, _ := msgpack.Marshal(&r)
+	p.job.Report(b)
+	return true
+}
+
+func (p *Processes) steers() bool { return p.job.Steward() == p.job.Rank() }
+
 // restored: a PE of this process restored checkpoint epoch.
 func (p *Processes) restored(epoch uint64) {
 	b, _ := msgpack.Marshal(&report{Recovered: -1, Restored: epoch})
 	p.job.Report(b)
 }
 
-// report is what a process tells process 0 of its recovery: a PE caught
-// up (Recovered; Counts, what its protocol says of its recovery), or
-// restored a checkpoint (Recovered -1); under a log limit (Recovered
+// report is what a process tells the steward of its recovery: a PE
+// caught up (Recovered; Counts, what its protocol says of its recovery),
+// or restored a checkpoint (Recovered -1); under a log limit (Recovered
 // -2), its PEs' channels not logged (Rows, by PE) or that it renewed its
-// PEs of the rollback set (Renewed).
+// PEs of the rollback set (Renewed); PE 0's process, when the steward is
+// another, that a global rollback chose checkpoint Restored (From; -3)
+// or that the program resumed (-4).
 type report struct {
 	Recovered int32             `msgpack:"r"`
 	Counts    recoveryCounts    `msgpack:"c,omitempty"`
 	Restored  uint64            `msgpack:"e,omitempty"`
 	Rows      map[int32][]int32 `msgpack:"o,omitempty"`
 	Renewed   bool              `msgpack:"n,omitempty"`
+	From      string            `msgpack:"f,omitempty"`
 }
 
-const reportLimit = -2
+const (
+	reportLimit       = -2
+	reportRollingBack = -3
+	reportResumed     = -4
+)
 
 // Report implements cluster.Recovery (on process 0).
 func (p *Processes) Report(from int, data []byte) {
@@ -108,6 +146,12 @@ func (p *Processes) Report(from int, data []byte) {
 	switch {
 	case r.Recovered == reportLimit:
 		p.limitReport(from, r)
+		return
+	case r.Recovered == reportRollingBack:
+		p.sup.RollingBack(r.Restored, r.From)
+		return
+	case r.Recovered == reportResumed:
+		p.sup.Restored()
 		return
 	case r.Recovered < 0:
 		p.sup.mu.Lock()
@@ -173,6 +217,12 @@ func (p *Processes) ProcessLost(r int) bool {
 	if !p.replaceable {
 		return false
 	}
+	p.lost[r] = true // (on every process: a successor must know)
+	took := false
+	if st := p.job.Steward(); st != p.steward {
+		// the steward was lost, and st took over
+		p.steward, took = st, st == p.job.Rank()
+	}
 	if s.failed.IsZero() {
 		s.failed = time.Now()
 		if !s.local && s.lastStep >= 0 && s.awaitStep < 0 {
@@ -181,16 +231,26 @@ func (p *Processes) ProcessLost(r int) bool {
 			s.awaitStep, s.failedAt = s.lastStep, s.failed
 		}
 	}
-	if p.job.Rank() == 0 {
+	switch {
+	case took:
+		// what the lost steward knew went with it: every process lost and
+		// not yet recovered is one failure, recovered by a global rollback
+		p.informed, p.overlapped, p.pending = false, true, nil
+		for q := range p.lost {
+			if !p.job.IsLost(q) {
+				delete(p.lost, q) // recovered, or its replacement is in
+			}
+		}
+		fmt.Fprintf(s.notices, "charmgo: %s; waiting for its replacement (process %d steers the job from now on)\n", describe(r, p.pesOf(r)), p.steward)
+	case p.steers():
 		// (under a protocol that recovers any set of PEs, processes lost
 		// before their replacements joined are one failure, recovered
 		// together once the last joined: see Rejoined)
 		atOnce := s.anySet && len(s.recovering) == 0 && !s.rolling
-		if (len(p.lost) > 0 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil {
+		if (len(p.lost) > 1 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil {
 			p.overlapped = true
 			p.pending = nil // a recovery under a log limit still gathering: every PE rolls back instead
 		}
-		p.lost[r] = true
 		fmt.Fprintf(s.notices, "charmgo: %s; waiting for its replacement\n", describe(r, p.pesOf(r)))
 	}
 	return true
@@ -218,7 +278,7 @@ func (p *Processes) Rejoined(r int) {
 		dead = append(dead, p.pesOf(q)...)
 	}
 	st := step{Process: procs[0], Dead: dead}
-	quiet := !overlapped && s.local && !s.window && !s.rolling && len(s.recovering) == 0
+	quiet := p.informed && !overlapped && s.local && !s.window && !s.rolling && len(s.recovering) == 0
 	// under a protocol that recovers any set of PEs (pessimist), the
 	// lost processes' PEs recover together unless a checkpoint's two
 	// copies went with them
@@ -275,9 +335,13 @@ func (p *Processes) Rejoined(r int) {
 				what = append(what, describe(q, p.pesOf(q)))
 			}
 			s.lostWhat = strings.Join(what, ", and ")
-			if s.local {
+			if !p.informed {
+				s.lostWhat += stewardGone(p.job.Rank())
+			} else if s.local {
 				s.lostWhat += fmt.Sprintf(" (%d processes at once: %s recovers one failure at a time, so every PE rolls back)", len(procs), s.ft.Protocol)
 			}
+		case !p.informed:
+			s.lostWhat += stewardGone(p.job.Rank())
 		case overlapped && s.local:
 			s.lostWhat += fmt.Sprintf(" (while another failure was being recovered from: %s recovers one failure at a time, so every PE rolls back)", s.ft.Protocol)
 		case s.local && s.teams.On() && len(dead) > 1:
@@ -296,6 +360,11 @@ func (p *Processes) Rejoined(r int) {
 	p.job.Broadcast(b)
 }
 
+// stewardGone says why a successor steward rolls every PE back.
+func stewardGone(me int) string {
+	return fmt.Sprintf(" (process %d steers the job in place of a lost one, which took what it knew of the job's recoveries with it: every PE rolls back)", me)
+}
+
 func intsOf(v []int32) []int {
 	out := make([]int, len(v))
 	for i, x := range v {
@@ -312,6 +381,13 @@ func (p *Processes) Action(data []byte) {
 		return
 	}
 	s := p.sup
+	s.mu.Lock()
+	for q := range p.lost {
+		if slices.ContainsFunc(st.Dead, func(y int32) bool { return slices.Contains(p.pesOf(q), y) }) {
+			delete(p.lost, q) // (on the others than the steward: it is recovered)
+		}
+	}
+	s.mu.Unlock()
 	if st.Phase != 0 {
 		p.limitedStep(&st)
 		return

@@ -170,6 +170,10 @@ type Supervisor struct {
 	// restored a checkpoint and caught up.
 	onRestored  func(epoch uint64)
 	onRecovered func(me int, c recoveryCounts)
+	// elsewhere hands RollingBack (epoch, from) or Restored (resumed) to
+	// the process that steers the job's recoveries, when that is not this
+	// one (Processes.forward), and reports whether it did
+	elsewhere func(epoch uint64, from string, resumed bool) bool
 
 	// gate: the channels PEs stopped logging on (a log limit)
 	gate     channelGate
@@ -761,6 +765,13 @@ func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 // epoch (0: the start), found where from.
 func (s *Supervisor) RollingBack(epoch uint64, from string) {
 	s.mu.Lock()
+	if away := s.elsewhere; away != nil {
+		s.mu.Unlock()
+		if away(epoch, from, false) {
+			return
+		}
+		s.mu.Lock()
+	}
 	var f any = lostProcess(s.lostWhat)
 	if s.lostWhat == "" {
 		f = &PEFailure{PE: s.dead[0], Kill: s.deadKills[0], Also: slices.Clone(s.deadKills[1:])}
@@ -854,6 +865,13 @@ func (e *UnfiredError) Error() string {
 // (or the start); failures put off meanwhile happen now.
 func (s *Supervisor) Restored() {
 	s.mu.Lock()
+	if away := s.elsewhere; away != nil {
+		s.mu.Unlock()
+		if away(0, "", true) {
+			return
+		}
+		s.mu.Lock()
+	}
 	if !s.failed.IsZero() && s.rolling {
 		s.ft.Recovery += time.Since(s.failed)
 		s.recovered1(time.Since(s.failed))
@@ -866,6 +884,28 @@ func (s *Supervisor) Restored() {
 	if len(waiting) > 0 {
 		s.fire(node, waiting)
 	}
+}
+
+// Steered is what this supervisor knows of the recoveries it steered
+// (the job's successor steward's, for process 0's report: AddSteered).
+func (s *Supervisor) Steered() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Failures: s.ft.Failures, PEsRolledBack: s.ft.PEsRolledBack, Recovery: s.ft.Recovery, CaughtUp: s.ft.CaughtUp,
+		Restored: slices.Clone(s.ft.Restored), Recoveries: slices.Clone(s.ft.Recoveries)}
+}
+
+// AddSteered adds the recoveries another process steered (Steered) to
+// this supervisor's.
+func (s *Supervisor) AddSteered(o Stats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ft.Failures += o.Failures
+	s.ft.PEsRolledBack += o.PEsRolledBack
+	s.ft.Recovery += o.Recovery
+	s.ft.CaughtUp += o.CaughtUp
+	s.ft.Restored = append(s.ft.Restored, o.Restored...)
+	s.ft.Recoveries = append(s.ft.Recoveries, o.Recoveries...)
 }
 
 // recovered1 notes the recovery time of the last recovery.

@@ -12,11 +12,11 @@
 // node list (++nodelist FILE, ++remote-shell CMD), serves their rendezvous,
 // gives them a per-job secret, and ends them all if one fails or if
 // charmrun itself is ended: no process outlives the job. It starts a
-// replacement for a process killed mid-run (not process 0); with
-// --ckpt-dir DIR, a job that loses what it cannot replace (process 0,
-// or the one process of a job of one, killed by a signal charmrun did
-// not pass on) runs again, once, from the last checkpoint complete in
-// DIR.
+// replacement for a process killed mid-run (process 0 too: another
+// process takes over steering the job); with --ckpt-dir DIR, a job that
+// loses what it cannot replace (the one process of a job of one, or a
+// process whose loss ended the job, killed by a signal charmrun did not
+// pass on) runs again, once, from the last checkpoint complete in DIR.
 package main
 
 import (
@@ -61,9 +61,9 @@ options:
   --wire-check, --ft P, --kill PE@STEP, --ckpt-dir DIR, --restart DIR,
   --watchdog D, ...      any runtime flag (see the program's --help), passed
                          to the program; with --ckpt-dir DIR, a job that
-                         loses process 0 (which cannot be replaced; the one
-                         process of a job of one) runs again, once, from
-                         DIR's last complete checkpoint
+                         loses what cannot be replaced (the one process of
+                         a job of one) runs again, once, from DIR's last
+                         complete checkpoint
   ++verbose              print the commands before running them
   -h, --help             this text
 `

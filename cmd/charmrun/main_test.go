@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -526,18 +525,94 @@ func TestAHungProcessIsReplaced(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
 	want := failureFree(t, leanmd, 2, params)
-	cases := [][]string{{"++n", "2", "++ppn", "1", "--ft", "camel"}}
-	if os.Getenv("FT_LONG") != "" { // (the suite's time: one protocol is the same path)
-		cases = append(cases, []string{"++n", "2", "++ppn", "2", "--ft", "none"}, []string{"++n", "2", "++ppn", "2", "--ft", "pessimist"},
-			[]string{"++n", "2", "++ppn", "2", "--ft", "team"})
+	type hungCase struct {
+		args []string
+		hung int // the process stopped
 	}
-	for _, args := range cases {
-		j := startJob(t, cr, leanmd, append(args, "--heartbeat-timeout", "2s", "--watchdog", "60s"), params, "Step 15 Benchmark")
-		j.signal(t, 1, syscall.SIGSTOP)
-		require.Equal(t, 0, j.waitWithin(t, 60*time.Second), "%v: %s", args, j.err.String())
-		require.Regexp(t, `charmgo: process 1 \(pid \d+ on \S+\) is killed, to be replaced: no heartbeat for 2s`, j.err.String(), "%v", args)
-		require.Contains(t, j.err.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement", "%v", args)
-		require.Equal(t, want, energies(t, j.out.String()), "%v", args)
+	cases := []hungCase{{[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, 1}, {[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, 0}}
+	if os.Getenv("FT_LONG") != "" { // (the suite's time: one protocol is the same path)
+		for _, ft := range []string{"none", "pessimist", "team"} {
+			cases = append(cases, hungCase{[]string{"++n", "2", "++ppn", "2", "--ft", ft}, 1}, hungCase{[]string{"++n", "2", "++ppn", "2", "--ft", ft}, 0})
+		}
+	}
+	for _, c := range cases {
+		j := startJob(t, cr, leanmd, append(c.args, "--heartbeat-timeout", "2s", "--watchdog", "60s"), params, "Step 15 Benchmark")
+		j.signal(t, c.hung, syscall.SIGSTOP)
+		require.Equal(t, 0, j.waitWithin(t, 60*time.Second), "%v: %s", c.args, j.err.String())
+		require.Regexp(t, fmt.Sprintf(`charmgo: process %d \(pid \d+ on \S+\) is killed, to be replaced: no heartbeat for 2s`, c.hung), j.err.String(), "%v", c.args)
+		require.Contains(t, j.err.String(), fmt.Sprintf("charmrun: process %d was killed by SIGKILL; starting its replacement", c.hung), "%v", c.args)
+		require.Equal(t, want, energies(t, j.out.String()), "%v", c.args)
+	}
+}
+
+// Process 0 steers the job (it admits replacements and decides how the
+// job recovers); when it is lost, the lowest rank left takes over, tells
+// charmrun's rendezvous, admits process 0's replacement and rolls every
+// PE back to the last checkpoint (it does not know what process 0 knew
+// of recoveries under way: a global rollback needs none of it). The run
+// ends with the failure-free energies, bitwise, under every protocol; so
+// does one whose successor is lost in turn, once the first recovery is
+// done (process 0's replacement steers then). Lost close together,
+// process 0 and its successor leave the next process to steer: with
+// --ckpt-dir the job recovers from there, without it, PE 0's snapshot
+// went with both copies and the job ends with a line saying so.
+func TestTheStewardsLossIsReplaced(t *testing.T) {
+	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
+	params := []string{"3", "3", "3", "61", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, 3, params)
+	type stewardCase struct {
+		name   string
+		layout []string
+		ft     []string
+		then   int    // the process killed next (-1: none)
+		after  string // what the second kill waits for, on charmrun's standard error (or output: "out:…")
+		code   int
+		lines  []string
+	}
+	threeByOne := []string{"++n", "3", "++ppn", "1"}
+	cases := []stewardCase{
+		{"camel", threeByOne, []string{"--ft", "camel"}, -1, "", 0, []string{
+			"charmgo: process 0 (PE 0) was lost; waiting for its replacement (process 1 steers the job from now on)",
+			"charmrun: process 0 was killed by SIGKILL; starting its replacement",
+			"charmgo: process 0 (PE 0) was lost (process 1 steers the job in place of a lost one, which took what it knew of the job's recoveries with it: every PE rolls back); every PE rolls back to checkpoint"}},
+		// (once the run goes on: until process 0's replacement restored
+		// PE 0, PE 1 holds the one copy of its snapshot left)
+		{"the successor lost in turn", threeByOne, []string{"--ft", "pessimist"}, 1, "out:CHECKPOINT at step 30", 0, []string{
+			"charmgo: process 1 (PE 1) was lost; waiting for its replacement (process 0 steers the job from now on)"}},
+		{"process 0 and its successor close together, from the checkpoint directory", threeByOne, []string{"--ft", "team", "--ckpt-dir", t.TempDir()}, 1, "process 0 was killed", 0, []string{
+			"(process 2 steers the job from now on)"}},
+		{"process 0 and its successor close together", threeByOne, []string{"--ft", "scmel"}, 1, "process 0 was killed", 1, []string{
+			"no copy of PE 0's snapshot of checkpoint 2 survives"}},
+	}
+	if os.Getenv("FT_LONG") != "" {
+		for _, ft := range []string{"none", "scmel", "team", "pessimist"} {
+			cases = append(cases, stewardCase{ft + ", 3×1", threeByOne, []string{"--ft", ft}, -1, "", 0, nil})
+		}
+		for _, ft := range []string{"none", "camel", "team", "pessimist"} {
+			cases = append(cases, stewardCase{ft + ", 2×2", []string{"++n", "2", "++ppn", "2"}, []string{"--ft", ft}, -1, "", 0, nil})
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j := startJob(t, cr, leanmd, append(append(slices.Clone(c.layout), "--watchdog", "30s"), c.ft...), params, "Step 25 Benchmark")
+			j.signal(t, 0, syscall.SIGKILL)
+			if c.then >= 0 {
+				if what, ok := strings.CutPrefix(c.after, "out:"); ok {
+					j.out.waitFor(t, what, 20*time.Second)
+				} else {
+					j.err.waitFor(t, c.after, 20*time.Second)
+				}
+				j.signal(t, c.then, syscall.SIGKILL)
+			}
+			require.Equal(t, c.code, j.waitWithin(t, 40*time.Second), j.err.String())
+			for _, l := range c.lines {
+				require.Contains(t, j.err.String(), l)
+			}
+			if c.code == 0 {
+				require.Contains(t, j.out.String(), "fault tolerance: "+c.ft[1])
+				require.Equal(t, want, energies(t, j.out.String()))
+			}
+		})
 	}
 }
 
@@ -596,16 +671,16 @@ func TestTwoProcessesLostCloseTogether(t *testing.T) {
 }
 
 // What cannot be replaced ends the job at once, with a line that says
-// so: process 0 (it coordinates the job), and any process of a job whose
-// launcher does not replace processes (srun, mpirun).
+// so: every process of a job lost at once (none is left to admit the
+// replacements), and any process of a job whose launcher does not
+// replace processes (srun, mpirun).
 func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	j := startJob(t, cr, leanmd, []string{"++n", "2", "++ppn", "1"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
 	j.signal(t, 0, syscall.SIGKILL)
-	require.NotEqual(t, 0, j.wait(t))
-	require.Contains(t, j.err.String(), "charmrun: process 0 was killed by SIGKILL")
-	require.Contains(t, j.err.String(), "leanmd: process 0 (pid ")
-	waitGone(t, j.kids[1])
+	j.signal(t, 1, syscall.SIGKILL)
+	require.NotEqual(t, 0, j.waitWithin(t, 20*time.Second))
+	require.Regexp(t, `charmrun: process [01] was killed by SIGKILL\n`, j.err.String())
 
 	// A job of one process: charmrun says what ended it. A signal it
 	// passed on (^C) ends it as asked, without that line.
@@ -665,11 +740,13 @@ func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 	}
 }
 
-// A job that loses what cannot be replaced (process 0 here) and was
-// given --ckpt-dir runs again, once, from the last checkpoint complete
-// there, or as it started if none is yet; the faults injected into the
-// first run are not injected again. Either way the run ends with the
-// failure-free energies, bitwise. A second such loss ends the job.
+// A job that loses what cannot be replaced and was given --ckpt-dir runs
+// again, once, from the last checkpoint complete there, or as it started
+// if none is yet; the faults injected into the first run are not
+// injected again. What cannot be replaced: the one process of a job of
+// one, and every process of a job lost at once. Either way the run ends
+// with the failure-free energies, bitwise. A second such loss ends the
+// job.
 func TestAJobThatCannotGoOnRunsAgainFromItsCheckpointDirectory(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
@@ -678,51 +755,41 @@ func TestAJobThatCannotGoOnRunsAgainFromItsCheckpointDirectory(t *testing.T) {
 		name   string
 		args   []string
 		from   string
-		until  string         // what the first run prints before process 0 is signalled ("": --kill kills it)
-		sig    syscall.Signal // the signal (SIGSTOP: it hangs, and a process on its host kills it)
-		layout []string       // processes and PEs (nil: 2 processes of 1 PE)
+		until  string   // what the first run prints before it is killed
+		layout []string // processes and PEs
+		ranks  []int    // the processes killed at once
 	}
+	onePE2 := []string{"+p2"}
 	cases := []restartCase{
 		// (the kill lands after step 25, before or after checkpoint 3)
-		{"killed by a signal, from the last checkpoint", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark", syscall.SIGKILL, nil},
-		{"a job of one process, killed by a signal", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark", syscall.SIGKILL, []string{"+p2"}},
-		{"before any checkpoint, as it started", []string{"--ft", "none", "--kill", "0@5"}, `as it started \(no checkpoint is complete in --ckpt-dir: `, "", 0, nil},
-		{"hung", []string{"--ft", "none", "--heartbeat-timeout", "2s"}, `from checkpoint \d+ in `, "Step 25 Benchmark", syscall.SIGSTOP, nil},
+		{"a job of one process, killed by a signal", []string{"--ft", "none"}, `from checkpoint [23] in `, "Step 25 Benchmark", onePE2, []int{0}},
+		{"before any checkpoint, as it started", []string{"--ft", "camel"}, `as it started \(no checkpoint is complete in --ckpt-dir: `, "Step 3 Benchmark", onePE2, []int{0}},
+		{"every process at once", []string{"--ft", "camel"}, `from checkpoint [23] in `, "Step 25 Benchmark", []string{"++n", "2", "++ppn", "1"}, []int{0, 1}},
 	}
 	if os.Getenv("FT_LONG") != "" { // (the suite's time: the same path under each protocol)
-		cases = append(cases, restartCase{"killed at a step, under camel", []string{"--ft", "camel", "--kill", "0@25"}, `from checkpoint 2 in `, "", 0, nil})
-		// SIGKILL of process 0 under every protocol, in 3 processes of 1
-		// PE and in 1 process of 3 (nothing survives it)
+		// SIGKILL of the one process of 3 PEs under every protocol
 		for _, ft := range [][]string{{"--ft", "scmel"}, {"--ft", "camel"}, {"--ft", "team", "--teams", "1"}, {"--ft", "pessimist"}} {
-			for _, layout := range [][]string{{"++n", "3", "++ppn", "1"}, {"++n", "1", "++ppn", "3"}} {
-				cases = append(cases, restartCase{fmt.Sprintf("killed by a signal, under %s, %s×%s", ft[1], layout[1], layout[3]), ft, `from checkpoint [23] in `, "Step 25 Benchmark", syscall.SIGKILL, layout})
-			}
+			cases = append(cases, restartCase{"killed by a signal, under " + ft[1], ft, `from checkpoint [23] in `, "Step 25 Benchmark", []string{"++n", "1", "++ppn", "3"}, []int{0}})
 		}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			layout := c.layout
-			if layout == nil {
-				layout = []string{"++n", "2", "++ppn", "1"}
-			}
-			args := append(append(slices.Clone(layout), "--watchdog", "60s", "--ckpt-dir", dir), c.args...)
-			j := startJob(t, cr, leanmd, args, params, cmp.Or(c.until, "Starting simulation"))
-			if c.sig != 0 {
-				j.signal(t, 0, c.sig)
+			args := append(append(slices.Clone(c.layout), "--watchdog", "60s", "--ckpt-dir", dir), c.args...)
+			j := startJob(t, cr, leanmd, args, params, c.until)
+			for _, r := range c.ranks {
+				j.signal(t, r, syscall.SIGKILL)
 			}
 			require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
-			if c.sig == syscall.SIGSTOP {
-				require.Regexp(t, `charmgo: process 0 \(pid \d+ on \S+\) is killed, which ends the job \(process 0 cannot be replaced\): no heartbeat for 2s`, j.err.String())
-			}
-			require.Regexp(t, `charmrun: the job cannot go on \(process 0 was killed by SIGKILL\); it runs again, once, `+c.from, j.err.String())
-			require.Equal(t, 1, strings.Count(j.err.String(), "it runs again"), "and once: the kill is not injected again")
+			require.Regexp(t, `charmrun: the job cannot go on \(process [01] was killed by SIGKILL\); it runs again, once, `+c.from, j.err.String())
+			require.Equal(t, 1, strings.Count(j.err.String(), "it runs again"), "and once")
 			require.Equal(t, want, energies(t, j.out.String()))
 		})
 	}
 	t.Run("lost again, it ends", func(t *testing.T) {
-		args := []string{"++n", "2", "++ppn", "1", "--watchdog", "60s", "--ckpt-dir", t.TempDir(), "--kill", "0@25"}
-		j := startJob(t, cr, leanmd, args, params, "Starting simulation")
+		args := []string{"+p2", "--watchdog", "60s", "--ckpt-dir", t.TempDir()}
+		j := startJob(t, cr, leanmd, args, params, "Step 25 Benchmark")
+		j.signal(t, 0, syscall.SIGKILL)
 		j.err.waitFor(t, "it runs again, once", 60*time.Second)
 		j.out.waitFor(t, "Step 30 Benchmark", 60*time.Second) // the first run ended before step 30
 		j.findKids(t)

@@ -144,12 +144,17 @@ type Job struct {
 	pids     []*actor.PID
 	results  map[int][]byte
 	lost     map[int]bool // peers gone and not (yet) replaced
-	// process 0: for each replacement, which processes have their data
+	// steward: the process that admits replacements and steers
+	// recoveries (Recovery.Rejoined, Report): process 0, until it is
+	// lost; then the lowest rank of those left that can take over (see
+	// succeed).
+	steward int
+	// the steward: for each replacement, which processes have their data
 	// link to it up, and whether it said it is ready (its own are)
 	linked    map[int]map[int]bool
 	replReady map[int]bool
 	clocks    chan control // process 0: clock replies, for ClockOffsets
-	// process 0: replacements that asked to join while another lost
+	// the steward: replacements that asked to join while another lost
 	// process's had not (see rejoin), and those admitted whose links are
 	// not all up yet
 	joining  []Member
@@ -175,13 +180,13 @@ type Recovery interface {
 	// It reports whether a replacement may come; if not, the job ends.
 	ProcessLost(r int) bool
 	// Rejoined: the replacement of process r is connected to every
-	// process (on process 0 only): recovery can begin.
+	// process (on the steward only: Job.Steward): recovery can begin.
 	Rejoined(r int)
-	// Action: process 0 decided a step of recovery (Broadcast); every
-	// process takes it, process 0 included, in the order sent.
+	// Action: the steward decided a step of recovery (Broadcast); every
+	// process takes it, the steward included, in the order sent.
 	Action(data []byte)
-	// Report: a process told process 0 how its recovery goes (Report;
-	// on process 0 only).
+	// Report: a process told the steward how its recovery goes (Report;
+	// on the steward only).
 	Report(from int, data []byte)
 	// Replaces reports whether the launcher starts a replacement for a
 	// lost process (then a hung one is killed, to be replaced).
@@ -191,21 +196,21 @@ type Recovery interface {
 type ctlKind uint8
 
 const (
-	ctlJoin       ctlKind = iota + 1 // → rank 0: Member
-	ctlMembers                       // rank 0 → all: Members
-	ctlReady                         // → rank 0: data links up
+	ctlJoin       ctlKind = iota + 1 // → the steward (rank 0 at the start): Member
+	ctlMembers                       // the steward → all (at the start) or a replacement: Members
+	ctlReady                         // → the steward: data links up
 	ctlStart                         // rank 0 → all
 	ctlStop                          // any → all: the run ended here (Code, Err)
 	ctlResult                        // → rank 0: this process's statistics (Data)
 	ctlRelease                       // rank 0 → all: results in, go
 	ctlLost                          // local: a peer's actor system is gone (From)
-	ctlRefused                       // rank 0 → a process: not admitted (Err)
-	ctlRejoin                        // rank 0 → all: a replacement joined (Member)
-	ctlAction                        // rank 0 → all: a step of recovery (Data)
-	ctlReport                        // → rank 0: how a recovery goes (Data)
+	ctlRefused                       // the steward → a process: not admitted (Err)
+	ctlRejoin                        // the steward → all: a replacement joined (Member)
+	ctlAction                        // the steward → all: a step of recovery (Data)
+	ctlReport                        // → the steward: how a recovery goes (Data)
 	ctlBeat                          // any → all: alive
 	ctlCheckBeats                    // local: time to check the others' heartbeats
-	ctlLinked                        // → rank 0: this process's data link to a replacement is up (Code: its rank)
+	ctlLinked                        // → the steward: this process's data link to a replacement is up (Code: its rank)
 	ctlClock                         // rank 0 → a process: its clock, please (Gen: the request)
 	ctlClockReply                    // → rank 0: the clock (Clock), for request Gen
 	ctlDie                           // any → a process: end yourself by SIGKILL now (Err: why), an injected failure
@@ -297,7 +302,10 @@ func (j *Job) join(deadline time.Time) error {
 		return fmt.Errorf("data plane: listen on %s: %w", cfg.Host, err)
 	}
 	controlAddr := net.JoinHostPort(cfg.Host, "0")
-	if cfg.Rank == 0 {
+	// process 0 of the start holds the rendezvous; every other process,
+	// a replacement of process 0 too, looks the steward up there
+	starts := cfg.Rank == 0 && cfg.Incarnation == 0
+	if starts {
 		if a := cfg.Rendezvous.Bind(); a != "" {
 			controlAddr = a
 		}
@@ -310,7 +318,7 @@ func (j *Job) join(deadline time.Time) error {
 	j.members = make([]Member, cfg.Procs)
 	j.pids = make([]*actor.PID, cfg.Procs)
 	j.members[cfg.Rank], j.pids[cfg.Rank] = me, actor.NewPID(me.Control, actorName)
-	if cfg.Rank == 0 {
+	if starts {
 		if err := cfg.Rendezvous.Publish(me.Control); err != nil {
 			return fmt.Errorf("rendezvous: %w", err)
 		}
@@ -322,19 +330,27 @@ func (j *Job) join(deadline time.Time) error {
 		if err != nil {
 			return fmt.Errorf("rendezvous: %w", err)
 		}
-		j.pids[0] = actor.NewPID(addr, actorName)
-		j.send(0, control{Kind: ctlJoin, Member: &me})
-		m, err := j.await(deadline, ctlMembers, "the list of the job's processes from process 0 at "+addr)
+		ask := func(addr string) {
+			j.sys.Root.Send(actor.NewPID(addr, actorName), wrap(control{Kind: ctlJoin, From: cfg.Rank, Member: &me}))
+		}
+		ask(addr)
+		var moved <-chan string
+		if rv, ok := cfg.Rendezvous.(Succession); ok {
+			moved = rv.Moved()
+		}
+		m, err := j.awaitMembers(deadline, addr, ask, moved)
 		if err != nil {
 			return err
 		}
-		if len(m.Members) != cfg.Procs {
-			return fmt.Errorf("rendezvous: process 0 lists %d processes, this one was told %d", len(m.Members), cfg.Procs)
+		if len(m.Members) != cfg.Procs || m.From < 0 || m.From >= cfg.Procs {
+			return fmt.Errorf("rendezvous: process %d lists %d processes, this one was told %d", m.From, len(m.Members), cfg.Procs)
 		}
 		copy(j.members, m.Members)
+		j.members[cfg.Rank] = me
 		for r, mm := range j.members {
 			j.pids[r] = actor.NewPID(mm.Control, actorName)
 		}
+		j.steward = m.From
 		j.gen.Store(m.Gen)
 	}
 	j.sys.Root.Send(j.pids[cfg.Rank], watchPeers{j})
@@ -343,9 +359,9 @@ func (j *Job) join(deadline time.Time) error {
 		return err
 	}
 	if cfg.Incarnation > 0 {
-		// A replacement: the job runs already. Process 0 starts its
+		// A replacement: the job runs already. The steward starts its
 		// recovery once this process is connected to every other.
-		j.send(0, control{Kind: ctlReady})
+		j.send(j.stewardRank(), control{Kind: ctlReady})
 		j.log.Debug("rejoined", zap.Int("incarnation", cfg.Incarnation), zap.Uint64("generation", j.gen.Load()))
 		return nil
 	}
@@ -412,10 +428,34 @@ func (j *Job) admit(deadline time.Time) error {
 	return nil
 }
 
+// awaitMembers waits for the job's list of processes from the steward it
+// asked at addr, and asks again wherever the rendezvous says the steward
+// moved meanwhile (the one it asked was lost: its successor took over).
+func (j *Job) awaitMembers(deadline time.Time, addr string, ask func(string), moved <-chan string) (control, error) {
+	for {
+		m, err := j.awaitOr(deadline, ctlMembers, "the list of the job's processes from the steward at "+addr, moved)
+		if !errors.Is(err, errMoved) {
+			return m, err
+		}
+		addr = m.Err
+		j.log.Info("the steward moved while this process joined; asking the next", zap.String("at", addr))
+		ask(addr)
+	}
+}
+
+// errMoved ends an awaitOr that the steward's move interrupted.
+var errMoved = errors.New("the steward moved")
+
 // await takes control messages until one of kind want comes; a stop or a
 // refusal ends the wait with an error, as does the deadline (what names
 // what was awaited; "" gives a bare timeout error).
 func (j *Job) await(deadline time.Time, want ctlKind, what string) (control, error) {
+	return j.awaitOr(deadline, want, what, nil)
+}
+
+// awaitOr is await, ended also (errMoved; Err: the address) by a
+// steward's move.
+func (j *Job) awaitOr(deadline time.Time, want ctlKind, what string, moved <-chan string) (control, error) {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	for {
@@ -425,7 +465,7 @@ func (j *Job) await(deadline time.Time, want ctlKind, what string) (control, err
 			case want:
 				return m, nil
 			case ctlRefused:
-				return m, fmt.Errorf("rendezvous: process 0 refused this process: %s", m.Err)
+				return m, fmt.Errorf("rendezvous: process %d refused this process: %s", m.From, m.Err)
 			case ctlStop, ctlResult:
 				// A process that got the start before this one may have
 				// run the job to its end already (this process's PEs
@@ -436,11 +476,13 @@ func (j *Job) await(deadline time.Time, want ctlKind, what string) (control, err
 				return m, fmt.Errorf("%v was lost during the start", j.members[m.From])
 			}
 			j.log.Debug("control message ignored during the start", zap.Uint8("kind", uint8(m.Kind)), zap.Int("from", m.From))
+		case a := <-moved:
+			return control{Err: a}, errMoved
 		case <-t.C:
 			if what == "" {
 				return control{}, errors.New("timeout")
 			}
-			return control{}, fmt.Errorf("start: no %s within %v", what, j.cfg.ConnectTimeout)
+			return control{}, fmt.Errorf("start: %s did not come within %v", what, j.cfg.ConnectTimeout)
 		}
 	}
 }
@@ -514,23 +556,23 @@ func (j *Job) attach(r int, c net.Conn) {
 		if svc != nil {
 			svc.Linked(r)
 		}
-		// a replacement's link: process 0 starts its recovery only once
-		// every process can send to it (what a PE sent before went
+		// a replacement's link: the steward starts its recovery only
+		// once every process can send to it (what a PE sent before went
 		// nowhere: the old link was down)
-		if j.cfg.Rank == 0 {
-			j.ctl <- control{Kind: ctlLinked, From: 0, Code: r}
+		if st := j.stewardRank(); st == j.cfg.Rank {
+			j.ctl <- control{Kind: ctlLinked, From: st, Code: r}
 		} else {
-			j.send(0, control{Kind: ctlLinked, From: j.cfg.Rank, Code: r})
+			j.send(st, control{Kind: ctlLinked, From: j.cfg.Rank, Code: r})
 		}
 	}
 	j.linkUp <- r
 }
 
-// replacementLinked (process 0) notes that process from has its data link
-// to replacement r up, or (from == r) that r has all of its own, and
+// replacementLinked (the steward) notes that process from has its data
+// link to replacement r up, or (from == r) that r has all of its own, and
 // starts r's recovery once both are true of every process.
 func (j *Job) replacementLinked(r, from int) {
-	if r <= 0 || r >= j.cfg.Procs {
+	if r < 0 || r >= j.cfg.Procs || from < 0 || from >= j.cfg.Procs {
 		return
 	}
 	j.mu.Lock()
@@ -799,10 +841,9 @@ func (j *Job) checkBeats() {
 // could: the launcher replaces processes, and a process of the job
 // shares r's host (a host cut off from the others has none they can
 // reach). Its links then break, and it is lost and replaced as a crashed
-// process is; process 0, which cannot be replaced, ends the job as a
-// crashed process 0 does (charmrun, given --ckpt-dir, runs the job again
-// from there). Once per incarnation: the heartbeats keep finding it
-// silent until it is gone.
+// process is (process 0 too, when another can take over from it: see
+// succeed). Once per incarnation: the heartbeats keep finding it silent
+// until it is gone.
 func (j *Job) killHung(r int, why string) bool {
 	if j.recovery == nil || !j.recovery.Replaces() {
 		return false
@@ -850,8 +891,8 @@ func (j *Job) killHung(r int, why string) bool {
 // killLocal kills hung process r (m), which runs on this host, by SIGKILL.
 func (j *Job) killLocal(r int, m Member, why string) {
 	then := "to be replaced"
-	if r == 0 {
-		then = "which ends the job (process 0 cannot be replaced)"
+	if _, ok := j.cfg.Rendezvous.(Succession); r == j.stewardRank() && !ok {
+		then = fmt.Sprintf("which ends the job (process %d steers it, and nothing can take over from it)", r)
 	}
 	fmt.Fprintf(os.Stderr, "charmgo: process %d (pid %d on %s) is killed, %s: %s\n", r, m.PID, m.Host, then, why)
 	if p, err := os.FindProcess(m.PID); err == nil {
@@ -895,7 +936,9 @@ func (j *Job) processLost(r, inc int, why string) {
 	j.mu.Unlock()
 	if again || j.ending.Load() {
 		j.signalResults()
-		if r == 0 {
+		if r == 0 && j.ending.Load() {
+			// (a second notice of a loss during the run is not the end:
+			// process 0's replacement releases the others then)
 			j.relOnce.Do(func() { close(j.released) })
 		}
 		return
@@ -912,7 +955,7 @@ func (j *Job) processLost(r, inc int, why string) {
 	if svc != nil {
 		svc.Lost(r)
 	}
-	if r != 0 && j.recovery != nil && j.recovery.ProcessLost(r) {
+	if j.recovery != nil && (r != j.stewardRank() || j.succeed(r)) && j.recovery.ProcessLost(r) {
 		j.log.Info("a process was lost; waiting for its replacement", zap.Int("process", r), zap.String("why", why))
 		return
 	}
@@ -923,8 +966,63 @@ func (j *Job) processLost(r, inc int, why string) {
 	}
 }
 
-// rejoin is process 0 admitting the replacement of a lost process into the
-// running job: the replacement gets the list and the job's generation,
+// succeed: the steward, process r, is lost. The lowest rank of the
+// processes left takes over, if the launcher replaces processes and the
+// rendezvous can point replacements at another process than 0 (see
+// Succession); it reports whether one did. Every process that notices
+// picks the same one, or, if that one was lost too and this process does
+// not know yet, the next once it does.
+func (j *Job) succeed(r int) bool {
+	rv, ok := j.cfg.Rendezvous.(Succession)
+	if !ok || !j.recovery.Replaces() {
+		return false
+	}
+	j.mu.Lock()
+	next := -1
+	for q := range j.cfg.Procs {
+		if !j.lost[q] {
+			next = q
+			break
+		}
+	}
+	if next < 0 {
+		j.mu.Unlock()
+		return false
+	}
+	j.steward = next
+	j.mu.Unlock()
+	if next != j.cfg.Rank {
+		j.log.Info("the steward was lost; another takes over", zap.Int("lost", r), zap.Int("steward", next))
+		return true
+	}
+	if err := rv.Succeed(j.sys.Address()); err != nil {
+		j.log.Error("could not take over from the steward", zap.Int("lost", r), zap.Error(err))
+		return false
+	}
+	j.log.Info("the steward was lost; this process takes over", zap.Int("lost", r))
+	return true
+}
+
+// IsLost reports whether process r is lost and its replacement has not
+// joined yet.
+func (j *Job) IsLost(r int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.lost[r]
+}
+
+// Steward is the process that admits replacements and steers the job's
+// recoveries: process 0, or the process that took over once it was lost.
+func (j *Job) Steward() int { return j.stewardRank() }
+
+func (j *Job) stewardRank() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.steward
+}
+
+// rejoin is the steward admitting the replacement of a lost process into
+// the running job: the replacement gets the list and the job's generation,
 // the others connect to it.
 //
 // Replacements of processes lost close together are admitted together,
@@ -932,13 +1030,13 @@ func (j *Job) processLost(r, inc int, why string) {
 // replacements (so they connect to each other, not to what was lost), and
 // the processes that ran on are told of them all.
 func (j *Job) rejoin(m control) {
-	if m.Member == nil || j.cfg.Rank != 0 {
+	if m.Member == nil || j.stewardRank() != j.cfg.Rank {
 		return
 	}
 	who := *m.Member
 	pid := actor.NewPID(who.Control, actorName)
 	j.mu.Lock()
-	ok := who.Rank > 0 && who.Rank < j.cfg.Procs && j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types &&
+	ok := who.Rank >= 0 && who.Rank < j.cfg.Procs && j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types &&
 		!slices.ContainsFunc(j.joining, func(o Member) bool { return o.Rank == who.Rank })
 	if !ok {
 		j.mu.Unlock()
@@ -965,12 +1063,27 @@ func (j *Job) rejoin(m control) {
 	}
 	members := slices.Clone(j.members)
 	j.mu.Unlock()
-	j.sys.Root.Send(j.pids[0], watchPeers{j})
+	j.sys.Root.Send(j.pids[j.cfg.Rank], watchPeers{j})
+	rv, _ := j.cfg.Rendezvous.(Succession)
 	for _, w := range joining {
 		j.send(w.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load()})
+		if rv != nil {
+			if err := rv.Admitted(w.Rank); err != nil {
+				j.log.Warn("could not tell the rendezvous of a replacement", zap.Int("process", w.Rank), zap.Error(err))
+			}
+		}
+		if w.Rank < j.cfg.Rank {
+			// a higher rank dials (process 0's replacement, when its
+			// successor steers)
+			go func() {
+				if err := j.dial(w.Rank, time.Now().Add(j.cfg.ConnectTimeout)); err != nil {
+					j.peerFailed(w.Rank, err.Error(), true)
+				}
+			}()
+		}
 	}
-	for r := 1; r < j.cfg.Procs; r++ {
-		if slices.ContainsFunc(joining, func(o Member) bool { return o.Rank == r }) {
+	for r := range j.cfg.Procs {
+		if r == j.cfg.Rank || slices.ContainsFunc(joining, func(o Member) bool { return o.Rank == r }) {
 			continue // it has the list
 		}
 		for _, w := range joining {
@@ -999,7 +1112,7 @@ func (j *Job) rejoined(who Member) {
 
 // Waiting says what this process waits for from the others while a lost
 // process is replaced, for the watchdog's dump, or "" when it waits for
-// nothing: process 0 says how far each replacement got (asked to join,
+// nothing: the steward says how far each replacement got (asked to join,
 // admitted, which links are up), the others which process they lost.
 func (j *Job) Waiting() string {
 	j.mu.Lock()
@@ -1008,8 +1121,8 @@ func (j *Job) Waiting() string {
 	for _, r := range slices.Sorted(maps.Keys(j.lost)) {
 		joining := slices.ContainsFunc(j.joining, func(o Member) bool { return o.Rank == r })
 		switch {
-		case j.cfg.Rank != 0:
-			parts = append(parts, fmt.Sprintf("process %d was lost, and process 0 has not said its replacement joined", r))
+		case j.cfg.Rank != j.steward:
+			parts = append(parts, fmt.Sprintf("process %d was lost, and process %d has not said its replacement joined", r, j.steward))
 		case joining:
 			parts = append(parts, fmt.Sprintf("the replacement of process %d asked to join: it is admitted with those of the others lost", r))
 		case !j.admitted[r]:
@@ -1033,7 +1146,7 @@ func (j *Job) Waiting() string {
 	return strings.Join(parts, "; ")
 }
 
-// Broadcast sends a recovery step to every process (process 0 only):
+// Broadcast sends a recovery step to every process (the steward only):
 // each takes it with Recovery.Action, in the order sent.
 func (j *Job) Broadcast(data []byte) {
 	for r := range j.cfg.Procs {
@@ -1041,8 +1154,8 @@ func (j *Job) Broadcast(data []byte) {
 	}
 }
 
-// Report tells process 0 how a recovery goes here (Recovery.Report).
-func (j *Job) Report(data []byte) { j.send(0, control{Kind: ctlReport, Data: data}) }
+// Report tells the steward how a recovery goes here (Recovery.Report).
+func (j *Job) Report(data []byte) { j.send(j.stewardRank(), control{Kind: ctlReport, Data: data}) }
 
 // RollBack runs rollback (which rolls the node back: pe.Node.RollBack)
 // as the job's generation gen: frames sent before it, by any process,
@@ -1137,6 +1250,11 @@ func (j *Job) handle(m control) {
 		j.rejoin(m)
 	case ctlRejoin:
 		if m.Member != nil {
+			// (only the steward admits: one that took over while this
+			// process had not yet noticed the loss of the one before)
+			j.mu.Lock()
+			j.steward = m.From
+			j.mu.Unlock()
 			j.rejoined(*m.Member)
 		}
 	case ctlReady:
@@ -1174,7 +1292,7 @@ func (j *Job) handle(m control) {
 		default: // nobody waits any more
 		}
 	case ctlReport:
-		if j.recovery != nil && j.cfg.Rank == 0 {
+		if j.recovery != nil && j.stewardRank() == j.cfg.Rank {
 			j.recovery.Report(m.From, m.Data)
 		}
 	case ctlResult:

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,8 +78,9 @@ type Launch struct {
 	// Env is added to each process's environment.
 	Env []string
 	// Replace starts a replacement for a process killed by a signal
-	// while the job runs (not process 0, which coordinates it): the job
-	// recovers from the loss, as Charm++'s ++local launcher does.
+	// while the job runs (process 0 too, when the job has another to
+	// take over from it: see Succession): the job recovers from the
+	// loss, as Charm++'s ++local launcher does.
 	Replace        bool
 	Verbose        bool
 	Stdout, Stderr io.Writer
@@ -133,7 +135,7 @@ func (l Launch) run(lost *string) int {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
-	env := append(slicesClone(l.Env), ProcsEnv+"="+strconv.Itoa(l.Procs), CharmrunEnv+"="+srv.Addr())
+	env := append(slices.Clone(l.Env), ProcsEnv+"="+strconv.Itoa(l.Procs), CharmrunEnv+"="+srv.Addr())
 	children := make([]*child, l.Procs)
 	exits := make(chan exit, 2*l.Procs)
 	var wg sync.WaitGroup
@@ -143,7 +145,7 @@ func (l Launch) run(lost *string) int {
 		if len(hosts) > 0 {
 			c.host = hosts[r%len(hosts)]
 		}
-		vars := append(slicesClone(env), RankEnv+"="+strconv.Itoa(r))
+		vars := append(slices.Clone(env), RankEnv+"="+strconv.Itoa(r))
 		if inc > 0 {
 			vars = append(vars, ReplacementEnv+"="+strconv.Itoa(inc))
 		}
@@ -188,15 +190,22 @@ func (l Launch) run(lost *string) int {
 	joinTimer := time.NewTimer(timeout)
 	defer joinTimer.Stop()
 	joined := make([]bool, l.Procs)
+	// in: the process of each rank is in the job (it joined at the start,
+	// or the steward admitted it) and has not exited. A lost process is
+	// replaced only while another is in: none is left to admit it, or to
+	// take over from a lost steward, otherwise.
+	in := make([]bool, l.Procs)
 	nJoined, running, replaced := 0, l.Procs, 0
 	code := 0
 	killed := false // charmrun ended the children itself: their signals are its own
 	var graceC <-chan time.Time
 	for running > 0 {
 		select {
+		case r := <-srv.Admitted():
+			in[r] = true
 		case r := <-srv.Joined():
 			if !joined[r] {
-				joined[r] = true
+				joined[r], in[r] = true, true
 				if nJoined++; nJoined == l.Procs {
 					joinTimer.Stop()
 				}
@@ -218,7 +227,8 @@ func (l Launch) run(lost *string) int {
 			if e.c != children[e.c.rank] {
 				continue // a lost incarnation, replaced already
 			}
-			if l.Replace && e.signal != "" && code == 0 && nJoined == l.Procs && e.c.rank != 0 && replaced < maxReplacements {
+			in[e.c.rank] = false
+			if l.Replace && e.signal != "" && code == 0 && nJoined == l.Procs && slices.Contains(in, true) && replaced < maxReplacements {
 				replaced++
 				fmt.Fprintf(errw, "charmrun: %v was killed by %s; starting its replacement\n", e.c, e.signal)
 				if err := start(e.c.rank, e.c.inc+1); err == nil {
@@ -246,7 +256,9 @@ func (l Launch) run(lost *string) int {
 			}
 			if code == 0 {
 				code = e.code
-				if before {
+				if before || !slices.Contains(in, true) {
+					// (none in the job is left to end the others: a
+					// replacement waits for a steward that will not come)
 					killAll(children)
 					killed = true
 				}
@@ -335,5 +347,3 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.w.Write(b)
 }
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }

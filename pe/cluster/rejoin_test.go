@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -141,4 +142,125 @@ func TestWhyAPeerIsTakenForLost(t *testing.T) {
 	} {
 		require.Equal(t, c.want, lostWhy(c.err), "%v", c.err)
 	}
+}
+
+// Charmrun's rendezvous follows the steward: process 0 publishes its
+// address at the start; once its connection ends (process 0 is gone), a
+// lookup waits until a successor says it took over, and gets its
+// address; a process that looked up the old one (joining meanwhile) is
+// told the new one; the steward's admissions reach charmrun. A line that
+// is no request is refused and the connection serves on.
+func TestTheRendezvousFollowsTheSteward(t *testing.T) {
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	srv, err := ServeRendezvous("127.0.0.1", secret, 3, zap.NewNop(), 0)
+	require.NoError(t, err)
+	defer srv.Close()
+	at := func(r int) *Charmrun { return &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: r} }
+	soon := func() time.Time { return time.Now().Add(5 * time.Second) }
+
+	p0, p1, p2 := at(0), at(1), at(2)
+	require.NoError(t, p0.Publish("127.0.0.1:10"))
+	for _, p := range []*Charmrun{p1, p2} {
+		addr, err := p.Lookup(soon())
+		require.NoError(t, err)
+		require.Equal(t, "127.0.0.1:10", addr)
+	}
+	require.NoError(t, p1.line("X nonsense")) // refused, logged: p1 goes on
+	p0.Close()                                // process 0 is lost
+	<-p0.Gone()
+
+	// its replacement looks the steward up: it waits for the successor
+	replacement := at(0)
+	got := make(chan string, 1)
+	go func() {
+		addr, err := replacement.Lookup(soon())
+		require.NoError(t, err)
+		got <- addr
+	}()
+	select {
+	case a := <-got:
+		t.Fatalf("the lookup got %q before a successor took over", a)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, p1.Succeed("127.0.0.1:11"))
+	select {
+	case a := <-got:
+		require.Equal(t, "127.0.0.1:11", a)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lookup did not get the successor's address")
+	}
+	select {
+	case a := <-p2.Moved(): // it looked up process 0's
+		require.Equal(t, "127.0.0.1:11", a)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a process that looked up the lost steward was not told of its successor")
+	}
+	select {
+	case a := <-p1.Moved():
+		t.Fatalf("the successor was told of itself: %q", a)
+	default:
+	}
+	require.NoError(t, p1.Admitted(0))
+	select {
+	case r := <-srv.Admitted():
+		require.Equal(t, 0, r)
+	case <-time.After(5 * time.Second):
+		t.Fatal("charmrun did not hear of the admission")
+	}
+}
+
+// A successor takes over only when the launcher replaces processes and
+// the rendezvous can point at another process than 0; it is the lowest
+// rank left, as every process that noticed the loss finds.
+func TestTheLowestRankLeftSucceedsTheSteward(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		rv    Rendezvous
+		lost  []int
+		want  int  // the steward after
+		takes bool // a successor took over
+	}{
+		{"charmrun's rendezvous", &Charmrun{}, []int{0}, 1, true},
+		{"the successor lost too", &Charmrun{}, []int{0, 1}, 2, true},
+		{"a fixed address", FixedAddress("127.0.0.1:9"), []int{0}, 0, false},
+		{"a directory", Directory{Dir: t.TempDir(), Job: "1"}, []int{0}, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := &Job{cfg: Config{Rank: 3, Procs: 4, Rendezvous: c.rv}, log: zap.NewNop(), lost: map[int]bool{}, recovery: &joinedRecorder{}}
+			for _, r := range c.lost {
+				j.lost[r] = true
+			}
+			require.Equal(t, c.takes, j.succeed(0))
+			require.Equal(t, c.want, j.Steward())
+		})
+	}
+}
+
+// The lines of charmrun's rendezvous come from the job's processes
+// (proven by the secret), but are parsed as bytes from the network:
+// whatever they are, a request or an error, never a panic, and an
+// address or rank that is accepted is one.
+func FuzzRendezvousRequest(f *testing.F) {
+	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J 2", "J -1", "J 99999999999999999999", "P", "S x", "L extra", ""} {
+		f.Add(s, 0)
+		f.Add(s, 1)
+	}
+	f.Fuzz(func(t *testing.T, line string, from int) {
+		req, err := parseRequest(line, from, 3)
+		if err != nil {
+			return
+		}
+		switch req.kind {
+		case 'P', 'S':
+			_, _, err := net.SplitHostPort(req.addr)
+			require.NoError(t, err)
+			require.True(t, req.kind == 'S' || from == 0)
+		case 'J':
+			require.True(t, req.rank >= 0 && req.rank < 3)
+		case 'L':
+		default:
+			t.Fatalf("kind %q", req.kind)
+		}
+	})
 }

@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,16 +18,38 @@ import (
 	"go.uber.org/zap"
 )
 
-// Rendezvous tells every process where process 0's control endpoint is;
-// the rest of the membership goes through it.
+// Rendezvous tells every process where the steward's control endpoint is
+// (process 0's, from the start); the rest of the membership goes through
+// it.
 type Rendezvous interface {
 	// Bind is the address process 0's control endpoint must listen on,
 	// or "" for any port of Config.Host.
 	Bind() string
 	// Publish is called by process 0 with its control address.
 	Publish(addr string) error
-	// Lookup gives the others process 0's control address.
+	// Lookup gives the others process 0's control address (the
+	// steward's, once another took over: see Succession).
 	Lookup(deadline time.Time) (string, error)
+}
+
+// Succession is a rendezvous that can point the processes that join
+// later at another steward than process 0: process 0's replacement, and
+// any other, find the job there once process 0 is lost. Only charmrun's
+// does: a fixed address is process 0's own, and under srun or mpirun no
+// replacement comes.
+type Succession interface {
+	// Succeed tells the rendezvous that the steward's control endpoint
+	// is now addr.
+	Succeed(addr string) error
+	// Admitted tells the rendezvous that the steward admitted the
+	// replacement of process rank into the job: it can take over in
+	// turn (the launcher replaces a lost process only while another is
+	// in the job to admit its replacement).
+	Admitted(rank int) error
+	// Moved gives the steward's address each time another takes over
+	// after this process looked it up (a process joining while the
+	// steward it found is lost asks the next).
+	Moved() <-chan string
 }
 
 // FixedAddress is a rendezvous at an address every process is given
@@ -79,11 +102,14 @@ type Charmrun struct {
 	Secret Secret
 	Rank   int
 
-	once sync.Once
-	conn net.Conn
-	r    *bufio.Reader
-	gone chan struct{}
-	err  error
+	once      sync.Once
+	conn      net.Conn
+	r         *bufio.Reader
+	gone      chan struct{}
+	err       error
+	watchOnce sync.Once
+	wmu       sync.Mutex  // one line at a time on conn
+	moved     chan string // the steward's new addresses (Moved)
 }
 
 func (c *Charmrun) Bind() string { return "" }
@@ -104,7 +130,8 @@ func (c *Charmrun) dial(deadline time.Time) error {
 			close(c.gone)
 			return
 		}
-		c.conn, c.r = conn, bufio.NewReader(conn)
+		c.conn, c.r = conn, bufio.NewReaderSize(conn, 512)
+		c.moved = make(chan string, 1)
 	})
 	return c.err
 }
@@ -114,11 +141,36 @@ func (c *Charmrun) Publish(addr string) error {
 	if err := c.dial(time.Now().Add(DefaultHandshakeTimeout)); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(c.conn, "P %s\n", addr); err != nil {
+	if err := c.line("P " + addr); err != nil {
 		return err
 	}
-	go c.watch()
+	c.watchOnce.Do(func() { go c.watch() })
 	return nil
+}
+
+// Succeed tells charmrun that this process, process 0's successor, is the
+// steward now, at addr: replacements look it up there.
+func (c *Charmrun) Succeed(addr string) error {
+	if err := c.dial(time.Now().Add(DefaultHandshakeTimeout)); err != nil {
+		return err
+	}
+	return c.line("S " + addr)
+}
+
+// Admitted tells charmrun that the replacement of process rank joined
+// the job.
+func (c *Charmrun) Admitted(rank int) error {
+	if err := c.dial(time.Now().Add(DefaultHandshakeTimeout)); err != nil {
+		return err
+	}
+	return c.line(fmt.Sprintf("J %d", rank))
+}
+
+func (c *Charmrun) line(l string) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := fmt.Fprintf(c.conn, "%s\n", l)
+	return err
 }
 
 // Lookup asks charmrun for process 0's address.
@@ -127,7 +179,7 @@ func (c *Charmrun) Lookup(deadline time.Time) (string, error) {
 		return "", err
 	}
 	c.conn.SetReadDeadline(deadline)
-	if _, err := fmt.Fprintf(c.conn, "L\n"); err != nil {
+	if err := c.line("L"); err != nil {
 		return "", err
 	}
 	line, err := c.r.ReadString('\n')
@@ -139,15 +191,31 @@ func (c *Charmrun) Lookup(deadline time.Time) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("charmrun at %s answered %q", c.Addr, line)
 	}
-	go c.watch()
+	c.watchOnce.Do(func() { go c.watch() })
 	return addr, nil
 }
 
+// watch reads what charmrun says after the first answer, a new
+// steward's address ("A addr"), until charmrun is gone.
 func (c *Charmrun) watch() {
-	var b [1]byte
-	c.conn.Read(b[:]) // nothing more comes: it returns when charmrun is gone
-	close(c.gone)
+	defer close(c.gone)
+	for {
+		b, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return
+		}
+		if addr, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "A "); ok {
+			select {
+			case <-c.moved: // the older one is of a process gone
+			default:
+			}
+			c.moved <- addr
+		}
+	}
 }
+
+// Moved implements Succession.
+func (c *Charmrun) Moved() <-chan string { return c.moved }
 
 // Gone is closed once charmrun's connection ended.
 func (c *Charmrun) Gone() <-chan struct{} { return c.gone }
@@ -168,11 +236,16 @@ type RendezvousServer struct {
 	handshake time.Duration // DefaultHandshakeTimeout unless a test says
 	gate      gate          // connections proving the secret (MaxHandshakes)
 
-	mu      sync.Mutex
-	addr    string     // process 0's, once published
-	waiting []net.Conn // lookups before it was
-	conns   map[int]net.Conn
-	joined  chan int // ranks as they connect
+	mu   sync.Mutex
+	addr string // the steward's, once published (process 0's first)
+	// by: the connection that published addr; once it ends, addr is of
+	// a process gone, and lookups wait for its successor's
+	by       net.Conn
+	waiting  []net.Conn // lookups before it was
+	looked   []net.Conn // the others that looked it up, told of a successor's
+	conns    map[int]net.Conn
+	joined   chan int // ranks as they connect
+	admitted chan int // replacements' ranks as the steward admits them
 }
 
 // ServeRendezvous listens on host (port 0: any free port) for the job's
@@ -190,7 +263,7 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, han
 		handshake = DefaultHandshakeTimeout
 	}
 	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes),
-		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs)}
+		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs)}
 	go s.serve()
 	return s, nil
 }
@@ -200,6 +273,9 @@ func (s *RendezvousServer) Addr() string { return s.ln.Addr().String() }
 
 // Joined gives each rank once its process has connected.
 func (s *RendezvousServer) Joined() <-chan int { return s.joined }
+
+// Admitted gives the rank of each replacement the job's steward admitted.
+func (s *RendezvousServer) Admitted() <-chan int { return s.admitted }
 
 // Close ends the rendezvous and every process's connection to it, which
 // ends the processes still running.
@@ -260,36 +336,111 @@ func (s *RendezvousServer) handle(c net.Conn) {
 	defer func() {
 		// The process holds its connection while it runs: once it is
 		// gone, its replacement may connect.
-		io.Copy(io.Discard, c)
 		c.Close()
 		s.mu.Lock()
 		if s.conns[rank] == c {
 			delete(s.conns, rank)
 		}
+		if s.by == c {
+			s.addr, s.by = "", nil
+		}
+		s.waiting = slices.DeleteFunc(s.waiting, func(w net.Conn) bool { return w == c })
+		s.looked = slices.DeleteFunc(s.looked, func(w net.Conn) bool { return w == c })
 		s.mu.Unlock()
 	}()
+	r := bufio.NewReaderSize(c, 512) // a line longer than that is no request: the connection ends
 	c.SetReadDeadline(time.Now().Add(s.handshake))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	c.SetReadDeadline(time.Time{})
+	for first := true; ; first = false {
+		b, err := r.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				s.log.Warn("rendezvous: a request longer than 512 bytes", zap.Int("rank", rank))
+			}
+			return
+		}
+		line := string(b)
+		if first {
+			// (later lines come when they come: a successor's, maybe never)
+			c.SetReadDeadline(time.Time{})
+		}
+		s.request(rank, c, strings.TrimSpace(line))
+	}
+}
+
+// rendezvousRequest is one line a process sends charmrun's rendezvous.
+type rendezvousRequest struct {
+	kind byte   // 'P', 'S', 'L' or 'J' (see parseRequest)
+	addr string // P, S: a control address, host:port
+	rank int    // J: the process whose replacement was admitted
+}
+
+// parseRequest reads one line of the rendezvous from process from of a
+// job of procs: "P addr" (process 0, at the start: its control address),
+// "S addr" (the successor of a lost steward: its own), "L" (where is the
+// steward?), "J rank" (the steward admitted rank's replacement).
+func parseRequest(line string, from, procs int) (rendezvousRequest, error) {
+	kind, arg, _ := strings.Cut(line, " ")
+	switch kind {
+	case "L":
+		if arg != "" {
+			return rendezvousRequest{}, fmt.Errorf("a lookup takes nothing: %q", line)
+		}
+		return rendezvousRequest{kind: 'L'}, nil
+	case "P", "S":
+		if kind == "P" && from != 0 {
+			return rendezvousRequest{}, fmt.Errorf("process %d published an address: only process 0 does, at the start", from)
+		}
+		if _, _, err := net.SplitHostPort(arg); err != nil || strings.ContainsAny(arg, " \t\n") {
+			return rendezvousRequest{}, fmt.Errorf("%q is no control address (host:port)", arg)
+		}
+		return rendezvousRequest{kind: kind[0], addr: arg}, nil
+	case "J":
+		r, err := strconv.Atoi(arg)
+		if err != nil || r < 0 || r >= procs {
+			return rendezvousRequest{}, fmt.Errorf("an admission of %q: the job has processes 0..%d", arg, procs-1)
+		}
+		return rendezvousRequest{kind: 'J', rank: r}, nil
+	}
+	return rendezvousRequest{}, fmt.Errorf("unknown request %q", line)
+}
+
+// request answers one line of the rendezvous (parseRequest). A lookup
+// before any address, or while the steward is lost and no successor said
+// it took over, waits; a new steward's address goes to every process
+// that looked up the last one (a process still joining asks it instead).
+func (s *RendezvousServer) request(rank int, c net.Conn, line string) {
+	req, err := parseRequest(line, rank, s.procs)
 	if err != nil {
+		s.log.Warn("rendezvous: a request refused", zap.Int("rank", rank), zap.Error(err))
 		return
 	}
-	line = strings.TrimSpace(line)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case rank == 0 && strings.HasPrefix(line, "P "):
-		s.addr = strings.TrimPrefix(line, "P ")
+	switch req.kind {
+	case 'P', 'S':
+		s.addr, s.by = req.addr, c
+		for _, w := range s.looked {
+			if w != c {
+				fmt.Fprintf(w, "A %s\n", s.addr)
+			}
+		}
 		for _, w := range s.waiting {
 			fmt.Fprintf(w, "A %s\n", s.addr)
 		}
+		s.looked = append(s.looked, s.waiting...)
 		s.waiting = nil
-	case line == "L" && s.addr != "":
+	case 'L':
+		if s.addr == "" {
+			s.waiting = append(s.waiting, c)
+			return
+		}
 		fmt.Fprintf(c, "A %s\n", s.addr)
-	case line == "L":
-		s.waiting = append(s.waiting, c)
-	default:
-		s.log.Warn("rendezvous: unexpected request", zap.Int("rank", rank), zap.String("line", line))
+		s.looked = append(s.looked, c)
+	case 'J':
+		select {
+		case s.admitted <- req.rank:
+		default: // (charmrun is ending: nobody reads)
+		}
 	}
 }
 

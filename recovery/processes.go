@@ -82,7 +82,7 @@ func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *
 	return p
 }
 
-// recovered: PE me, of this process, caught up; process 0 decides the
+// recovered: PE me, of this process, caught up; the steward decides the
 // next recoveries and checkpoints, so it must know.
 func (p *Processes) recovered(me int, c recoveryCounts) {
 	b, _ := msgpack.Marshal(&report{Recovered: int32(me), Counts: c})
@@ -151,7 +151,7 @@ const (
 	reportOrphans     = -5
 )
 
-// Report implements cluster.Recovery (on process 0).
+// Report implements cluster.Recovery (on the steward).
 func (p *Processes) Report(from int, data []byte) {
 	var r report
 	if err := pe.UnmarshalMsgpack(data, &r); err != nil {
@@ -182,7 +182,7 @@ func (p *Processes) Report(from int, data []byte) {
 	p.sup.caughtUp(int(r.Recovered), false, r.Counts)
 }
 
-// step is a recovery step process 0 decided.
+// step is a recovery step the steward decided.
 type step struct {
 	Process int     `msgpack:"r"`
 	Dead    []int32 `msgpack:"d"` // the lost process's PEs
@@ -276,7 +276,7 @@ func (p *Processes) ProcessLost(r int) bool {
 	return true
 }
 
-// Rejoined implements cluster.Recovery: process 0 decides how the job
+// Rejoined implements cluster.Recovery: the steward decides how the job
 // recovers and tells every process, once every lost process's
 // replacement joined.
 func (p *Processes) Rejoined(r int) {
@@ -393,11 +393,11 @@ func intsOf(v []int32) []int {
 	return out
 }
 
-// Action implements cluster.Recovery: every process takes process 0's step.
+// Action implements cluster.Recovery: every process takes the steward's step.
 func (p *Processes) Action(data []byte) {
 	var st step
 	if err := pe.UnmarshalMsgpack(data, &st); err != nil {
-		p.node.Fail(fmt.Errorf("a recovery step from process 0 does not decode: %w", err))
+		p.node.Fail(fmt.Errorf("a recovery step from the steward does not decode: %w", err))
 		return
 	}
 	s := p.sup
@@ -585,7 +585,7 @@ func (p *Processes) limitedStep(st *step) {
 	case phaseThaw:
 		s.gate.thaw()
 	default:
-		p.node.Fail(fmt.Errorf("a recovery step from process 0 of unknown phase %d", st.Phase))
+		p.node.Fail(fmt.Errorf("a recovery step from the steward of unknown phase %d", st.Phase))
 	}
 }
 

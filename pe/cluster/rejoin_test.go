@@ -105,9 +105,9 @@ func TestALateNoticeOfAReplacedProcessIsIgnored(t *testing.T) {
 	require.Equal(t, []int{1, 2}, rec.lost)
 }
 
-// The watchdog's dump says how far each replacement got: process 0 names
-// what it still waits for, another process the process it lost; nothing
-// when no process is lost.
+// The watchdog's dump says how far each replacement got: the steward
+// names what it still waits for, another process the process it lost and
+// the steward it waits for; nothing when no process is lost.
 func TestWaitingSaysHowFarEachReplacementGot(t *testing.T) {
 	j := &Job{cfg: Config{Procs: 4}, log: zap.NewNop(), lost: map[int]bool{}, recovery: &joinedRecorder{}}
 	require.Empty(t, j.Waiting())
@@ -122,6 +122,9 @@ func TestWaitingSaysHowFarEachReplacementGot(t *testing.T) {
 
 	other := &Job{cfg: Config{Rank: 1, Procs: 3}, lost: map[int]bool{2: true}}
 	require.Equal(t, "process 2 was lost, and process 0 has not said its replacement joined", other.Waiting())
+	// process 0 lost, process 1 steers: process 2 waits for process 1
+	third := &Job{cfg: Config{Rank: 2, Procs: 3}, steward: 1, lost: map[int]bool{0: true}}
+	require.Equal(t, "process 0 was lost, and process 1 has not said its replacement joined", third.Waiting())
 }
 
 // A peer's connection ending as a dying process ends it reads in words;

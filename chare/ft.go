@@ -97,8 +97,6 @@ func (h *host) LocalRecovered(m *manager.Manager) {
 	h.run.sup.LocalRecovered(m.Me(), m.FT().Stats())
 }
 
-func (h *host) Orphans(m *manager.Manager, y int, n uint64) { h.run.sup.Orphans(y, n) }
-
 func (h *host) RollingBack(m *manager.Manager, epoch uint64, from string) {
 	h.run.sup.RollingBack(epoch, from)
 }

@@ -241,10 +241,6 @@ type SummaryRecovery struct {
 	Held      uint64            `json:"held,omitempty"`
 	Survivors int               `json:"survivors,omitempty"`
 	CaughtUp  []SummaryCaughtUp `json:"caught_up,omitempty"`
-	// Orphans: the messages the restarted PEs sent again, re-executing,
-	// that the survivors had delivered before the failure (and dropped),
-	// by the survivors' count
-	Orphans uint64 `json:"orphans,omitempty"`
 }
 
 // SummaryCaughtUp says when a restarted PE caught up, after the failure.
@@ -412,7 +408,7 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 	}
 	for _, rc := range ft.Recoveries {
 		sr := SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery), Set: rc.Set, Chain: rc.Chain,
-			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors, Orphans: rc.Orphans}
+			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors}
 		for _, c := range rc.CaughtUp {
 			sr.CaughtUp = append(sr.CaughtUp, SummaryCaughtUp{PE: c.PE, Ms: ms(c.After)})
 		}
@@ -570,7 +566,7 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 			}
 			replay := ""
 			if rc.Survivors > 0 {
-				replay = fmt.Sprintf(" (%d survivors sent %d logged messages again; %d copies dropped, %d held for their turn; the survivors dropped %d messages sent them again)", rc.Survivors, rc.Replayed, rc.Dropped, rc.Held, rc.Orphans)
+				replay = fmt.Sprintf(" (%d survivors sent %d logged messages again; %d copies dropped, %d held for their turn)", rc.Survivors, rc.Replayed, rc.Dropped, rc.Held)
 			}
 			fmt.Fprintf(w, " %d failure(s), %d PEs rolled back%s, %.1f ms%s%s", rc.Failures, rc.PEs, set, rc.RecoveryMs, replay, sep)
 		}

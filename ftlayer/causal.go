@@ -63,27 +63,6 @@ type channels struct {
 	incMap  []uint32
 	sendCSN []uint64
 	recv    []window
-	// orphans: per peer recovering, the copies of messages it sent again,
-	// re-executing, that this PE had delivered before it failed (dropped
-	// here; reported once it recovered: takeOrphans)
-	orphans map[int32]uint64
-}
-
-// noteOrphan counts a copy of a message PE p sent again that this PE had
-// delivered already.
-func (c *channels) noteOrphan(p int32) {
-	if c.orphans == nil {
-		c.orphans = map[int32]uint64{}
-	}
-	c.orphans[p]++
-}
-
-// takeOrphans is how many copies PE p sent again since it failed (and
-// counts anew from now).
-func (c *channels) takeOrphans(p int32) uint64 {
-	n := c.orphans[p]
-	delete(c.orphans, p)
-	return n
 }
 
 func newChannels(n int) channels {
@@ -878,9 +857,6 @@ func (s *Causal) receiveMsg(m *Message, out []Action) ([]Action, error) {
 		return out, err
 	}
 	if dup {
-		if m.Inc >= s.incMap[m.Sender] && slices.Contains(s.failing, m.Sender) {
-			s.noteOrphan(m.Sender) // re-executing, it sent again what this PE had
-		}
 		if s.camel && m.Kind == KindMulticast {
 			out = s.reforward(m, out)
 		}
@@ -1715,7 +1691,6 @@ func (s *Causal) PeerFailed(y int32, inc uint32, with []int32) ([]Action, error)
 	if len(s.failing) == 0 {
 		s.failSet = slices.Clone(with)
 	}
-	s.takeOrphans(y) // (its copies count from its restart)
 	if !slices.Contains(s.failing, y) {
 		s.failing = append(s.failing, y)
 	}

@@ -33,44 +33,6 @@ func TestOldAndDuplicateMessagesAreDropped(t *testing.T) {
 	require.Equal(t, uint64(2), hk.Stats().Dropped)
 }
 
-// A survivor counts the copies a restarted peer sends again of what it
-// had delivered (the peer's orphans, as it saw them), not what its lost
-// incarnation sent late, and tells them once the peer recovered; the
-// count starts again with the peer's next failure. Under scmel and under
-// pessimist.
-func TestASurvivorCountsTheOrphansARestartedPeerSendsAgain(t *testing.T) {
-	events := NewMemEventLog(3)
-	for _, c := range []struct {
-		name string
-		hook Hook
-	}{
-		{"scmel", newHopNet(t, 3, 4, "scmel").hooks[0]},
-		{"pessimist", NewPessimistHook(0, 3, func(int, *Packet) {}, events)},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			hk := c.hook
-			in := func(env *pe.Envelope) Arrival {
-				a, err := hk.Arrive(env)
-				require.NoError(t, err)
-				return a
-			}
-			for csn := uint64(1); csn <= 3; csn++ {
-				require.Equal(t, Handle, in(p2p(1, 0, csn, csn, 0)))
-			}
-			require.Zero(t, hk.PeerRecovered(1), "no failure: nothing counted")
-			require.NoError(t, hk.PeerFailed(1, 1, nil))
-			require.Equal(t, Dropped, in(p2p(1, 0, 3, 3, 0)), "late, from incarnation 0")
-			require.Equal(t, Dropped, in(p2p(1, 0, 1, 1, 1)), "sent again")
-			require.Equal(t, Dropped, in(p2p(1, 0, 2, 2, 1)), "sent again")
-			require.Equal(t, uint64(2), hk.PeerRecovered(1))
-			require.Zero(t, hk.PeerRecovered(1), "told once")
-			require.NoError(t, hk.PeerFailed(1, 2, nil))
-			require.Equal(t, Dropped, in(p2p(1, 0, 1, 1, 2)), "sent again, by the next incarnation")
-			require.Equal(t, uint64(1), hk.PeerRecovered(1))
-		})
-	}
-}
-
 // Scenario 10: during replay, messages arriving in reverse order and new
 // messages without a recorded reception are delivered in the recorded
 // order, the unrecorded ones after it.

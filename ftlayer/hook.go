@@ -73,11 +73,8 @@ type Hook interface {
 	// (packets, and logged messages again: Packets of kind PktApp whose
 	// Msg.Env is the envelope to send).
 	PeerFailed(y int, inc uint32, with []int32) error
-	// PeerRecovered: PE y finished recovering. It returns how many
-	// messages y sent this PE again, re-executing, that this PE had
-	// delivered before y failed (the copies it dropped: y's orphans, as
-	// this PE saw them).
-	PeerRecovered(y int) uint64
+	// PeerRecovered: PE y finished recovering.
+	PeerRecovered(y int)
 	// LogsSent reports whether the hook keeps the messages it stamps, by
 	// reference, to send them again: their payloads must not be reused
 	// (until OnRelease's function gets them back).
@@ -137,7 +134,7 @@ func (NopHook) Restart(*Counters, uint32, func(uint64, uint64), Rollback) {}
 func (NopHook) Keep() *Kept                                               { return nil }
 func (NopHook) Recovering() bool                                          { return false }
 func (NopHook) PeerFailed(int, uint32, []int32) error                     { return nil }
-func (NopHook) PeerRecovered(int) uint64                                  { return 0 }
+func (NopHook) PeerRecovered(int)                                         {}
 func (NopHook) LogsSent() bool                                            { return false }
 func (NopHook) OnRelease(func(*pe.Envelope))                              {}
 func (NopHook) Releases() bool                                            { return false }
@@ -325,10 +322,7 @@ func (h *CausalHook) PeerFailed(y int, inc uint32, with []int32) error {
 	return nil
 }
 
-func (h *CausalHook) PeerRecovered(y int) uint64 {
-	h.s.Recovered(int32(y))
-	return h.s.takeOrphans(int32(y))
-}
+func (h *CausalHook) PeerRecovered(y int) { h.s.Recovered(int32(y)) }
 
 func (h *CausalHook) LogsSent() bool { return true }
 

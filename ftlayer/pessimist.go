@@ -252,9 +252,6 @@ func (s *Pessimist) Arrive(env *pe.Envelope) (Arrival, error) {
 		s.newIncarnation(h.Sender, h.Inc) // its notice is on its way
 	}
 	if h.Inc < s.incMap[h.Sender] || s.recv[h.Sender].has(h.CSN) || s.isHeld(h.Sender, h.CSN) {
-		if h.Inc == s.incMap[h.Sender] && s.recv[h.Sender].has(h.CSN) && slices.Contains(s.failing, h.Sender) {
-			s.noteOrphan(h.Sender) // re-executing, it sent again what this PE had
-		}
 		s.stats.Dropped++
 		return Dropped, nil
 	}
@@ -419,7 +416,6 @@ func (s *Pessimist) PeerFailed(y int32, inc uint32, with []int32) ([]Action, err
 	if s.set != nil && s.set[y] {
 		return nil, nil
 	}
-	s.takeOrphans(y) // (its copies count from its restart)
 	if !slices.Contains(s.failing, y) {
 		s.failing = append(s.failing, y)
 	}
@@ -575,17 +571,14 @@ func (h *PessimistHook) Abort()                               { h.s.Abort() }
 func (h *PessimistHook) Stats() Stats                         { return h.s.Stats() }
 func (h *PessimistHook) Keep() *Kept                          { return nil }
 func (h *PessimistHook) Recovering() bool                     { return h.s.Recovering() }
-func (h *PessimistHook) PeerRecovered(y int) uint64 {
-	h.s.Recovered(int32(y))
-	return h.s.takeOrphans(int32(y))
-}
-func (h *PessimistHook) LogsSent() bool                   { return true }
-func (h *PessimistHook) OnRelease(func(env *pe.Envelope)) {}
-func (h *PessimistHook) Releases() bool                   { return false }
-func (h *PessimistHook) Regroup(Teams)                    {}
-func (h *PessimistHook) Recluster(*mcml.Dendrogram)       {}
-func (h *PessimistHook) TakeVolume() []uint64             { return nil }
-func (h *PessimistHook) Checkpoint()                      { h.events.Truncate(h.s.me, h.s.Checkpoint()) }
+func (h *PessimistHook) PeerRecovered(y int)                  { h.s.Recovered(int32(y)) }
+func (h *PessimistHook) LogsSent() bool                       { return true }
+func (h *PessimistHook) OnRelease(func(env *pe.Envelope))     {}
+func (h *PessimistHook) Releases() bool                       { return false }
+func (h *PessimistHook) Regroup(Teams)                        {}
+func (h *PessimistHook) Recluster(*mcml.Dendrogram)           {}
+func (h *PessimistHook) TakeVolume() []uint64                 { return nil }
+func (h *PessimistHook) Checkpoint()                          { h.events.Truncate(h.s.me, h.s.Checkpoint()) }
 
 // Witness implements Hook: the next PE, which in one process also holds
 // this PE's checkpoint copy. Any set of PEs may fail at once under this

@@ -74,9 +74,6 @@ type Host interface {
 	LocalRestored(m *Manager, epoch uint64)
 	// LocalRecovered runs on it once it caught up with the others.
 	LocalRecovered(m *Manager)
-	// Orphans runs on a PE that PE y, recovered, sent n messages again
-	// which this PE had delivered before y failed (and dropped now).
-	Orphans(m *Manager, y int, n uint64)
 	// Unpack rebuilds e.Obj on its new PE and runs its arrival hook.
 	Unpack(m *Manager, e *Element, state []byte) error
 	// ResumeFromSync ends an AtSync epoch for e.

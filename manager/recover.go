@@ -183,7 +183,7 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 		}
 	}
 	for _, r := range msg.Recovered {
-		m.peerRecovered(int(r))
+		m.ft.PeerRecovered(int(r))
 	}
 	if err := m.ft.PeerFailed(y, msg.Inc, msg.Set); err != nil {
 		m.Fail(err)
@@ -361,21 +361,10 @@ func (m *Manager) checkRecovered() {
 	m.PE.RecordPhase("recovery (replay)", false)
 	for p := 0; p < m.NumPEs(); p++ {
 		if p != m.Me() {
-			// behind what this PE sent before, in the application lane:
-			// the copies it sent again reach each peer's hook first, which
-			// counts them (Hook.PeerRecovered)
-			m.PE.Send(p, &pe.Envelope{Type: tPeerRecovered, Kind: pe.KindSystem, Flags: pe.FlagAppLane, Payload: &PeerRecoveredMsg{PE: int32(m.Me())}})
+			m.sendCtl(p, tPeerRecovered, &PeerRecoveredMsg{PE: int32(m.Me())})
 		}
 	}
 	m.host.LocalRecovered(m)
 }
 
-func (m *Manager) onPeerRecovered(msg *PeerRecoveredMsg) { m.peerRecovered(int(msg.PE)) }
-
-// peerRecovered: PE y recovered; the host hears how many of the messages
-// it sent again this PE had had before.
-func (m *Manager) peerRecovered(y int) {
-	if n := m.ft.PeerRecovered(y); n > 0 {
-		m.host.Orphans(m, y, n)
-	}
-}
+func (m *Manager) onPeerRecovered(msg *PeerRecoveredMsg) { m.ft.PeerRecovered(int(msg.PE)) }

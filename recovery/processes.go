@@ -71,7 +71,7 @@ func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *
 	p := &Processes{sup: s, job: job, node: node, replaceable: replaceable, lost: map[int]bool{},
 		informed: job.Rank() == 0 && !job.Replacement(), steward: job.Steward()}
 	s.mu.Lock()
-	s.elsewhere, s.orphansElsewhere = p.forward, p.forwardOrphans
+	s.elsewhere = p.forward
 	if job.Rank() != 0 {
 		s.onRecovered, s.onRestored = p.recovered, p.restored
 	} else if s.logLimit {
@@ -106,18 +106,6 @@ func (p *Processes) forward(epoch uint64, from string, resumed bool) bool {
 	return true
 }
 
-// forwardOrphans tells the steward, if that is another process, what a
-// PE of this one counted of PE y's orphans (Supervisor.Orphans), and
-// reports whether it did.
-func (p *Processes) forwardOrphans(y int, n uint64) bool {
-	if p.steers() {
-		return false
-	}
-	b, _ := msgpack.Marshal(&report{Recovered: reportOrphans, Restored: uint64(y), Orphans: n})
-	p.job.Report(b)
-	return true
-}
-
 func (p *Processes) steers() bool { return p.job.Steward() == p.job.Rank() }
 
 // restored: a PE of this process restored checkpoint epoch.
@@ -132,8 +120,7 @@ func (p *Processes) restored(epoch uint64) {
 // -2), its PEs' channels not logged (Rows, by PE) or that it renewed its
 // PEs of the rollback set (Renewed); PE 0's process, when the steward is
 // another, that a global rollback chose checkpoint Restored (From; -3)
-// or that the program resumed (-4); a survivor, that PE Restored, which
-// recovered, sent it Orphans messages again that it had had (-5).
+// or that the program resumed (-4).
 type report struct {
 	Recovered int32             `msgpack:"r"`
 	Counts    recoveryCounts    `msgpack:"c,omitempty"`
@@ -141,14 +128,12 @@ type report struct {
 	Rows      map[int32][]int32 `msgpack:"o,omitempty"`
 	Renewed   bool              `msgpack:"n,omitempty"`
 	From      string            `msgpack:"f,omitempty"`
-	Orphans   uint64            `msgpack:"op,omitempty"`
 }
 
 const (
 	reportLimit       = -2
 	reportRollingBack = -3
 	reportResumed     = -4
-	reportOrphans     = -5
 )
 
 // Report implements cluster.Recovery (on the steward).
@@ -167,11 +152,6 @@ func (p *Processes) Report(from int, data []byte) {
 		return
 	case r.Recovered == reportResumed:
 		p.sup.Restored()
-		return
-	case r.Recovered == reportOrphans:
-		if r.Restored < uint64(p.node.NumPEs()) {
-			p.sup.Orphans(int(r.Restored), r.Orphans)
-		}
 		return
 	case r.Recovered < 0:
 		p.sup.mu.Lock()

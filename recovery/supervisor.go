@@ -81,10 +81,6 @@ type RecoveryStats struct {
 	Replayed, Dropped, Held uint64
 	Survivors               int
 	CaughtUp                []PECaughtUp
-	// Orphans is what the survivors said once the restarted PEs caught
-	// up: the messages those sent again, re-executing, that they had
-	// delivered before the failure (and dropped).
-	Orphans uint64
 }
 
 // PECaughtUp says that PE PE caught up After the failure.
@@ -174,10 +170,6 @@ type Supervisor struct {
 	// restored a checkpoint and caught up.
 	onRestored  func(epoch uint64)
 	onRecovered func(me int, c recoveryCounts)
-	// orphansElsewhere hands Orphans to the process that steers the
-	// job's recoveries, when that is not this one, and reports whether it
-	// did
-	orphansElsewhere func(y int, n uint64) bool
 	// elsewhere hands RollingBack (epoch, from) or Restored (resumed) to
 	// the process that steers the job's recoveries, when that is not this
 	// one (Processes.forward), and reports whether it did
@@ -891,26 +883,6 @@ func (s *Supervisor) Restored() {
 	s.mu.Unlock()
 	if len(waiting) > 0 {
 		s.fire(node, waiting)
-	}
-}
-
-// Orphans: PE y, recovered, sent a survivor n messages again that it had
-// delivered before y failed. They count in y's last recovery alone.
-func (s *Supervisor) Orphans(y int, n uint64) {
-	s.mu.Lock()
-	if away := s.orphansElsewhere; away != nil {
-		s.mu.Unlock()
-		if away(y, n) {
-			return
-		}
-		s.mu.Lock()
-	}
-	defer s.mu.Unlock()
-	for k := len(s.ft.Recoveries) - 1; k >= 0; k-- {
-		if rc := &s.ft.Recoveries[k]; slices.Contains(rc.Set, int32(y)) {
-			rc.Orphans += n
-			return
-		}
 	}
 }
 

@@ -509,9 +509,8 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 		require.Contains(t, j.err.String(), c.notice)
 		require.Contains(t, j.out.String(), "fault tolerance: "+c.ft)
 		if c.survivors > 0 {
-			// the replacement's PEs told process 0 what they heard, and
-			// the survivors what they dropped of what those sent again
-			require.Regexp(t, fmt.Sprintf(`recoveries: .* ms \(%d survivors sent [1-9]\d* logged messages again; .*; the survivors dropped [1-9]\d* messages sent them again\)`, c.survivors), j.out.String(), "%v", c.args)
+			// the replacement's PEs told process 0 what they heard
+			require.Regexp(t, fmt.Sprintf(`recoveries: .* ms \(%d survivors sent [1-9]\d* logged messages again;`, c.survivors), j.out.String(), "%v", c.args)
 		}
 		require.Equal(t, want, energies(t, j.out.String()), "%v", c.args)
 	}

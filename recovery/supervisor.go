@@ -764,14 +764,10 @@ func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 // RollingBack: the coordinator of a global rollback chose checkpoint
 // epoch (0: the start), found where from.
 func (s *Supervisor) RollingBack(epoch uint64, from string) {
-	s.mu.Lock()
-	if away := s.elsewhere; away != nil {
-		s.mu.Unlock()
-		if away(epoch, from, false) {
-			return
-		}
-		s.mu.Lock()
+	if s.handedOff(epoch, from, false) {
+		return
 	}
+	s.mu.Lock()
 	var f any = lostProcess(s.lostWhat)
 	if s.lostWhat == "" {
 		f = &PEFailure{PE: s.dead[0], Kill: s.deadKills[0], Also: slices.Clone(s.deadKills[1:])}
@@ -864,14 +860,10 @@ func (e *UnfiredError) Error() string {
 // restored: the program resumes from the checkpoint it rolled back to
 // (or the start); failures put off meanwhile happen now.
 func (s *Supervisor) Restored() {
-	s.mu.Lock()
-	if away := s.elsewhere; away != nil {
-		s.mu.Unlock()
-		if away(0, "", true) {
-			return
-		}
-		s.mu.Lock()
+	if s.handedOff(0, "", true) {
+		return
 	}
+	s.mu.Lock()
 	if !s.failed.IsZero() && s.rolling {
 		s.ft.Recovery += time.Since(s.failed)
 		s.recovered1(time.Since(s.failed))
@@ -884,6 +876,16 @@ func (s *Supervisor) Restored() {
 	if len(waiting) > 0 {
 		s.fire(node, waiting)
 	}
+}
+
+// handedOff hands a global rollback's choice (epoch, from) or the
+// program's resumption (resumed) to the process that steers the job's
+// recoveries, if that is another (elsewhere), and reports whether it did.
+func (s *Supervisor) handedOff(epoch uint64, from string, resumed bool) bool {
+	s.mu.Lock()
+	away := s.elsewhere
+	s.mu.Unlock()
+	return away != nil && away(epoch, from, resumed)
 }
 
 // Steered is what this supervisor knows of the recoveries it steered

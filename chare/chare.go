@@ -70,6 +70,7 @@ type entryInfo struct {
 	name     string
 	typ      uint32 // owning chare type
 	threaded bool
+	measured bool // its messages carry measurements (Measurement)
 	invoke   func(obj any, ctx *Ctx, env *pe.Envelope)
 }
 
@@ -202,6 +203,14 @@ type EntryOption func(*entryInfo)
 // filled. It costs a goroutine per invocation.
 func Threaded() EntryOption { return func(e *entryInfo) { e.threaded = true } }
 
+// Measurement says the entry's messages carry measurements — times,
+// loads, sizes of memory — which differ from one execution to the next
+// whatever the program does. The checks that a program sends the same
+// messages in every execution (--ft-verify, ftsim.DiffSends; see
+// docs/SPMD.md) then compare that such a message was sent, not its
+// contents. Nothing the program sends after it may depend on them.
+func Measurement() EntryOption { return func(e *entryInfo) { e.measured = true } }
+
 // NewEntry registers method, a method expression of C such as
 // (*Block).Ghost, as an entry method taking an M: a misspelt method or a
 // wrong message type is a compile error. The entry is named after the
@@ -272,9 +281,12 @@ func NewEntryNamed[M any, C any, A any](t *Type[C, A], method string, opts ...En
 // the caller.
 func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *Ctx, M), opts ...EntryOption) *Entry[C, M] {
 	full := t.info.name + "." + name
-	codec := manager.MsgpackCodec[M]()
-	id := pe.RegisterType(pe.TypeInfo{Name: full, Encode: codec.Encode, Decode: codec.Decode})
 	ei := &entryInfo{name: full, typ: t.info.id}
+	for _, o := range opts {
+		o(ei)
+	}
+	codec := manager.MsgpackCodec[M]()
+	id := pe.RegisterType(pe.TypeInfo{Name: full, Encode: codec.Encode, Decode: codec.Decode, Measured: ei.measured})
 	ei.invoke = func(obj any, ctx *Ctx, env *pe.Envelope) {
 		var m M
 		if env.Flags == manager.FlagInline {
@@ -286,9 +298,6 @@ func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *
 			}
 		}
 		fn(obj.(*C), ctx, m)
-	}
-	for _, o := range opts {
-		o(ei)
 	}
 	if eid, err := entries.Add(full, ei); err != nil || eid != id {
 		panic(fmt.Sprintf("chare.NewEntry: entry method %s: %v (id %#x, message type %#x)", full, err, eid, id))

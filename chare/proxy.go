@@ -223,7 +223,7 @@ func (en *Entry[C, M]) Send(ctx *Ctx, to ElemProxy[C], msg M) {
 	} else {
 		env.Payload = msg
 	}
-	if err := ctx.m.SendEnv(&env); err != nil {
+	if err := ctx.m.SendEnvFrom(ctx.e, &env); err != nil {
 		ctx.Fail(err)
 	}
 }
@@ -234,7 +234,7 @@ func (en *Entry[C, M]) Broadcast(ctx *Ctx, to Collection[C], msg M) {
 		ctx.Fail(fmt.Errorf("broadcast %s: the proxy was never made (zero value)", en.name))
 		return
 	}
-	ctx.m.Broadcast(to.collection(nil), en.id, msg)
+	ctx.m.BroadcastFrom(ctx.e, to.collection(nil), en.id, msg)
 }
 
 // Multicast invokes the entry on every member of a section.
@@ -243,7 +243,7 @@ func (en *Entry[C, M]) Multicast(ctx *Ctx, to SectionProxy[C], msg M) {
 		ctx.Fail(fmt.Errorf("multicast %s: the section proxy was never made (zero value)", en.name))
 		return
 	}
-	ctx.m.Multicast(to.Coll, to.Sec, en.id, msg)
+	ctx.m.MulticastFrom(ctx.e, to.Coll, to.Sec, en.id, msg)
 }
 
 // Callback is where a reduction result (or a future value) of type R goes.

@@ -33,7 +33,13 @@ type Config struct {
 	WireCheck bool // encode every message with msgpack, even in process
 	// FTVerify checks every recovery: a PE re-executing after a failure
 	// must send what it sent the first time (--ft-verify).
-	FTVerify  bool
+	FTVerify bool
+	// WrapHook, if set, wraps each PE's fault-tolerance hook: a tool that
+	// watches what the protocol sees (ftsim's check that elements send
+	// the same messages in every order) puts itself around it. t is what
+	// the hook is given about the PE's trees and messages (it implements
+	// ftlayer.Origins).
+	WrapHook  func(me int, h ftlayer.Hook, t ftlayer.Trees) ftlayer.Hook
 	Branching int // spanning-tree arity (default 4)
 	// Balancer is the load-balancing strategy at AtSync (loadbalance.New's
 	// names, Charm++'s too); several separated by commas chain as several
@@ -1168,7 +1174,11 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			hc.Limit = ftlayer.LogLimit{Bytes: cfg.LogLimit, Strategy: limitStrategy(cfg.LogLimitStrategy, me, n), Gate: rs.sup.Gate(),
 				Exempt: balances && (me == 0 || me == hc.Teams.WitnessOf(0, n))}
 		}
-		return spec.NewHook(me, n, t, net, hc)
+		h := spec.NewHook(me, n, t, net, hc)
+		if cfg.WrapHook != nil {
+			h = cfg.WrapHook(me, h, t)
+		}
+		return h
 	}
 	if cfg.Teams == "auto" {
 		opt.Regroup = autoTeams(cfg)

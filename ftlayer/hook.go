@@ -116,6 +116,23 @@ type Hook interface {
 	Witness() int
 }
 
+// OriginUser is implemented by a hook that names application messages by
+// their origin (pe.Origin) instead of by their place in their sender PE's
+// sequence. The runtime counts each element's messages only when the hook
+// says it does, and answers Origins while the hook stamps a message.
+type OriginUser interface {
+	UsesOrigins() bool
+}
+
+// Origins is what the runtime answers a hook that uses origins: the
+// Trees value its factory gets implements it too.
+type Origins interface {
+	// Origin is the origin of the message being sent, while the hook's
+	// Send runs for a message an element sends (its first hop: the hops
+	// that pass it on carry it in their header), and false otherwise.
+	Origin() (pe.Origin, bool)
+}
+
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
 type NopHook struct{}
 

@@ -21,9 +21,16 @@ const bcastHistory = 512
 // root itself, so it reaches elements whose insertion the caller requested
 // before broadcasting.
 func (m *Manager) Broadcast(coll uint32, typ uint32, payload any) {
+	m.BroadcastFrom(nil, coll, typ, payload)
+}
+
+// BroadcastFrom is Broadcast for a message element e sends (see from).
+func (m *Manager) BroadcastFrom(e *Element, coll uint32, typ uint32, payload any) {
+	m.from(e)
 	m.Stats.Broadcasts++
 	m.Stats.bytes(&m.Stats.BroadcastBytes, payload)
 	m.send(0, &pe.Envelope{Type: typ, Coll: coll, Kind: pe.KindMulticast, Flags: flagBcastReq, Payload: payload})
+	m.sent()
 }
 
 func (m *Manager) bcastRoot(c *Collection, env pe.Envelope) {

@@ -96,6 +96,7 @@ type ElemSnapshot struct {
 	Epoch   uint32
 	Secs    []SecMembership
 	State   []byte
+	Sends   uint64 `msgpack:",omitempty"` // see Element.Sends
 }
 
 // CkptStartMsg asks PE 0 for a checkpoint; Callback gets struct{}{} once
@@ -458,7 +459,7 @@ func (m *Manager) Snapshot(epoch uint64) (*PESnapshot, error) {
 				return nil, fmt.Errorf("PE %d: %s%v: %w", m.Me(), c.Name, e.Index, err)
 			}
 			es := ElemSnapshot{Index: coords(e.Index), RedHome: e.RedHome, RedNo: e.RedNo,
-				Bcast: e.Bcast, Moves: e.Moves, Epoch: e.Epoch, State: state}
+				Bcast: e.Bcast, Moves: e.Moves, Epoch: e.Epoch, State: state, Sends: e.Sends}
 			es.Secs = e.sortedSecs()
 			cs.Elements = append(cs.Elements, es)
 		}
@@ -543,7 +544,7 @@ func (m *Manager) restore(s *PESnapshot) error {
 		}
 		for _, es := range cs.Elements {
 			e := &Element{Coll: c, Index: pe.IndexOf(es.Index), RedHome: es.RedHome, RedNo: es.RedNo, Bcast: es.Bcast,
-				Moves: es.Moves, Epoch: es.Epoch, migrateTo: -1}
+				Moves: es.Moves, Epoch: es.Epoch, Sends: es.Sends, migrateTo: -1}
 			c.put(e)
 			c.setLoc(e.Index, loc{pe: int32(m.Me()), moves: e.Moves})
 			if err := m.host.Restore(m, e, es.State); err != nil {

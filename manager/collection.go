@@ -42,6 +42,11 @@ type Element struct {
 	Secs    map[uint64]*SecMembership
 	AtSync  bool
 	Epoch   uint32
+	// Sends counts the messages the element sent while a hook that names
+	// messages by their origin was on (see pe.Origin): kept, migrated and
+	// checkpointed with the element, so that its k-th message has the same
+	// name in a re-execution.
+	Sends uint64
 
 	lb        lbElem // load-balancing measurements since the last step
 	packed    int    // size of its packed state when it last migrated

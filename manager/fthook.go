@@ -104,6 +104,8 @@ func (m *Manager) newHook() {
 		_, nop := m.ft.(ftlayer.NopHook)
 		m.ftOn = !nop
 	}
+	ou, ok := m.ft.(ftlayer.OriginUser)
+	m.origins = ok && ou.UsesOrigins()
 	m.ft.OnRelease(m.logReleased)
 }
 
@@ -220,8 +222,24 @@ func (m *Manager) sendTree(t *Tree, g uint64, env *pe.Envelope) {
 	}
 }
 
-// treesOf answers the hook's questions about the manager's trees.
+// treesOf answers the hook's questions about the manager's trees, and
+// about the origin of the message it stamps (ftlayer.Origins).
 type treesOf struct{ m *Manager }
+
+func (t treesOf) Origin() (pe.Origin, bool) { return t.m.origin, t.m.hasOrigin }
+
+// from starts a message element e sends (nil: the runtime's own): for a
+// hook that names messages by their origin, e counts it and the hook is
+// told its origin until sent ends it.
+func (m *Manager) from(e *Element) {
+	if m.origins && e != nil {
+		e.Sends++
+		m.origin, m.hasOrigin = pe.Origin{Coll: e.Coll.ID, Index: e.Index, K: e.Sends}, true
+	}
+}
+
+// sent ends what from started.
+func (m *Manager) sent() { m.hasOrigin = false }
 
 func (t treesOf) tree(g uint64) *Tree {
 	if g < 1<<32 {

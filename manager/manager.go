@@ -174,15 +174,20 @@ type Manager struct {
 	ft       ftlayer.Hook
 	// ftOn: a protocol is on (ft is not a NopHook). The per-message
 	// paths test it and nothing else when it is off.
-	ftOn     bool
-	ftEnv    *pe.Envelope // stamp's scratch envelope
-	released pe.Envelope  // a held envelope the hook handed back
-	rec      recoverState
-	rb       *rollbackState // a global rollback this PE takes part in
-	rbStash  []pe.Envelope  // what reached it meanwhile, handled once it restored
-	qdAsked  []uint64       // quiescence detections this PE waits for (not checkpoints')
-	lb       lbState
-	secAlias map[uint64]secAlias // sections set up again: old id -> new
+	ftOn  bool
+	ftEnv *pe.Envelope // stamp's scratch envelope
+	// origins: the hook names messages by their origin (ftlayer.OriginUser);
+	// origin is the one of the message an element is sending, if
+	// hasOrigin (see from)
+	origins, hasOrigin bool
+	origin             pe.Origin
+	released           pe.Envelope // a held envelope the hook handed back
+	rec                recoverState
+	rb                 *rollbackState // a global rollback this PE takes part in
+	rbStash            []pe.Envelope  // what reached it meanwhile, handled once it restored
+	qdAsked            []uint64       // quiescence detections this PE waits for (not checkpoints')
+	lb                 lbState
+	secAlias           map[uint64]secAlias // sections set up again: old id -> new
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64

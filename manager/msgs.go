@@ -184,6 +184,7 @@ type MigrateMsg struct {
 	AtSync  bool
 	Epoch   uint32
 	Held    []HeldContrib `msgpack:",omitempty"` // section contributions made at AtSync
+	Sends   uint64        `msgpack:",omitempty"` // see Element.Sends
 }
 
 // SecMembership is an element's standing in one section.

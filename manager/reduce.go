@@ -149,10 +149,13 @@ type Partial struct {
 	Reducer uint32
 	CB      Callback
 	Count   int64
-	Witness pe.Index // one contributor, to name in errors
-	Items   []Item   // canonical reducers: sorted by Key
-	Acc     any      // exact reducers
-	owned   bool     // Acc is ours to update in place
+	// Witness is one contributor, to name in errors: the least index
+	// among them, so that a partial says the same in every execution
+	// whatever order its contributions came in.
+	Witness pe.Index
+	Items   []Item // canonical reducers: sorted by Key
+	Acc     any    // exact reducers
+	owned   bool   // Acc is ours to update in place
 	// Complete: this is not a partial but the round's result, delivered
 	// at the root before its failure and kept by another PE (message
 	// logging): it stands in for the partial of the child it comes from,
@@ -458,6 +461,9 @@ func (s *Reduction) add(rd *round, it Item, reducer uint32, cb Callback, red *Re
 		return s.merge(rd, &in, red)
 	}
 	rd.p.Count++
+	if key.Compare(rd.p.Witness) < 0 {
+		rd.p.Witness = key
+	}
 	if red.Exact {
 		err := combineExact(rd, red, v, key)
 		consume(red, it)
@@ -528,6 +534,9 @@ func (s *Reduction) merge(rd *round, in *Partial, red *Reducer) error {
 		return fmt.Errorf("reduction %d: contributor %v names callback %+v but contributor %v names %+v", rd.p.Red, in.Witness, in.CB, rd.p.Witness, rd.p.CB)
 	}
 	rd.p.Count += in.Count
+	if in.Witness.Compare(rd.p.Witness) < 0 {
+		rd.p.Witness = in.Witness
+	}
 	if red.Exact {
 		return combineExact(rd, red, in.Acc, in.Witness)
 	}

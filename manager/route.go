@@ -32,6 +32,17 @@ func (m *Manager) SendTo(coll uint32, ix pe.Index, typ uint32, payload any) erro
 	return m.SendEnv(&env)
 }
 
+// SendEnvFrom is SendEnv for a message element e sends (see from).
+func (m *Manager) SendEnvFrom(e *Element, env *pe.Envelope) error {
+	if !m.origins {
+		return m.SendEnv(env)
+	}
+	m.from(e)
+	err := m.SendEnv(env)
+	m.sent()
+	return err
+}
+
 // SendEnv routes a point-to-point envelope (Type, Coll, Index and payload
 // set) to its element.
 func (m *Manager) SendEnv(env *pe.Envelope) error {

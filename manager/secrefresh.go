@@ -201,8 +201,11 @@ func (m *Manager) secRefreshMaybe(s *Section) {
 		j, _ := slices.BinarySearchFunc(rm.Members, ix, pe.Index.Compare)
 		homes[i] = rm.PEs[j]
 	}
-	m.nextSec++
-	id := uint64(m.Me()+1)<<40 | m.nextSec
+	id, err := m.renewedSectionID(s.ID)
+	if err != nil {
+		m.failf("section %#x set up again: %w", s.ID, err)
+		return
+	}
 	pes := make([]int, len(homes))
 	for i, h := range homes {
 		pes[i] = int(h)

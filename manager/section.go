@@ -44,6 +44,38 @@ func (s *Section) coll(m *Manager) *Collection { return m.coll(s.Coll) }
 // SectionRoot is the PE at the root of section sec's tree.
 func SectionRoot(sec uint64) int { return int(sec>>40) - 1 }
 
+// A section's id is its root PE plus one in the bits from 40 up, the
+// times it was set up again in the 16 bits below, and its number among
+// the sections made on its root in the 24 bits below those. A section set
+// up again keeps its root and number: its new id is the same in every
+// execution, whatever order its root sets its sections up again in (a
+// protocol that names messages by their origin needs the same messages,
+// and a multicast names its section).
+const (
+	secGenShift = 24
+	secSeqMask  = 1<<secGenShift - 1
+	secGenMask  = (1<<16 - 1) << secGenShift
+)
+
+// newSectionID numbers a new section rooted on this PE.
+func (m *Manager) newSectionID() (uint64, error) {
+	if m.nextSec >= secSeqMask {
+		return 0, fmt.Errorf("PE %d made %d sections: a PE roots at most %d", m.Me(), m.nextSec, secSeqMask)
+	}
+	m.nextSec++
+	return uint64(m.Me()+1)<<40 | m.nextSec, nil
+}
+
+// renewedSectionID is the id of section old set up again on this PE.
+func (m *Manager) renewedSectionID(old uint64) (uint64, error) {
+	if SectionRoot(old) == m.Me() && old&secGenMask != secGenMask {
+		return old + 1<<secGenShift, nil
+	}
+	// rooted elsewhere than its id says (after a restart on other PEs),
+	// or set up again 65535 times: a new number
+	return m.newSectionID()
+}
+
 // NewSection makes a section of collection c with the given members, rooted
 // on this PE, and sets it up on every PE of its tree.
 func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) {
@@ -60,8 +92,10 @@ func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) 
 			return 0, fmt.Errorf("section of %s: %w", c.Name, err)
 		}
 	}
-	m.nextSec++
-	id := uint64(m.Me()+1)<<40 | m.nextSec
+	id, err := m.newSectionID()
+	if err != nil {
+		return 0, fmt.Errorf("section of %s: %w", c.Name, err)
+	}
 	b := &sectionBuild{id: id, coll: c.ID, members: ms, homes: make([]int32, len(ms))}
 	// Each member is delivered to and counted on the PE where it is now, so
 	// multicasts need no forwarding (and, under message logging, neither
@@ -232,6 +266,17 @@ func (m *Manager) secFor(id uint64, env *pe.Envelope) *Section {
 // travels down the section's tree, and each tree PE delivers to the members
 // homed on it.
 func (m *Manager) Multicast(coll uint32, sec uint64, typ uint32, payload any) {
+	m.MulticastFrom(nil, coll, sec, typ, payload)
+}
+
+// MulticastFrom is Multicast for a message element e sends (see from).
+func (m *Manager) MulticastFrom(e *Element, coll uint32, sec uint64, typ uint32, payload any) {
+	m.from(e)
+	m.multicast(coll, sec, typ, payload)
+	m.sent()
+}
+
+func (m *Manager) multicast(coll uint32, sec uint64, typ uint32, payload any) {
 	sec = m.secNow(sec) // set up again since? (else its root knows)
 	m.Stats.Multicasts++
 	size := PayloadSize(payload)

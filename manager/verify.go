@@ -31,12 +31,33 @@ func keyOf(h *pe.FTHeader) verifyKey {
 	return verifyKey{sender: h.Sender, group: h.Group, csn: h.CSN, num: h.Num}
 }
 
-// contentHash is what a message says: its type, destination and payload
+// ContentHash is what a message says: its type, destination and payload
 // (inline in Seq and Aux, or encoded), not its protocol header, which a
-// new incarnation stamps anew.
-func contentHash(env *pe.Envelope) (uint64, bool) {
+// new incarnation stamps anew, nor, for a multicast, the runtime's
+// routing in Seq and Aux (the section's current id, which changes when
+// the section is set up again after a balancing step, at a moment that
+// varies from run to run; a broadcast's number): its payload names the
+// section the program multicasts to, if the program put it there.
+func ContentHash(env *pe.Envelope) (uint64, bool) {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%d/%v/%d/%d:", env.Type, env.Coll, env.Index, env.Seq, env.Aux)
+	seq, aux := env.Seq, env.Aux
+	if env.Kind == pe.KindMulticast {
+		seq, aux = 0, 0
+	}
+	fmt.Fprintf(h, "%d/%d/%v/%d/%d:", env.Type, env.Coll, env.Index, seq, aux)
+	if env.Kind == pe.KindReduction && env.Payload != nil {
+		// a contribution or partial holds its values unencoded until it
+		// crosses a process: its type's codec encodes them (as the
+		// reducer's codec says; no map's order to fear)
+		if ti, ok := pe.LookupType(env.Type); ok && ti.Encode != nil {
+			b, err := ti.Encode(env.Payload)
+			if err != nil {
+				return 0, false
+			}
+			h.Write(b)
+			return h.Sum64(), true
+		}
+	}
 	if env.Payload != nil {
 		// msgpack with a map's keys in order (the types' own codecs
 		// encode a map in Go's random order: the same message would
@@ -50,12 +71,33 @@ func contentHash(env *pe.Envelope) (uint64, bool) {
 	return h.Sum64(), true
 }
 
+// Measured reports whether env carries measurements, which differ from
+// one execution to the next (chare.Measurement): its type's messages do,
+// or it is a contribution to, or a partial of, a reduction whose result
+// goes to an entry whose messages do.
+func Measured(env *pe.Envelope) bool {
+	if pe.Measured(env.Type) {
+		return true
+	}
+	switch p := env.Payload.(type) {
+	case *ContribMsg:
+		return p.CB.Entry != 0 && pe.Measured(p.CB.Entry)
+	case *PartialMsg:
+		cb := p.CB
+		if p.p != nil {
+			cb = p.p.CB
+		}
+		return cb.Entry != 0 && pe.Measured(cb.Entry)
+	}
+	return false
+}
+
 // verifyHandled records a logged message this PE handles.
 func (m *Manager) verifyHandled(env *pe.Envelope) {
 	if env.FT == nil {
 		return
 	}
-	if h, ok := contentHash(env); ok {
+	if h, ok := ContentHash(env); ok {
 		if m.verified == nil {
 			m.verified = map[verifyKey]uint64{}
 		}
@@ -66,17 +108,18 @@ func (m *Manager) verifyHandled(env *pe.Envelope) {
 // verifyDropped compares a copy the protocol dropped with the message
 // this PE handled at its place, if it did.
 func (m *Manager) verifyDropped(env *pe.Envelope) error {
-	if env.FT == nil || env.Type == tLBPart {
+	if env.FT == nil || env.Type == tLBPart || Measured(env) {
 		// (a balancing step's load measurements are measured anew, and
 		// differ: the plan made from the first ones reaches a PE that
-		// re-executes through the log of its witness, see Hook.Witness)
+		// re-executes through the log of its witness, see Hook.Witness;
+		// so do a program's, chare.Measurement)
 		return nil
 	}
 	was, ok := m.verified[keyOf(env.FT)]
 	if !ok {
 		return nil // an old incarnation's, or a replay of one not handled here
 	}
-	now, ok := contentHash(env)
+	now, ok := ContentHash(env)
 	if !ok {
 		return nil
 	}

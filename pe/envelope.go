@@ -85,6 +85,9 @@ type TypeInfo struct {
 	Name   string
 	Encode func(v any) ([]byte, error)
 	Decode func(b []byte) (any, error)
+	// Measured: its messages carry measurements, which differ from one
+	// execution to the next (chare.Measurement).
+	Measured bool
 }
 
 // messageTypes is the registry of message types: ids derived from names
@@ -115,6 +118,13 @@ func TypesDigest() uint64 { return messageTypes.Digest() }
 
 // LookupType returns the registered type with this id.
 func LookupType(id uint32) (TypeInfo, bool) { return messageTypes.Get(id) }
+
+// Measured reports whether messages of type id carry measurements
+// (TypeInfo.Measured).
+func Measured(id uint32) bool {
+	ti, ok := LookupType(id)
+	return ok && ti.Measured
+}
 
 // TypeName names a message type for error messages.
 func TypeName(id uint32) string {

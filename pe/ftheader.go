@@ -15,6 +15,21 @@ type Det struct {
 	SSN, RSN       uint64
 }
 
+// Origin names an application message by the element that sent it and
+// how many messages that element had sent until then (its K-th, from 1).
+// An element that sends the same messages in the same order whatever
+// order its own arrive in (send-deterministic, element by element: see
+// docs/SPMD.md) gives each message the same Origin in every execution,
+// a re-execution after a rollback included, which a protocol without
+// determinants names messages by.
+type Origin struct {
+	Coll  uint32
+	Index Index
+	K     uint64
+}
+
+func (o Origin) String() string { return fmt.Sprintf("%d%v#%d", o.Coll, o.Index, o.K) }
+
 // FTHeader is what a message-logging protocol stamps on an envelope. The
 // PE layer carries it (and encodes it between processes) but never reads
 // it: only the fault-tolerance hook does.

@@ -71,7 +71,7 @@ func TestFTFlag(t *testing.T) {
 		{[]string{"+ft", "none"}, "none", ""},
 		{[]string{"--ft", "team"}, "team", ""},
 		{[]string{"--ft", "mcml"}, "", `flag --ft: mcml is a log limit on a logging protocol: --ft scmel --log-limit SIZE (or camel, team)`},
-		{[]string{"--ft", "pcml"}, "", `flag --ft: unknown protocol "pcml" (want none, scmel, camel, team, pessimist)`},
+		{[]string{"--ft", "pcml"}, "", `flag --ft: unknown protocol "pcml" (want none, scmel, camel, team, pessimist, spmd)`},
 		{[]string{"--ft", "team", "--teams", "0"}, "", "flag --teams: 0 is out of range (want 1 to 1048576)"},
 		{[]string{"--ft", "team", "--teams", "two"}, "", `flag --teams: "two" is neither a number of PEs per team, process nor auto`},
 		{[]string{"--ft", "team", "--teams", "auto", "--teams-alpha", "0.5", "--teams-beta", "0.2"}, "team", ""},

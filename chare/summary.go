@@ -139,12 +139,18 @@ type SummaryFT struct {
 	// PeakLogPerPE and LogAtCheckpointPerPE are bytes of log per PE, by
 	// the kind of message logged: the sums over the PEs of each one's
 	// peak, and of the largest log a snapshot found, divided by the PEs.
-	PeakLogPerPE         SummaryKinds  `json:"peak_log_per_pe_bytes"`
-	LogAtCheckpointPerPE SummaryKinds  `json:"log_at_checkpoint_per_pe_bytes"`
-	DetsCreated          uint64        `json:"determinants_created"`
-	DetsPiggybacked      uint64        `json:"determinants_piggybacked"`
-	Replayed             uint64        `json:"replayed"`
-	Teams                []SummaryTeam `json:"teams,omitempty"`
+	PeakLogPerPE         SummaryKinds `json:"peak_log_per_pe_bytes"`
+	LogAtCheckpointPerPE SummaryKinds `json:"log_at_checkpoint_per_pe_bytes"`
+	DetsCreated          uint64       `json:"determinants_created"`
+	DetsPiggybacked      uint64       `json:"determinants_piggybacked"`
+	Replayed             uint64       `json:"replayed"`
+	// Named (spmd): messages to other teams, named instead of carrying
+	// determinants, and their FT headers' bytes on the wire; OrphansAgain:
+	// copies of orphans a re-execution sent again, dropped
+	Named        uint64        `json:"named,omitempty"`
+	NameBytes    uint64        `json:"name_bytes,omitempty"`
+	OrphansAgain uint64        `json:"orphans_again,omitempty"`
+	Teams        []SummaryTeam `json:"teams,omitempty"`
 	// LogLimit is what a log limit (--log-limit: MCML) did.
 	LogLimit *SummaryLogLimit `json:"log_limit,omitempty"`
 	// Events is what the pessimist protocol's event logger was given.
@@ -402,7 +408,8 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 		RecoveryMs: ms(ft.Recovery), CaughtUpMs: ms(ft.CaughtUp), Restored: ft.Restored,
 		Logged:       SummaryCount{l.LoggedTotal(), l.LoggedTotalBytes()},
 		PeakLogPerPE: kinds(l, func(x ftlayer.LogStats) uint64 { return x.PeakBytes }, n), LogAtCheckpointPerPE: kinds(l, func(x ftlayer.LogStats) uint64 { return x.AtCheckpointBytes }, n),
-		DetsCreated: l.DetsCreated, DetsPiggybacked: l.DetsPiggybacked, Replayed: l.Replayed}
+		DetsCreated: l.DetsCreated, DetsPiggybacked: l.DetsPiggybacked, Replayed: l.Replayed,
+		Named: l.Named, NameBytes: l.NameBytes, OrphansAgain: l.OrphansAgain}
 	if s.FaultTolerance.Protocol == "" {
 		s.FaultTolerance.Protocol = cmp.Or(cfg.FT, "none")
 	}
@@ -608,6 +615,10 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  logged in all:  %d messages, %d bytes; determinants %d created, %d piggybacked; %d messages replayed\n",
 			ft.Logged.Count, ft.Logged.Bytes, ft.DetsCreated, ft.DetsPiggybacked, ft.Replayed)
+		if ft.Named > 0 {
+			fmt.Fprintf(w, "  names (%s):     %d messages to other teams named, %.1f header bytes each on the wire; %d orphans sent again and dropped\n",
+				ft.Protocol, ft.Named, float64(ft.NameBytes)/float64(ft.Named), ft.OrphansAgain)
+		}
 	}
 	if line := s.perPELine(); line != "" {
 		fmt.Fprintf(w, "  per PE (max/mean): %s\n", line)

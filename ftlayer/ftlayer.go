@@ -70,6 +70,14 @@
 //     the logger is the launcher's (MemEventLog). A failure due while
 //     PEs recover waits until they caught up, and a failure while a
 //     checkpoint is taken rolls every PE back, as under the others.
+//   - spmd (papers/004; spmd.go, docs/SPMD.md; in progress): teams as
+//     under team, no determinants: a message between teams is logged
+//     and named (pe.MsgName) the same way in every execution of a
+//     program whose elements send the same messages whatever order
+//     theirs arrive in; a failed team re-executes in any order, the
+//     survivors drop its copies by name, and a survivor's message reaches
+//     it only once no orphan of a lower phase is missing. Teams failing
+//     at once recover together.
 //
 // A second failure during a recovery that the launcher did not hold back
 // is reported (ErrConcurrentFailure), never silently mishandled.
@@ -127,6 +135,9 @@ type Message struct {
 	// released: dropped from its sender's log by a release (the entry
 	// may linger there until the log is compacted)
 	released bool
+	// elem (spmd, held): recognised again by the element it is delivered
+	// to, not by the PE
+	elem bool
 }
 
 // bytes is the payload size the statistics count.
@@ -150,6 +161,28 @@ const (
 	// hands a PE outside its rollback the determinants of its own order,
 	// to store; the answer, without Dets, says they are stored.
 	PktStore
+	// PktMark (spmd): the lowest phase among the messages this survivor
+	// had from rolled-back PEs and has not had again from their
+	// re-execution (Covered; MaxUint64: none), to a recovering PE of
+	// incarnation Inc.
+	PktMark
+	// PktAgain (spmd): the messages Names, which the receiver passed on
+	// to this PE before a rollback, came again from the re-execution by
+	// another way: if the receiver had them from a rolled-back PE, they
+	// are orphans had again.
+	PktAgain
+	// PktPhase (spmd): the messages Names, which the receiver logged
+	// for this PE, were had here before with the lower phases Phases (a
+	// re-execution stamped its copy with a higher phase than its first
+	// execution did): their log entries take those.
+	PktPhase
+	// PktOrphans (spmd): a survivor's orphans, to a restarted PE of
+	// incarnation Inc: the messages Names it had from PEs rolled back
+	// since, with the phases Phases they had then. A re-execution sends
+	// such a message again with that phase (its own may be higher: it
+	// takes its messages in another order), which is what the message
+	// depends on.
+	PktOrphans
 )
 
 // Packet is one unit the network carries between PEs.
@@ -173,6 +206,8 @@ type Packet struct {
 	// Replayed (PktReplayed): how many logged messages the survivor sent
 	// the recovering PE again before this packet
 	Replayed uint64
+	Names    []pe.MsgName // PktAgain, PktPhase
+	Phases   []uint64     // PktPhase
 }
 
 // Reduced says that a group's reductions up to Num are complete at its root.
@@ -264,6 +299,10 @@ type Stats struct {
 	// (ReplaysFrom) and the logged messages they said they sent again
 	// (ReplayedIn)
 	ReplaysFrom, ReplayedIn uint64
+	// spmd: the orphans had again from a re-execution (dropped), and the
+	// named messages sent to other teams with their headers' bytes on
+	// the wire
+	OrphansAgain, Named, NameBytes uint64
 }
 
 // Total sums one field of the per-kind log statistics over every kind.
@@ -325,6 +364,9 @@ func (s *Stats) Add(o Stats) {
 	s.Replayed += o.Replayed
 	s.ReplaysFrom += o.ReplaysFrom
 	s.ReplayedIn += o.ReplayedIn
+	s.OrphansAgain += o.OrphansAgain
+	s.Named += o.Named
+	s.NameBytes += o.NameBytes
 	s.Dropped += o.Dropped
 	s.Held += o.Held
 	s.RolledBack += o.RolledBack

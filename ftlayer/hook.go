@@ -15,6 +15,11 @@ const (
 	Handle  Arrival = iota // handle it now
 	Held                   // kept until its turn (Hook.Next hands it back)
 	Dropped                // a duplicate or an old incarnation's: never handled
+	// Relay: a copy of a broadcast's hop this PE handled already, which
+	// a rolled-back PE above it in the tree sent again: not handled here,
+	// but sent on down the tree (rolled-back PEs below wait for it; the
+	// others drop it)
+	Relay
 )
 
 // Hook is the fault-tolerance layer as the runtime sees it: one per PE,
@@ -131,6 +136,40 @@ type Origins interface {
 	// Send runs for a message an element sends (its first hop: the hops
 	// that pass it on carry it in their header), and false otherwise.
 	Origin() (pe.Origin, bool)
+}
+
+// Counter is implemented by a hook that corrects the runtime's count of
+// messages processed, which quiescence detection sums against the
+// messages sent. A protocol without determinants re-executes in another
+// order: the messages a rolled-back peer's first execution sent, whose
+// sending its count forgot, may not come again, while the copies it
+// sends again, dropped, were counted as sent.
+type Counter interface {
+	// TakeProcessed is what to add to the count of messages processed
+	// since the last call (negative: to take away). The runtime asks
+	// after each arrival, delivery to an element and failure notice.
+	TakeProcessed() int64
+}
+
+// ElementNames is what an element keeps of the named messages delivered
+// to it since the last checkpoint (a protocol without determinants: see
+// ElementDedup): per name (pe.MsgName.Key, its occurrence in Num), the
+// PE that delivered it first. It migrates with the element.
+type ElementNames map[pe.MsgName]int32
+
+// ElementDedup is implemented by a hook that recognises a message again
+// at the element it is delivered to rather than at the PE it reaches: the
+// way such a message goes (a location cache, a section's tree) may
+// differ in a re-execution, and its element may have moved since.
+type ElementDedup interface {
+	// DeliverTo reports whether env, about to be delivered to the element
+	// whose names are *names, is new there (it is then recorded); false:
+	// a copy, not to deliver. A message delivered to one element several
+	// times (a section member listed twice) is named by its occurrence
+	// too (pe.MsgName.Num: 0, 1, ...).
+	DeliverTo(names *ElementNames, env *pe.Envelope) bool
+	// Left: an element with names left this PE for PE to (migrated).
+	Left(names ElementNames, to int)
 }
 
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.

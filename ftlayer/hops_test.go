@@ -307,7 +307,7 @@ func TestHopErrors(t *testing.T) {
 	require.ErrorContains(t, h.hooks[0].Send(5, RoleP2P, 0, 0, false, env), "PE 5, outside 0..1")
 	require.ErrorContains(t, h.hooks[1].Send(0, RoleMcastFwd, 1, 0, false, env), "carries no header")
 	_, err := LookupProtocol("pessimistic")
-	require.EqualError(t, err, `unknown protocol "pessimistic" (want none, scmel, camel, team, pessimist)`)
+	require.EqualError(t, err, `unknown protocol "pessimistic" (want none, scmel, camel, team, pessimist, spmd)`)
 	spec, err := LookupProtocol("CAMEL")
 	require.NoError(t, err)
 	require.True(t, spec.RecoversAlone)

@@ -609,13 +609,15 @@ func (h *PessimistHook) Restart(ck *Counters, inc uint32, _ func(g, num uint64),
 
 func (h *PessimistHook) PeerFailed(y int, inc uint32, with []int32) error {
 	acts, err := h.s.PeerFailed(int32(y), inc, with)
-	if err != nil {
-		return err
-	}
+	sendAll(h.net, acts)
+	return err
+}
+
+// sendAll puts the packets of acts (all ActSend) on net.
+func sendAll(net func(dst int, p *Packet), acts []Action) {
 	for i := range acts {
-		h.net(int(acts[i].Packet.To), &acts[i].Packet)
+		net(int(acts[i].Packet.To), &acts[i].Packet)
 	}
-	return nil
 }
 
 // Describe implements Hook.

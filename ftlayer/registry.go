@@ -28,6 +28,10 @@ type ProtocolSpec struct {
 	// others never roll back); the protocol's hooks need an event logger
 	// (HookConfig.Events).
 	AnySet bool
+	// JointTeams: teams failing at once recover together, as one set (the
+	// protocol's recovery takes messages between them as made again by
+	// their re-execution).
+	JointTeams bool
 	// NewHook makes PE me's hook for a job of n PEs, whose trees t
 	// describes, whose net carries the hook's packets, as c says.
 	NewHook func(me, n int, t Trees, net func(dst int, p *Packet), c HookConfig) Hook
@@ -41,6 +45,11 @@ var protocols = []ProtocolSpec{
 	{Name: "team", RecoversAlone: true, Teams: true, LogLimit: true, NewHook: causalHook("team", false)},
 	{Name: "pessimist", RecoversAlone: true, AnySet: true, NewHook: func(me, n int, _ Trees, net func(int, *Packet), c HookConfig) Hook {
 		return NewPessimistHook(me, n, net, c.Events)
+	}},
+	// spmd: team logging without determinants (docs/SPMD.md)
+	{Name: "spmd", RecoversAlone: true, Teams: true, JointTeams: true, NewHook: func(me, n int, t Trees, net func(int, *Packet), c HookConfig) Hook {
+		namer, _ := t.(Namer)
+		return NewSPMDHook(me, n, c.Teams, namer, net)
 	}},
 }
 

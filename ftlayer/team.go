@@ -72,7 +72,7 @@ func (t Teams) Members(p int32) []int32 {
 	if !t.On() {
 		return []int32{p}
 	}
-	return t.members[t.Of(p)]
+	return slices.Clip(t.members[t.Of(p)]) // (an append copies)
 }
 
 // Team lists team k's PEs in increasing order (nil for the zero value).

@@ -228,7 +228,7 @@ func sweepRally(t *testing.T, args MixArgs, cfg chare.Config, events, stride int
 // PE filled one first, and failures after it replay from records handed
 // out again, to PEs that failed alone or together.
 func TestPessimistFailuresAfterTheLogsRecordsAreReused(t *testing.T) {
-	args := MixArgs{Steps: 16, Ckpt: 12}
+	args := MixArgs{Steps: 16, Ckpt: 10}
 	stride := sweepStride(7, 29)
 	cfg := chare.Config{PEs: 2, FT: "pessimist", Branching: 2}
 	free := Run(rallyMain, args, cfg, 5)

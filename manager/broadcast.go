@@ -61,6 +61,14 @@ func (m *Manager) onBcastHop(c *Collection, env *pe.Envelope) {
 	}
 }
 
+// relayBcast sends a broadcast's hop this PE had already on down the
+// tree, without delivering it here again (ftlayer.Relay).
+func (m *Manager) relayBcast(env *pe.Envelope) {
+	if c := m.coll(env.Coll); c != nil && env.Flags == flagBcastHop {
+		m.sendTree(c.tree, uint64(c.ID), env)
+	}
+}
+
 // remember keeps a delivered broadcast for elements that arrive without
 // it, in a ring indexed by number: after a restart the numbering goes on
 // from the checkpoint's, with nothing kept from before it.

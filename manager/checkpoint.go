@@ -351,6 +351,13 @@ func (m *Manager) committed() {
 	m.PE.RecordPhase(fmt.Sprintf("checkpoint %d", m.checkpointer().LastCommitted()), false)
 	m.ft.Checkpoint()
 	clear(m.verified) // a recovery re-executes from here on
+	if m.dedup != nil {
+		for _, c := range m.colls {
+			for _, e := range c.local {
+				e.FTNames = nil
+			}
+		}
+	}
 	if t := m.ckpt.nextTeams; t != nil {
 		m.ft.Regroup(*t)
 	}

@@ -6,6 +6,7 @@ package manager
 
 import (
 	"fmt"
+	"github.com/charmgo/charmgo/ftlayer"
 	"slices"
 
 	"github.com/charmgo/charmgo/pe"
@@ -47,6 +48,9 @@ type Element struct {
 	// checkpointed with the element, so that its k-th message has the same
 	// name in a re-execution.
 	Sends uint64
+	// FTNames: what the hook keeps of the messages delivered to the
+	// element since the checkpoint (ftlayer.ElementDedup)
+	FTNames ftlayer.ElementNames
 
 	lb        lbElem // load-balancing measurements since the last step
 	packed    int    // size of its packed state when it last migrated
@@ -107,6 +111,7 @@ func (m *Manager) collFor(id uint32, env *pe.Envelope) *Collection {
 	if c := m.coll(id); c != nil {
 		return c
 	}
+	m.keepOrigin(env)
 	m.pendingColl[id] = append(m.pendingColl[id], *env)
 	return nil
 }

@@ -184,7 +184,9 @@ func (m *Manager) runActs(c *Collection, s *Section) {
 			m.sendHop(a.To, ftlayer.RolePartial, g, uint64(a.Partial.Red)+1, false,
 				&pe.Envelope{Type: tPartial, Coll: coll, Kind: pe.KindReduction, Payload: pm})
 		case RedDeliver:
+			m.result.g, m.result.num, m.result.on = g, uint64(a.Partial.Red)+1, m.origins
 			m.DeliverCallback(a.Partial.CB, a.Result)
+			m.result.on = false
 			if m.ftOn {
 				m.ftReduced(c, s, g, coll, sec, a)
 			}

@@ -32,8 +32,10 @@ type FTPacketMsg struct {
 	// Covered and Inc: see ftlayer.Packet
 	Covered uint64 `msgpack:",omitempty"`
 	Inc     uint32 `msgpack:",omitempty"`
-	// Replayed: see ftlayer.Packet
-	Replayed uint64 `msgpack:",omitempty"`
+	// Replayed and Names: see ftlayer.Packet
+	Replayed uint64       `msgpack:",omitempty"`
+	Names    []pe.MsgName `msgpack:",omitempty"`
+	Phases   []uint64     `msgpack:",omitempty"`
 }
 
 // Envelopes travel inside a message as they are within a process, and in
@@ -106,6 +108,8 @@ func (m *Manager) newHook() {
 	}
 	ou, ok := m.ft.(ftlayer.OriginUser)
 	m.origins = ok && ou.UsesOrigins()
+	m.dedup, _ = m.ft.(ftlayer.ElementDedup)
+	m.counter, _ = m.ft.(ftlayer.Counter)
 	m.ft.OnRelease(m.logReleased)
 }
 
@@ -131,6 +135,16 @@ func (m *Manager) stamp(dst int, role ftlayer.Role, g, num uint64, first bool, e
 	return true
 }
 
+// takeProcessed applies the hook's correction of the count of messages
+// processed (ftlayer.Counter).
+func (m *Manager) takeProcessed() {
+	if m.counter != nil {
+		if d := m.counter.TakeProcessed(); d != 0 {
+			m.Processed = uint64(int64(m.Processed) + d)
+		}
+	}
+}
+
 // logReleased takes back what this PE contributed to a partial its log let
 // go of (see Hook.OnRelease): its reducer may reuse the values.
 func (m *Manager) logReleased(env *pe.Envelope) {
@@ -153,7 +167,7 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 		m.PE.Send(dst, &env)
 		return
 	}
-	msg := &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done, Covered: p.Covered, Inc: p.Inc, Replayed: p.Replayed}
+	msg := &FTPacketMsg{Kind: p.Kind, Dets: p.Dets, Done: p.Done, Covered: p.Covered, Inc: p.Inc, Replayed: p.Replayed, Names: p.Names, Phases: p.Phases}
 	if len(p.Relog) > 0 {
 		msg.Relog = make(Envelopes, len(p.Relog))
 		for i, r := range p.Relog {
@@ -174,7 +188,7 @@ func (m *Manager) ftNet(dst int, p *ftlayer.Packet) {
 
 func (m *Manager) onFTPacket(env *pe.Envelope) {
 	msg := env.Payload.(*FTPacketMsg)
-	p := &ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done, Covered: msg.Covered, Inc: msg.Inc, Replayed: msg.Replayed}
+	p := &ftlayer.Packet{Kind: msg.Kind, From: env.Src, To: int32(m.Me()), Dets: msg.Dets, Done: msg.Done, Covered: msg.Covered, Inc: msg.Inc, Replayed: msg.Replayed, Names: msg.Names, Phases: msg.Phases}
 	for i := range msg.Relog {
 		lm, err := ftlayer.LoggedMessage(&msg.Relog[i])
 		if err != nil {
@@ -228,6 +242,67 @@ type treesOf struct{ m *Manager }
 
 func (t treesOf) Origin() (pe.Origin, bool) { return t.m.origin, t.m.hasOrigin }
 
+// Result implements ftlayer.Namer.
+func (t treesOf) Result() (g, num uint64, ok bool) {
+	r := t.m.result
+	return r.g, r.num, r.on
+}
+
+// ContentsHash implements ftlayer.Namer: what a message of the runtime's
+// own says, except where that differs from one execution to the next
+// while the message is the same: an element's migration (its state may
+// hold measurements) is named by the element and its move; a
+// measurement (loads, a plan made from them, the bytes a step moved,
+// a dump) by its type, its number on its channel telling it apart.
+func (t treesOf) ContentsHash(env *pe.Envelope) uint64 {
+	switch env.Type {
+	case tMigrate:
+		if mm, ok := env.Payload.(*MigrateMsg); ok {
+			return hashOf(env.Type, mm.Coll, mm.Index, mm.Moves)
+		}
+	case tLBPart, tPlan, tPlanDone, tStranded:
+		return hashOf(env.Type)
+	case tSection:
+		// a section's setup says where its members are as its root
+		// learnt it, which a re-execution may learn in another order: a
+		// section (its id, the same) is set up on a PE once
+		if sm, ok := env.Payload.(*SectionMsg); ok {
+			return hashOf(env.Type, sm.Sec)
+		}
+	}
+	if Measured(env) {
+		return hashOf(env.Type)
+	}
+	h, ok := ContentHash(env)
+	if !ok {
+		return hashOf(env.Type, "unencodable")
+	}
+	return h
+}
+
+// BcastHop implements ftlayer.Namer.
+func (t treesOf) BcastHop(env *pe.Envelope) bool {
+	return env.Kind == pe.KindMulticast && env.Flags == flagBcastHop
+}
+
+// PEAddressed implements ftlayer.Namer: a broadcast's request and hops,
+// and a section multicast's request to its root, go to PEs fixed in every
+// execution; a multicast's hops follow its section's tree, which a
+// balancing step may set up again at a moment that varies.
+func (t treesOf) PEAddressed(env *pe.Envelope) bool {
+	return env.Kind == pe.KindMulticast && (env.Flags == flagBcastReq || env.Flags == flagBcastHop || env.Flags == flagSecReq)
+}
+
+// Hint implements ftlayer.Namer: location updates and queries, and
+// dumps, may come twice or not again without harm.
+func (t treesOf) Hint(env *pe.Envelope) bool {
+	switch env.Type {
+	case tLoc, tLocQuery, tDump:
+		return true
+	}
+	return false
+}
+
 // from starts a message element e sends (nil: the runtime's own): for a
 // hook that names messages by their origin, e counts it and the hook is
 // told its origin until sent ends it.
@@ -235,6 +310,18 @@ func (m *Manager) from(e *Element) {
 	if m.origins && e != nil {
 		e.Sends++
 		m.origin, m.hasOrigin = pe.Origin{Coll: e.Coll.ID, Index: e.Index, K: e.Sends}, true
+	}
+}
+
+// keepOrigin gives env, an element's message this PE keeps before it
+// sends it on (its section or collection is not set up here yet), the
+// origin it is being sent with: sent on later, it is named by it. (A
+// header of its own, numbered 0 on no channel: the hook stamps the hop
+// that carries it, and takes only its name.)
+func (m *Manager) keepOrigin(env *pe.Envelope) {
+	if m.hasOrigin && env.FT == nil {
+		env.FT = &pe.FTHeader{Sender: int32(m.Me()), Recver: int32(m.Me()), Inc: m.rec.inc,
+			Name: &pe.MsgName{Kind: pe.NameOrigin, Origin: m.origin, At: int32(m.Me()), AtInc: m.rec.inc}}
 	}
 }
 

@@ -181,13 +181,23 @@ type Manager struct {
 	// hasOrigin (see from)
 	origins, hasOrigin bool
 	origin             pe.Origin
-	released           pe.Envelope // a held envelope the hook handed back
-	rec                recoverState
-	rb                 *rollbackState // a global rollback this PE takes part in
-	rbStash            []pe.Envelope  // what reached it meanwhile, handled once it restored
-	qdAsked            []uint64       // quiescence detections this PE waits for (not checkpoints')
-	lb                 lbState
-	secAlias           map[uint64]secAlias // sections set up again: old id -> new
+	// dedup: the hook recognises messages again at their element
+	dedup ftlayer.ElementDedup
+	// counter: the hook corrects the count of messages processed
+	counter ftlayer.Counter
+	// result: the reduction whose result is being delivered to its
+	// callback (a name for a hook that uses origins)
+	result struct {
+		g, num uint64
+		on     bool
+	}
+	released pe.Envelope // a held envelope the hook handed back
+	rec      recoverState
+	rb       *rollbackState // a global rollback this PE takes part in
+	rbStash  []pe.Envelope  // what reached it meanwhile, handled once it restored
+	qdAsked  []uint64       // quiescence detections this PE waits for (not checkpoints')
+	lb       lbState
+	secAlias map[uint64]secAlias // sections set up again: old id -> new
 	// Sent and Processed count application-level messages for quiescence
 	// detection.
 	Sent, Processed uint64
@@ -361,7 +371,11 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 		return
 	}
 	if env.FT != nil {
-		switch a, err := m.ft.Arrive(env); {
+		a, err := m.ft.Arrive(env)
+		if m.counter != nil {
+			m.takeProcessed()
+		}
+		switch {
 		case err != nil:
 			m.Fail(err)
 			return
@@ -369,6 +383,9 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 			// counted as processed when the hook hands it back, maybe at
 			// once: a kept result can fill the turn the hook waited for
 			m.handleReleased()
+			return
+		case a == ftlayer.Relay:
+			m.relayBcast(env)
 			return
 		case a == ftlayer.Dropped:
 			// a copy (a replay, or a message made again by a recovering

@@ -69,12 +69,15 @@ func (m *Manager) migrateOut(e *Element, to int) int64 {
 		return 0
 	}
 	secs := e.sortedSecs() // in section order: a re-execution sends the same bytes
+	if m.dedup != nil && len(e.FTNames) > 0 {
+		m.dedup.Left(e.FTNames, to)
+	}
 	e.Moves++
 	c.del(e.Index)
 	c.setLoc(e.Index, loc{pe: int32(to), moves: e.Moves})
 	m.send(to, &pe.Envelope{Type: tMigrate, Coll: c.ID, Kind: pe.KindSystem, Index: e.Index, Payload: &MigrateMsg{
 		Coll: c.ID, Index: e.Index, State: state, RedHome: e.RedHome, RedNo: e.RedNo,
-		Bcast: e.Bcast, Moves: e.Moves, Secs: secs, AtSync: e.AtSync, Epoch: e.Epoch, Held: e.held, Sends: e.Sends,
+		Bcast: e.Bcast, Moves: e.Moves, Secs: secs, AtSync: e.AtSync, Epoch: e.Epoch, Held: e.held, Sends: e.Sends, Names: packNames(e.FTNames),
 	}})
 	e.held = nil
 	e.Obj = nil
@@ -88,7 +91,7 @@ func (m *Manager) onMigrate(env *pe.Envelope) {
 		return
 	}
 	e := &Element{Coll: c, Index: mm.Index, RedHome: mm.RedHome, RedNo: mm.RedNo, Bcast: mm.Bcast,
-		Moves: mm.Moves, AtSync: mm.AtSync, Epoch: mm.Epoch, Sends: mm.Sends, held: arrivedHeld(mm.Held), migrateTo: -1}
+		Moves: mm.Moves, AtSync: mm.AtSync, Epoch: mm.Epoch, Sends: mm.Sends, FTNames: unpackNames(mm.Names), held: arrivedHeld(mm.Held), migrateTo: -1}
 	if len(mm.Secs) > 0 {
 		e.Secs = make(map[uint64]*SecMembership, len(mm.Secs))
 		for i := range mm.Secs {

@@ -3,6 +3,7 @@ package manager
 import (
 	"fmt"
 
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/loadbalance"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/vmihailenco/msgpack/v5"
@@ -185,6 +186,36 @@ type MigrateMsg struct {
 	Epoch   uint32
 	Held    []HeldContrib `msgpack:",omitempty"` // section contributions made at AtSync
 	Sends   uint64        `msgpack:",omitempty"` // see Element.Sends
+	Names   []FTName      `msgpack:",omitempty"` // Element.FTNames
+}
+
+// FTName is an entry of an element's ftlayer.ElementNames as its
+// migration carries it.
+type FTName struct {
+	Name  pe.MsgName
+	First int32
+}
+
+func packNames(n ftlayer.ElementNames) []FTName {
+	if len(n) == 0 {
+		return nil
+	}
+	out := make([]FTName, 0, len(n))
+	for k, v := range n {
+		out = append(out, FTName{Name: k, First: v})
+	}
+	return out
+}
+
+func unpackNames(ns []FTName) ftlayer.ElementNames {
+	if len(ns) == 0 {
+		return nil
+	}
+	out := make(ftlayer.ElementNames, len(ns))
+	for _, n := range ns {
+		out[n.Name] = n.First
+	}
+	return out
 }
 
 // SecMembership is an element's standing in one section.

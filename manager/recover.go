@@ -189,6 +189,7 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 		m.Fail(err)
 		return
 	}
+	m.takeProcessed()
 	if m.Me() == 0 && m.qd.root.peerFailed() {
 		m.armQD() // the failed PE's probe or reply is lost: wave again once quiet
 	}

@@ -140,6 +140,9 @@ func (m *Manager) handleApp(env *pe.Envelope) {
 		m.deliverSecElem(e, env)
 		return
 	}
+	if m.dedup != nil && !m.deliverTo(e, env) {
+		return
+	}
 	m.invoke(e, env)
 	m.afterInvoke(e)
 }

@@ -111,7 +111,11 @@ func (m *Manager) NewSection(c *Collection, members []pe.Index) (uint64, error) 
 		switch l, ok := c.getLoc(ix); {
 		case c.get(ix) != nil:
 			b.homes[i] = int32(m.Me())
-		case m.home(c, ix) == m.Me():
+		case m.home(c, ix) == m.Me() && (ok || !c.Sparse):
+			// (a sparse array's element this home has not heard of yet is
+			// being inserted elsewhere: asked below, as any other, its
+			// answer waits for the insertion — a guess would depend on
+			// which came first, and a re-execution may guess otherwise)
 			if b.homes[i] = int32(m.Me()); ok && l.pe >= 0 {
 				b.homes[i] = l.pe
 			}
@@ -258,6 +262,7 @@ func (m *Manager) secFor(id uint64, env *pe.Envelope) *Section {
 	if s := m.secs[id]; s != nil {
 		return s
 	}
+	m.keepOrigin(env)
 	m.pendingSec[id] = append(m.pendingSec[id], *env)
 	return nil
 }
@@ -323,15 +328,23 @@ func (m *Manager) deliverSecHere(s *Section, c *Collection, env *pe.Envelope) {
 	for i, ix := range s.Members {
 		// a member listed k times is k consecutive entries (the list is
 		// sorted): its multiplicity is the length of its run
-		mult := 1
+		mult, occ := 1, uint64(0)
 		for j := i - 1; j >= 0 && s.Members[j] == ix; j-- {
 			mult++
+			occ++
 		}
 		for j := i + 1; j < len(s.Members) && s.Members[j] == ix; j++ {
 			mult++
 		}
 		one := *env
 		one.Flags, one.Index, one.Seq = flagSecElem, ix, uint64(m.Me())|uint64(mult)<<32
+		if occ > 0 && m.dedup != nil && env.FT != nil && env.FT.Name != nil {
+			// the member's second delivery of the one multicast is another
+			// message to it (ftlayer.ElementDedup), wherever it goes
+			h, n := *env.FT, *env.FT.Name
+			n.Num, h.Name = occ, &n
+			one.FT = &h
+		}
 		if e := c.get(ix); e != nil {
 			m.deliverSecElem(e, &one)
 			m.PE.Unit()
@@ -345,6 +358,9 @@ func (m *Manager) deliverSecHere(s *Section, c *Collection, env *pe.Envelope) {
 // deliverSecElem runs a section multicast's entry method on member e; env
 // says which PE the section counts e on (Seq).
 func (m *Manager) deliverSecElem(e *Element, env *pe.Envelope) {
+	if m.dedup != nil && !m.deliverTo(e, env) {
+		return
+	}
 	m.Stats.Deliveries++
 	if _, replaced := m.secAlias[env.Aux]; replaced {
 		// a multicast that went down the old tree: the member counts in

@@ -20,15 +20,29 @@ import (
 // ending with another answer.
 
 // verifyKey is a message's place: its sender and, by protocol, its
-// channel number, group and number in it.
+// channel number, group and number in it; under a protocol that names
+// messages (spmd), its name and the element it is delivered to.
 type verifyKey struct {
 	sender   int32
 	group    uint64
 	csn, num uint64
+	name     pe.MsgName
+	index    pe.Index
 }
 
-func keyOf(h *pe.FTHeader) verifyKey {
+func keyOf(env *pe.Envelope) verifyKey {
+	h := env.FT
+	if h.Name != nil {
+		return verifyKey{name: h.Name.Key(), index: env.Index}
+	}
 	return verifyKey{sender: h.Sender, group: h.Group, csn: h.CSN, num: h.Num}
+}
+
+// hashOf hashes values that print the same in every execution.
+func hashOf(vs ...any) uint64 {
+	h := fnv.New64a()
+	fmt.Fprint(h, vs...)
+	return h.Sum64()
 }
 
 // ContentHash is what a message says: its type, destination and payload
@@ -92,16 +106,39 @@ func Measured(env *pe.Envelope) bool {
 	return false
 }
 
+// deliverTo asks the hook whether env is new at element e (a copy had
+// already is not delivered; under --ft-verify it is compared).
+func (m *Manager) deliverTo(e *Element, env *pe.Envelope) bool {
+	ok := m.dedup.DeliverTo(&e.FTNames, env)
+	m.takeProcessed()
+	if m.opt.FTVerify && env.FT != nil && env.FT.Name != nil {
+		if !ok {
+			if err := m.verifyDropped(env); err != nil {
+				m.Fail(err)
+			}
+		} else if h, ok := ContentHash(env); ok {
+			if m.verified == nil {
+				m.verified = map[verifyKey]uint64{}
+			}
+			m.verified[keyOf(env)] = h
+		}
+	}
+	return ok
+}
+
 // verifyHandled records a logged message this PE handles.
 func (m *Manager) verifyHandled(env *pe.Envelope) {
 	if env.FT == nil {
 		return
 	}
+	if n := env.FT.Name; n != nil && m.dedup != nil && (n.Kind == pe.NameOrigin || n.Kind == pe.NameResult) && !(treesOf{m}).PEAddressed(env) {
+		return // recognised at its element: recorded there (deliverTo)
+	}
 	if h, ok := ContentHash(env); ok {
 		if m.verified == nil {
 			m.verified = map[verifyKey]uint64{}
 		}
-		m.verified[keyOf(env.FT)] = h
+		m.verified[keyOf(env)] = h
 	}
 }
 
@@ -115,7 +152,7 @@ func (m *Manager) verifyDropped(env *pe.Envelope) error {
 		// so do a program's, chare.Measurement)
 		return nil
 	}
-	was, ok := m.verified[keyOf(env.FT)]
+	was, ok := m.verified[keyOf(env)]
 	if !ok {
 		return nil // an old incarnation's, or a replay of one not handled here
 	}
@@ -126,6 +163,10 @@ func (m *Manager) verifyDropped(env *pe.Envelope) error {
 	m.Stats.Verified++
 	if now == was {
 		return nil
+	}
+	if n := env.FT.Name; n != nil {
+		return fmt.Errorf("--ft-verify: %v (%s, to %v) came to PE %d again after a rollback with other contents than its first execution sent: the program is not send-deterministic (an element sends otherwise depending on the order its messages come in, or reads a map's order, a clock, a random number?), and logging without determinants cannot recover it",
+			n, pe.TypeName(env.Type), env.Index, m.Me())
 	}
 	return fmt.Errorf("--ft-verify: PE %d re-executing after a failure sent PE %d its message %d (%s, to %v) with other contents than its first execution did: the entry is not deterministic (a map's order, a clock, a random number?), and message logging cannot recover it",
 		env.FT.Sender, m.Me(), max(env.FT.CSN, env.FT.Num), pe.TypeName(env.Type), env.Index)

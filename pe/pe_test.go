@@ -56,6 +56,46 @@ func withFT(f func(b []byte) []byte) []byte {
 	return f(b)
 }
 
+// withNamedFT is an envelope with a named FT header (message logging
+// without determinants), changed by f: form byte, sender 1, receiver 2,
+// channel number 3, incarnation 0, phase 4, then the name's kind (byte
+// headerSize+6), collection 5 and dimensions (byte headerSize+8).
+func withNamedFT(f func(b []byte) []byte) []byte {
+	env := Envelope{Type: testType, Kind: KindP2P, Payload: testPayload{A: 1}, FT: &FTHeader{Sender: 1, Recver: 2, CSN: 3, SSN: 4,
+		Name: &MsgName{Kind: NameOrigin, Origin: Origin{Coll: 5, Index: Idx(1, -2, 3), K: 6}}}}
+	b, err := EncodeEnvelope(nil, &env)
+	if err != nil {
+		panic(err)
+	}
+	return f(b)
+}
+
+// Every name survives the wire, and a header with nothing but numbers
+// takes the named form's few bytes.
+func TestNamedFTHeadersRoundTrip(t *testing.T) {
+	for _, h := range []FTHeader{
+		{Sender: 1, Recver: 2, CSN: 3, SSN: 4, Inc: 5},
+		{Sender: 3, Recver: 0, CSN: 300, SSN: 1 << 40, Name: &MsgName{Kind: NameOrigin, Origin: Origin{Coll: 1 << 20, Index: Idx(1, -2, 3, 4, 5, -6), K: 1 << 33}, Num: 2, At: 4, AtInc: 3, Crossed: true}},
+		{Sender: 1, Recver: 2, Name: &MsgName{Kind: NamePartial, From: 7, Group: 1 << 41, Num: 9}},
+		{Sender: 1, Recver: 2, Name: &MsgName{Kind: NameResult, Group: 3, Num: 4, At: 7, AtInc: 1}},
+		{Sender: 1, Recver: 2, Name: &MsgName{Kind: NameContents, From: 1, Hash: 0xdeadbeefcafe, Num: 2}},
+		{Sender: 1, Recver: 2, Name: &MsgName{Kind: NameHint, From: 1, Hash: 3, Num: 1}},
+		{Sender: 1, Recver: -1, SSN: 2, Dets: []Det{{Sender: 1, Recver: 2, SSN: 3, RSN: 4}}}, // the full form
+	} {
+		env := Envelope{Type: testType, Kind: KindP2P, Payload: testPayload{A: 1}, FT: &h}
+		b, err := EncodeEnvelope(nil, &env)
+		require.NoError(t, err)
+		got, n, err := DecodeEnvelope(b)
+		require.NoError(t, err)
+		require.Equal(t, len(b), n)
+		require.Equal(t, h, *got.FT)
+	}
+	plain, err := EncodeEnvelope(nil, &Envelope{Type: testType, Kind: KindP2P, Payload: testPayload{A: 1}})
+	require.NoError(t, err)
+	named := withNamedFT(func(b []byte) []byte { return b })
+	require.Less(t, len(named)-len(plain), 20, "a named header with its origin in bytes")
+}
+
 func TestDecodeEnvelopeErrorsNameTheByte(t *testing.T) {
 	env := Envelope{Type: testType, Kind: KindP2P, Index: Idx(1), Payload: testPayload{A: 1}}
 	good, err := EncodeEnvelope(nil, &env)
@@ -74,9 +114,15 @@ func TestDecodeEnvelopeErrorsNameTheByte(t *testing.T) {
 		{good[:len(good)-1], "payload length"},
 		{mut(func(b []byte) []byte { b[headerSize] = '!'; return b }), "pe.test payload"},
 		{mut(func(b []byte) []byte { b[2] |= flagFT; return b }), "FT header"},
-		{withFT(func(b []byte) []byte { b[headerSize+52] = 0xff; return b }), "claims 255 determinants"},
-		{withFT(func(b []byte) []byte { b[headerSize+ftFixedSize+detSize] = 0xff; return b }), "claims 255 acknowledgements"},
-		{withFT(func(b []byte) []byte { return b[:headerSize+ftFixedSize+detSize+2] }), "count of acknowledgements needs 4 bytes, 2 left"},
+		{withFT(func(b []byte) []byte { b[headerSize+1+52] = 0xff; return b }), "claims 255 determinants"},
+		{withFT(func(b []byte) []byte { b[headerSize+1+ftFixedSize+detSize] = 0xff; return b }), "claims 255 acknowledgements"},
+		{withFT(func(b []byte) []byte { return b[:headerSize+1+ftFixedSize+detSize+2] }), "count of acknowledgements needs 4 bytes, 2 left"},
+		{withFT(func(b []byte) []byte { b[headerSize] = 7; return b }), fmt.Sprintf("byte %d: FT header's form 7 is unknown", headerSize)},
+		{withNamedFT(func(b []byte) []byte { return b[:headerSize+3] }), "FT header's channel number is not a varint"},
+		{withNamedFT(func(b []byte) []byte { b[headerSize+6] = 9; return b }), fmt.Sprintf("byte %d: FT header's name kind 9 is unknown", headerSize+6)},
+		{withNamedFT(func(b []byte) []byte { b[headerSize+8] = 7; return b }), fmt.Sprintf("byte %d: FT header's origin has 7 dimensions", headerSize+8)},
+		{withNamedFT(func(b []byte) []byte { copy(b[headerSize+1:], []byte{0xff, 0xff, 0xff, 0xff, 0x1f}); return b }),
+			fmt.Sprintf("byte %d: FT header's sender 8589934591 does not fit 32 bits", headerSize+1)},
 	}
 	for _, c := range cases {
 		_, _, err := DecodeEnvelope(c.b)
@@ -93,6 +139,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:headerSize])
 	f.Add(withFT(func(b []byte) []byte { return b }))
+	f.Add(withNamedFT(func(b []byte) []byte { return b }))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env, n, err := DecodeEnvelope(b)
 		if err != nil {

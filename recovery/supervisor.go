@@ -192,6 +192,8 @@ type Supervisor struct {
 	// pessimist protocol), with events the PEs committed to events
 	anySet bool
 	events ftlayer.EventLog
+	// jointTeams: teams failing at once recover together (spmd)
+	jointTeams bool
 	// buddyStride pairs each PE with the holder of its checkpoint's
 	// second copy (ftlayer.NewBuddies): PEs failing at once with the
 	// holders of their copies cannot recover alone
@@ -227,6 +229,7 @@ func New(cfg Config) *Supervisor {
 	s.ft.Protocol = cfg.Protocol.Name
 	s.local = cfg.Protocol.RecoversAlone && cfg.PEs > 1
 	s.anySet = cfg.Protocol.AnySet
+	s.jointTeams = cfg.Protocol.JointTeams
 	if s.anySet {
 		s.events = ftlayer.NewMemEventLog(cfg.PEs)
 	}
@@ -440,7 +443,7 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	// the first kill's team fails; kills at this moment of the same team
 	// are part of that failure, the others wait for it
 	k := s.kills[now[0]]
-	team := s.teams.Members(int32(k.PE))
+	team := slices.Clone(s.teams.Members(int32(k.PE))) // (appended to below)
 	if s.anySet {
 		// every PE failing now: they recover together
 		for _, i := range now[1:] {
@@ -450,13 +453,35 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		}
 		slices.Sort(team)
 	}
-	if s.anySet && len(team) > 1 {
+	joint := false
+	if s.jointTeams {
+		// every team failing now: they recover together
+		for _, i := range now[1:] {
+			for _, p := range s.teams.Members(int32(s.kills[i].PE)) {
+				if !slices.Contains(team, p) {
+					team, joint = append(team, p), true
+				}
+			}
+		}
+		slices.Sort(team)
+	}
+	if (s.anySet || joint) && len(team) > 1 {
 		// a PE and the holder of its checkpoint's copy, at once: its
 		// snapshot is gone with both, and every PE rolls back (to the
-		// checkpoint directory's copy, if there is one)
+		// checkpoint directory's copy, if there is one); teams failing
+		// together need each failed PE's copy held outside them (one
+		// rolling back does not hand copies on)
+		failing := []int32{int32(k.PE)}
+		for _, i := range now[1:] {
+			failing = append(failing, int32(s.kills[i].PE))
+		}
+		lost := failing
+		if joint {
+			lost = team
+		}
 		b := ftlayer.NewBuddies(node.NumPEs(), s.buddyStride)
-		for _, p := range team {
-			if h := b.Of(p); h != p && slices.Contains(team, h) {
+		for _, p := range failing {
+			if h := b.Of(p); h != p && slices.Contains(lost, h) {
 				fmt.Fprintf(s.notices, "charmgo: %v; PEs %d and %d, which holds the second copy of PE %d's checkpoint, fail at once: every PE rolls back\n",
 					&PEFailure{PE: k.PE, Kill: k}, p, h, p)
 				return false
@@ -500,6 +525,8 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
 	case s.anySet:
 		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s recover together, each alone (%s): the others replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
+	case joint:
+		fmt.Fprintf(s.notices, "charmgo: %v; its team and the others failing with it, PEs %s, roll back and recover together (%s): the other teams replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	default:
 		fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	}

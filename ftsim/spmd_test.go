@@ -1,0 +1,129 @@
+package ftsim
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/charmgo/charmgo/chare"
+	"github.com/stretchr/testify/require"
+)
+
+// Logging without determinants, a PE (its team) failing before every
+// event of Mix: each run ends with the failure-free results.
+func TestSPMDFailuresAtEveryEvent(t *testing.T) {
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	cfg := chare.Config{PEs: 5, FT: "spmd", Teams: "2", Branching: 2}
+	free := Run(Mix, args, cfg, 7)
+	require.NoError(t, free.Err)
+	runs := 0
+	events, err := Sweep(Mix, args, cfg, 7, []int{0, 1, 2, 3, 4}, sweepStride(2, 17), func(free chare.Result, f Failure) {
+		runs++
+		require.NoError(t, f.Res.Err, "%v", f)
+		require.Equal(t, mixLogs(t, free), mixLogs(t, f.Res), "%v", f)
+		require.Equal(t, 1, f.Res.Stats.FT.Failures, "%v", f)
+	})
+	require.NoError(t, err)
+	t.Logf("%d runs over %d events", runs, events)
+}
+
+// Several failures in one run, at random moments of random PEs (before an
+// event or right after a hand-over; teams failing at one moment recover
+// together, a failure due while teams recover waits until they caught
+// up; where both copies of a checkpoint went, every PE rolls back to the
+// checkpoint directory's), over random interleavings and layouts: each
+// run ends with the failure-free results.
+func TestSPMDRandomFailuresInOneRun(t *testing.T) {
+	trials := 150 * (1 + long())
+	if raceOn {
+		trials = 20
+	}
+	ran, err := RandomFailures(Mix, MixArgs{Steps: 8, Ckpt: 3}, chare.Config{FT: "spmd", Teams: "2", CheckpointDir: t.TempDir()}, trials, rand.New(rand.NewPCG(38, 3)), func(free, res chare.Result, cfg chare.Config) {
+		require.NoError(t, res.Err, "%d PEs, branching %d, seed %d, kills %v", cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
+		require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%d PEs, branching %d, seed %d, kills %v", cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
+	})
+	require.NoError(t, err)
+	t.Logf("%d runs with every failure, of %d", ran, trials)
+}
+
+// A PE failing right after each message it hands over (a message on its
+// way, its sender gone), every PE in turn: each run ends with the
+// failure-free results.
+func TestSPMDFailuresAfterEveryHandOver(t *testing.T) {
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	cfg := chare.Config{PEs: 5, FT: "spmd", Teams: "2", Branching: 2}
+	runs := 0
+	events, err := SweepHandOvers(Mix, args, cfg, 7, []int{0, 1, 2, 3, 4}, sweepStride(2, 17), func(free chare.Result, f Failure) {
+		runs++
+		require.NoError(t, f.Res.Err, "%v", f)
+		require.Equal(t, mixLogs(t, free), mixLogs(t, f.Res), "%v", f)
+	})
+	require.NoError(t, err)
+	t.Logf("%d runs over %d hand-overs", runs, events)
+}
+
+// A program that is not send-deterministic: Stamp's passes carry the
+// clock, Chain's elements send hashes of what they got in the order they
+// got it. Logging without determinants cannot recover them (Chain's logs
+// come out inconsistent), and with --ft-verify a recovery says so, naming
+// the message and its entry: Chain with a PE failing before every third
+// event ends either as it must or with that line, never otherwise.
+func TestSPMDVerifyCatchesAProgramThatIsNotSendDeterministic(t *testing.T) {
+	cfg := chare.Config{PEs: 4, FT: "spmd", Teams: "2", FTVerify: true, Kills: []chare.Kill{{PE: 1, Step: 20}}}
+	res := Run(StampProgram, 40, cfg, 4)
+	require.ErrorContains(t, res.Err, "--ft-verify: ")
+	require.ErrorContains(t, res.Err, "ftsim.stamp.Ring.Pass")
+	require.ErrorContains(t, res.Err, "not send-deterministic")
+
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	caught, runs := 0, 0
+	_, err := Sweep(chainMain, args, chare.Config{PEs: 4, FT: "spmd", Teams: "2", Branching: 2, FTVerify: true}, 11, []int{0, 1, 2, 3}, sweepStride(3, 17), func(free chare.Result, f Failure) {
+		runs++
+		if f.Res.Err != nil {
+			require.ErrorContains(t, f.Res.Err, "--ft-verify: ", "%v", f)
+			require.ErrorContains(t, f.Res.Err, "not send-deterministic", "%v", f)
+			caught++
+			return
+		}
+		require.NoError(t, checkChain(chainLogsOf(t, f.Res), args.Steps), "%v", f)
+	})
+	require.NoError(t, err)
+	require.Positive(t, caught)
+	t.Logf("chain: %d of %d runs caught", caught, runs)
+
+	cfg = chare.Config{PEs: 5, FT: "spmd", Teams: "2", FTVerify: true, Kills: []chare.Kill{{PE: 2, Step: 5}}}
+	res = Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 4)
+	require.NoError(t, res.Err)
+	require.Positive(t, res.Stats.Ops.Verified, "copies compared")
+}
+
+// Two teams failing at one moment recover together, every moment of a
+// run (a PE of each, the copies of their checkpoints held outside both
+// teams; where not, every PE rolls back): each run ends with the
+// failure-free results.
+func TestSPMDTwoTeamsAtOnce(t *testing.T) {
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	cfg := chare.Config{PEs: 8, FT: "spmd", Teams: "2", Branching: 2}
+	free := Run(Mix, args, cfg, 7)
+	require.NoError(t, free.Err)
+	joint, runs := 0, 0
+	for e := 1; e <= free.Stats.Events; e += sweepStride(3, 29) {
+		for _, pair := range [][2]int{{0, 4}, {1, 5}, {2, 7}, {3, 4}} {
+			c := cfg
+			c.Kills = []chare.Kill{{PE: pair[0], Step: -1, Event: e}, {PE: pair[1], Step: -1, Event: e}}
+			res := Run(Mix, args, c, 7)
+			if Unfired(res) {
+				continue
+			}
+			runs++
+			require.NoError(t, res.Err, "kills %v", c.Kills)
+			require.Equal(t, mixLogs(t, free), mixLogs(t, res), "kills %v", c.Kills)
+			for _, r := range res.Stats.FT.Recoveries {
+				if len(r.Set) == 4 && r.Failures == 2 {
+					joint++
+				}
+			}
+		}
+	}
+	require.Positive(t, joint, "two teams recovered together")
+	t.Logf("%d runs, %d recoveries of two teams together", runs, joint)
+}

@@ -35,8 +35,8 @@ func TestSPMDRecoversLeanMDBitwise(t *testing.T) {
 		{"two teams at once", 8, 0, []chare.Kill{{PE: 1, Step: 7}, {PE: 5, Step: 7}}, true},
 		{"a team twice", 8, 2, []chare.Kill{{PE: 7, Step: 7}, {PE: 7, Step: 10}}, false},
 	}
-	for _, c := range cases {
-		for seed := uint64(1); seed <= 2; seed++ {
+	for i, c := range cases {
+		for seed := uint64(1 + i%2); seed <= uint64(1+i%2); seed++ { // one order each, two between them
 			t.Run(fmt.Sprintf("%s/seed %d", c.name, seed), func(t *testing.T) {
 				var notices strings.Builder
 				r := run(t, p, chare.Config{PEs: c.pes, Branching: c.branching, FT: "spmd", Teams: "2", Kills: c.kills,

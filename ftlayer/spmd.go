@@ -270,16 +270,21 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 			phase = ph
 		}
 	}
+	if s.teams.Same(to, s.me) {
+		// not logged: its header alone (the name passed on with a hop
+		// that leaves the team later)
+		if to != s.me {
+			l := &s.stats.NotLogged[kindOf(env)]
+			l.TotalMsgs++
+			if size := pe.PayloadSize(env.Payload); size > 0 {
+				l.TotalBytes += uint64(size)
+			}
+		}
+		return &pe.FTHeader{Sender: s.me, Recver: to, CSN: s.sendCSN[to], Inc: s.inc, SSN: phase, Name: name}, nil
+	}
 	hm := &hopMsg{env: *env}
 	hm.Message = Message{Kind: kindOf(env), FTHeader: pe.FTHeader{Sender: s.me, Recver: to, CSN: s.sendCSN[to], Inc: s.inc, SSN: phase}, Env: &hm.env}
 	hm.env.FT = &hm.FTHeader
-	if s.teams.Same(to, s.me) {
-		if to != s.me {
-			count(&s.stats.NotLogged[hm.Kind], &hm.Message, true)
-		}
-		hm.Name = name // passed on with a hop that leaves the team later
-		return &hm.FTHeader, nil
-	}
 	if name == nil || name.Kind == pe.NameNone {
 		return nil, fmt.Errorf("PE %d: an unnamed %s message to PE %d, of another team", s.me, hm.Kind, to)
 	}

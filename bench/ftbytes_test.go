@@ -17,41 +17,15 @@ import (
 // adds to each message that leaves its PE, in the wire form
 // (pe.AppendFT): the bytes fault tolerance adds per message.
 type ftBytes struct {
-	ftlayer.Hook
+	ftlayer.Wrapper
 	me    int
 	mu    *sync.Mutex
 	n, by *uint64
 	buf   []byte
 }
 
-// (what the runtime asks a hook beside Hook, passed on)
-func (h *ftBytes) UsesOrigins() bool {
-	ou, ok := h.Hook.(ftlayer.OriginUser)
-	return ok && ou.UsesOrigins()
-}
-
-func (h *ftBytes) DeliverTo(names *ftlayer.ElementNames, env *pe.Envelope) bool {
-	if d, ok := h.Hook.(ftlayer.ElementDedup); ok {
-		return d.DeliverTo(names, env)
-	}
-	return true
-}
-
-func (h *ftBytes) Left(names ftlayer.ElementNames, to int) {
-	if d, ok := h.Hook.(ftlayer.ElementDedup); ok {
-		d.Left(names, to)
-	}
-}
-
-func (h *ftBytes) TakeProcessed() int64 {
-	if c, ok := h.Hook.(ftlayer.Counter); ok {
-		return c.TakeProcessed()
-	}
-	return 0
-}
-
 func (h *ftBytes) Send(dst int, role ftlayer.Role, g, num uint64, first bool, env *pe.Envelope) error {
-	if err := h.Hook.Send(dst, role, g, num, first, env); err != nil {
+	if err := h.Wrapper.Send(dst, role, g, num, first, env); err != nil {
 		return err
 	}
 	if dst != h.me && env.FT != nil {
@@ -77,7 +51,7 @@ func TestFigureFTBytesPerMessage(t *testing.T) {
 		var n, by uint64
 		c.PEs = 16
 		c.WrapHook = func(me int, h ftlayer.Hook, _ ftlayer.Trees) ftlayer.Hook {
-			return &ftBytes{Hook: h, me: me, mu: &mu, n: &n, by: &by}
+			return &ftBytes{Wrapper: ftlayer.Wrapper{Hook: h}, me: me, mu: &mu, n: &n, by: &by}
 		}
 		_, err := md.Run(p, c, io.Discard)
 		require.NoError(t, err)

@@ -36,9 +36,9 @@ type Config struct {
 	FTVerify bool
 	// WrapHook, if set, wraps each PE's fault-tolerance hook: a tool that
 	// watches what the protocol sees (ftsim's check that elements send
-	// the same messages in every order) puts itself around it. t is what
-	// the hook is given about the PE's trees and messages (it implements
-	// ftlayer.Origins).
+	// the same messages in every order) puts itself around it, embedding
+	// ftlayer.Wrapper. t is what the hook is given about the PE's trees
+	// and messages (it implements ftlayer.Origins).
 	WrapHook  func(me int, h ftlayer.Hook, t ftlayer.Trees) ftlayer.Hook
 	Branching int // spanning-tree arity (default 4)
 	// Balancer is the load-balancing strategy at AtSync (loadbalance.New's

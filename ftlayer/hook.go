@@ -172,6 +172,37 @@ type ElementDedup interface {
 	Left(names ElementNames, to int)
 }
 
+// Wrapper is a hook around another, for a tool that watches what a
+// protocol sees (chare.Config.WrapHook): it passes on what the runtime
+// asks a hook besides Hook — OriginUser, ElementDedup, Counter — which a
+// wrapper embedding Hook alone would turn off unseen.
+type Wrapper struct{ Hook }
+
+func (w Wrapper) UsesOrigins() bool {
+	ou, ok := w.Hook.(OriginUser)
+	return ok && ou.UsesOrigins()
+}
+
+func (w Wrapper) DeliverTo(names *ElementNames, env *pe.Envelope) bool {
+	if d, ok := w.Hook.(ElementDedup); ok {
+		return d.DeliverTo(names, env)
+	}
+	return true
+}
+
+func (w Wrapper) Left(names ElementNames, to int) {
+	if d, ok := w.Hook.(ElementDedup); ok {
+		d.Left(names, to)
+	}
+}
+
+func (w Wrapper) TakeProcessed() int64 {
+	if c, ok := w.Hook.(Counter); ok {
+		return c.TakeProcessed()
+	}
+	return 0
+}
+
 // NopHook is checkpoint/restart alone: nothing is stamped or logged.
 type NopHook struct{}
 

@@ -54,11 +54,8 @@ type SPMD struct {
 	occur  map[occurKey]uint64 // NameContents names sent, by destination and contents
 	sealed bool                // a snapshot was taken and its commit has not come: arrivals are held
 	mark   uint64              // the log's last entry the snapshot covers
-	// gen counts the rollbacks of other PEs this PE learnt of since the
-	// checkpoint; rolledAt is, per PE, the count when it last rolled back
-	// (0: not since the checkpoint)
-	gen      uint64
-	rolledAt []uint64
+	// rolled: per PE, whether it rolled back since the checkpoint
+	rolled []bool
 
 	// as a restarted PE: the PEs that rolled back with it (itself
 	// included; nil: it never restarted)
@@ -201,7 +198,7 @@ const (
 // in teams t, from the start of the run.
 func NewSPMD(me int32, n int, t Teams) *SPMD {
 	return &SPMD{me: me, n: n, teams: t, incMap: make([]uint32, n), sendCSN: make([]uint64, n), recv: make([]window, n),
-		got: map[pe.MsgName]gotName{}, occur: map[occurKey]uint64{}, rolledAt: make([]uint64, n),
+		got: map[pe.MsgName]gotName{}, occur: map[occurKey]uint64{}, rolled: make([]bool, n),
 		orphans: map[uint64]int{}, sentMark: allDone, vol: make([]uint64, n), processedFrom: make([]uint64, n)}
 }
 
@@ -258,7 +255,8 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 		return nil, fmt.Errorf("PE %d: send to PE %d, outside 0..%d", s.me, to, s.n-1)
 	}
 	s.sendCSN[to]++
-	if size := pe.PayloadSize(env.Payload); size > 0 {
+	size := pe.PayloadSize(env.Payload)
+	if size > 0 {
 		s.vol[to] += uint64(size)
 	}
 	phase := s.phase
@@ -276,7 +274,7 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 		if to != s.me {
 			l := &s.stats.NotLogged[kindOf(env)]
 			l.TotalMsgs++
-			if size := pe.PayloadSize(env.Payload); size > 0 {
+			if size > 0 {
 				l.TotalBytes += uint64(size)
 			}
 		}
@@ -296,7 +294,7 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 		nm.Num = s.occur[k]
 	}
 	hm.Name = &nm
-	if hm.Size = pe.PayloadSize(env.Payload); hm.Size < 0 {
+	if hm.Size = size; hm.Size < 0 {
 		hm.Size = encodedSize(env)
 	}
 	s.logSeq++
@@ -377,7 +375,7 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 		return Handle, nil
 	}
 	if s.had(h) || s.isHeld(h.Name) {
-		if relay && s.incMap[from] > 0 && h.Inc == s.incMap[from] && s.rolledAt[from] > 0 {
+		if relay && s.incMap[from] > 0 && h.Inc == s.incMap[from] && s.rolled[from] {
 			// the broadcast again from a rolled-back root (or a PE on
 			// its way): the PEs below that rolled back need it
 			return Relay, nil
@@ -503,7 +501,7 @@ func (s *SPMD) hadAgain(n *pe.MsgName, g gotName, from int32, inc uint32) {
 		g.orphan = false
 		s.stats.OrphansAgain++
 		s.orphanAgain(g.phase)
-	case !g.elem && g.from != from && g.from != s.me && s.rolledAt[g.from] == 0 && !s.rolledBackHere(g.from):
+	case !g.elem && g.from != from && g.from != s.me && !s.rolled[g.from] && !s.rolledBackHere(g.from):
 		if s.again == nil {
 			s.again = map[int32][]againName{}
 		}
@@ -577,8 +575,7 @@ func (s *SPMD) newIncarnation(p int32, inc uint32) {
 	}
 	s.incMap[p] = inc
 	s.recv[p] = window{} // its new incarnation numbers its hops anew
-	s.gen++
-	s.rolledAt[p] = s.gen
+	s.rolled[p] = true
 	// what it sent and this PE processed since the checkpoint, its count
 	// of messages sent forgot: out of this PE's count of messages
 	// processed (a copy its re-execution sends, dropped, is counted
@@ -770,7 +767,7 @@ func (s *SPMD) lowerLogged(to int32, n pe.MsgName, ph uint64) {
 			if old, ok := s.lowered[m]; !ok || ph < old {
 				s.lowered[m] = ph
 			}
-			if s.rolledAt[to] > 0 {
+			if s.rolled[to] {
 				if s.lower == nil {
 					s.lower = map[int32]*Packet{}
 				}
@@ -816,7 +813,7 @@ type lowerKey struct {
 func (s *SPMD) countOrphans() {
 	clear(s.orphans)
 	for n, g := range s.got {
-		g.orphan = !g.hint && s.incMap[g.from] > g.inc && !(g.elem && g.leftTo >= 0 && s.rolledAt[g.leftTo] > 0)
+		g.orphan = !g.hint && s.incMap[g.from] > g.inc && !(g.elem && g.leftTo >= 0 && s.rolled[g.leftTo])
 		s.got[n] = g
 		if g.orphan {
 			s.orphans[g.phase]++
@@ -933,10 +930,10 @@ func (s *SPMD) Checkpoint() {
 	clear(s.occur)
 	s.firstPhase = nil
 	clear(s.orphans)
-	clear(s.rolledAt)
+	clear(s.rolled)
 	clear(s.processedFrom)
 	s.failing = s.failing[:0]
-	s.sentMark, s.phase, s.sealed, s.gen, s.redoing = allDone, 0, false, 0, false
+	s.sentMark, s.phase, s.sealed, s.redoing = allDone, 0, false, false
 }
 
 // TakeVolume returns the payload bytes sent to each PE since the last

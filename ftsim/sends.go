@@ -55,7 +55,7 @@ func RecordSends(cfg chare.Config) (chare.Config, *Sends) {
 	s := &Sends{got: map[sendKey]SentMsg{}}
 	cfg.WrapHook = func(me int, h ftlayer.Hook, t ftlayer.Trees) ftlayer.Hook {
 		o, _ := t.(ftlayer.Origins)
-		return &sendRecorder{Hook: h, me: int32(me), origins: o, to: s}
+		return &sendRecorder{Wrapper: ftlayer.Wrapper{Hook: h}, me: int32(me), origins: o, to: s}
 	}
 	return cfg, s
 }
@@ -70,13 +70,13 @@ func (s *Sends) Len() int {
 // sendRecorder is a hook around a protocol's that records each message an
 // element sends, at its first hop, before the protocol stamps it.
 type sendRecorder struct {
-	ftlayer.Hook
+	ftlayer.Wrapper
 	me      int32
 	origins ftlayer.Origins
 	to      *Sends
 }
 
-func (r *sendRecorder) UsesOrigins() bool { return r.origins != nil }
+func (r *sendRecorder) UsesOrigins() bool { return r.origins != nil || r.Wrapper.UsesOrigins() }
 
 func (r *sendRecorder) Send(dst int, role ftlayer.Role, g, num uint64, first bool, env *pe.Envelope) error {
 	switch {
@@ -87,7 +87,7 @@ func (r *sendRecorder) Send(dst int, role ftlayer.Role, g, num uint64, first boo
 			r.to.record(sendKey{Origin: o}, env)
 		}
 	}
-	return r.Hook.Send(dst, role, g, num, first, env)
+	return r.Wrapper.Send(dst, role, g, num, first, env)
 }
 
 // record keeps env as message o: its first hop only (a multicast leaves

@@ -212,12 +212,16 @@ const RuntimeUsage = `runtime flags (every charmgo program):
   --ckpt-dir DIR         also write every committed checkpoint to DIR
   --restart DIR          resume from the last complete checkpoint in DIR, on
                          any PE count (the program's arguments are ignored)
-  --ft none|scmel|camel|team
+  --ft none|scmel|camel|team|pessimist|spmd
                          message logging: none (default; a failure rolls every
                          PE back), scmel (simple causal), camel (collective-
-                         aware) or team (team-based: messages inside a team are
-                         not logged, and a failure rolls back the failed PE's team)
-  --teams N|process|auto teams for --ft team (and camel: camel+teams): blocks of
+                         aware), team (team-based: messages inside a team are
+                         not logged, and a failure rolls back the failed PE's
+                         team), pessimist (each determinant stored before its
+                         message is delivered) or spmd (team logging without
+                         determinants, for send-deterministic programs;
+                         docs/SPMD.md)
+  --teams N|process|auto teams for --ft team and spmd (and camel: camel+teams): blocks of
                          N consecutive PEs, each process's PEs (the default
                          with several processes under team), or auto: chosen at
                          each checkpoint from the traffic measured since the one

@@ -183,6 +183,12 @@ const (
 	// takes its messages in another order), which is what the message
 	// depends on.
 	PktOrphans
+	// PktMade (spmd): the restarted PE's incarnation Inc made the
+	// messages Names again (as messageOf names them), which the receiver
+	// listed as orphans (PktOrphans): they are orphans had again, wherever
+	// their copies go (an element that had one here may receive the copy
+	// elsewhere in the re-execution, before it migrates here again).
+	PktMade
 )
 
 // Packet is one unit the network carries between PEs.
@@ -206,7 +212,7 @@ type Packet struct {
 	// Replayed (PktReplayed): how many logged messages the survivor sent
 	// the recovering PE again before this packet
 	Replayed uint64
-	Names    []pe.MsgName // PktAgain, PktPhase
+	Names    []pe.MsgName // PktAgain, PktPhase, PktOrphans, PktMade
 	Phases   []uint64     // PktPhase
 }
 

@@ -1,10 +1,12 @@
 package ftlayer
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/charmgo/charmgo/ftlayer/mcml"
 	"github.com/charmgo/charmgo/pe"
@@ -93,6 +95,16 @@ type SPMD struct {
 	// firstPhase: the phases the first execution gave the messages this
 	// restarted PE's re-execution sends again (PktOrphans)
 	firstPhase map[pe.MsgName]uint64
+	// as a restarted PE: the survivors that listed each orphan
+	// (PktOrphans, by messageOf) not made again yet; what this
+	// incarnation made while a survivor's list may still be on its way
+	// (nil once every survivor's replay is in); per survivor, the
+	// orphans of its list made again, to tell it (PktMade)
+	listedBy map[pe.MsgName][]int32
+	made     map[pe.MsgName]bool
+	madeFor  map[int32][]pe.MsgName
+	// as a survivor: the keys of its orphans, by message (PktMade)
+	orphanKeys map[pe.MsgName][]pe.MsgName
 	// processedFrom: per PE, the messages from it this PE counted as
 	// processed since the checkpoint (or since the PE's last rollback);
 	// delta: the correction of the runtime's count not yet taken
@@ -171,15 +183,15 @@ type gotName struct {
 	// elem: delivered to an element here (recognised again there: from
 	// is the PE the message left first)
 	elem bool
-	// hint: a hint (pe.NameHint), forgotten when its sender rolls back:
-	// its re-execution may send it again, or not
-	hint bool
 	// leftTo (elem): the PE its element migrated to since (-1: none): if
 	// that PE rolls back, a survivor's log sends the element there again,
 	// with its names, and the message is recognised there — the re-send
 	// need not come here, nor be waited for (the element it needs comes
 	// with a message of a later phase)
 	leftTo int32
+	// typ: the message's type, for a dump (0: an element's, named by
+	// its origin)
+	typ uint32
 }
 
 type occurKey struct {
@@ -228,6 +240,7 @@ func restartSPMD(s *SPMD, ck Counters, inc uint32, set []int32) *SPMD {
 		s.survivor[p] = !s.set[p]
 		s.recovering = s.recovering || s.survivor[p]
 	}
+	s.made = map[pe.MsgName]bool{}
 	s.stats.RolledBack = 1
 	return s
 }
@@ -278,6 +291,9 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 				l.TotalBytes += uint64(size)
 			}
 		}
+		if name != nil && s.set != nil {
+			s.remade(name)
+		}
 		return &pe.FTHeader{Sender: s.me, Recver: to, CSN: s.sendCSN[to], Inc: s.inc, SSN: phase, Name: name}, nil
 	}
 	hm := &hopMsg{env: *env}
@@ -288,12 +304,18 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 	}
 	nm := *name
 	nm.Crossed = true
-	if nm.Kind == pe.NameContents || nm.Kind == pe.NameHint {
+	if (nm.Kind == pe.NameContents || nm.Kind == pe.NameHint) && nm.Num == 0 {
+		// made here: numbered on its channel (a hop passing one on
+		// keeps its maker's number: a survivor relaying a rolled-back
+		// root's broadcast again sends what its children had)
 		k := occurKey{to, nm.Hash}
 		s.occur[k]++
 		nm.Num = s.occur[k]
 	}
 	hm.Name = &nm
+	if s.set != nil {
+		s.remade(&nm)
+	}
 	if hm.Size = size; hm.Size < 0 {
 		hm.Size = encodedSize(env)
 	}
@@ -301,6 +323,43 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 	s.msgLog = append(s.msgLog, logEntry{s.logSeq, &hm.Message})
 	s.tally(&hm.Message, true, &s.stats.PeakTotal)
 	return &hm.FTHeader, nil
+}
+
+// remade notes that this restarted PE sent a message named n: if its
+// incarnation made it, and a survivor listed it as an orphan, the
+// survivor hears that it was made again (Marks); if no list has it yet,
+// a list still to come may.
+func (s *SPMD) remade(n *pe.MsgName) {
+	switch n.Kind {
+	case pe.NameOrigin, pe.NameResult:
+		if n.At != s.me || n.AtInc != s.inc {
+			return // passed on: its maker tells
+		}
+	case pe.NamePartial, pe.NameContents:
+		if n.From != s.me {
+			return
+		}
+	default:
+		return
+	}
+	key := messageOf(*n)
+	if by, ok := s.listedBy[key]; ok {
+		s.tellMade(by, key)
+		delete(s.listedBy, key)
+		return
+	}
+	if s.made != nil {
+		s.made[key] = true
+	}
+}
+
+func (s *SPMD) tellMade(survivors []int32, key pe.MsgName) {
+	if s.madeFor == nil {
+		s.madeFor = map[int32][]pe.MsgName{}
+	}
+	for _, p := range survivors {
+		s.madeFor[p] = append(s.madeFor[p], key)
+	}
 }
 
 func kindOf(env *pe.Envelope) MsgKind {
@@ -374,7 +433,10 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 		s.took(from, h.CSN)
 		return Handle, nil
 	}
-	if s.had(h) || s.isHeld(h.Name) {
+	if h.Name.Kind != pe.NameHint && (s.had(h) || s.heldCopy(h)) {
+		// (a hint is not recognised again: a copy does no harm, and one
+		// an incarnation rolled back since made, which a PE passes on
+		// late, has its re-execution's name)
 		if relay && s.incMap[from] > 0 && h.Inc == s.incMap[from] && s.rolled[from] {
 			// the broadcast again from a rolled-back root (or a PE on
 			// its way): the PEs below that rolled back need it
@@ -386,7 +448,7 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 		s.hold(env)
 		return Held, nil
 	}
-	s.deliver(from, h)
+	s.deliver(from, h, env.Type)
 	return Handle, nil
 }
 
@@ -397,14 +459,21 @@ func (s *SPMD) DeliverTo(names *ElementNames, h *pe.FTHeader) bool {
 	if first < 0 || int(first) >= s.n {
 		first = h.Sender
 	}
+	key := elemKey(h.Name)
 	if s.teams.Same(first, s.me) && !h.Name.Crossed && !s.redoing {
 		// made in this team and never out of it: a rollback takes both
 		// back, and no other team's sends it again (unless this PE
 		// re-executes: a copy that went out and back, a survivor's log
-		// sends again, may come after the re-execution's own)
+		// sends again, may come after the re-execution's own). The
+		// element keeps its name all the same: if it migrates to
+		// another team, what it did with the message goes with it, and
+		// a rollback of this team sends the message again — there.
+		if *names == nil {
+			*names = ElementNames{}
+		}
+		(*names)[key] = s.me
 		return true
 	}
-	key := elemKey(h.Name)
 	if _, ok := (*names)[key]; !ok && s.madeByGone(h.Name) {
 		// one a PE kept (a section's or a location's buffer) past its
 		// maker's rollback: the re-execution sends it again
@@ -520,11 +589,19 @@ type againName struct {
 // rolledBackHere reports whether PE p rolled back with this one.
 func (s *SPMD) rolledBackHere(p int32) bool { return s.set != nil && s.set[p] }
 
-func (s *SPMD) isHeld(n *pe.MsgName) bool {
-	key := n.Key()
+// heldCopy reports whether another copy of the message h names waits
+// here for its turn; the copy h, counted as sent, is counted as
+// processed (as had counts one).
+func (s *SPMD) heldCopy(h *pe.FTHeader) bool {
+	key := h.Name.Key()
 	for _, m := range s.held {
 		if !m.elem && m.Name != nil && m.Name.Key() == key {
 			s.stats.Dropped++
+			if m.Sender == h.Sender && m.Inc == h.Inc && m.CSN == h.CSN {
+				return true // the same hop again (a replay of one in flight): counted when taken
+			}
+			s.delta++
+			s.took(h.Sender, h.CSN)
 			return true
 		}
 	}
@@ -560,8 +637,10 @@ func (s *SPMD) deliverable(from int32, phase uint64) bool {
 
 // deliver counts the delivery of the named message h from PE from, of
 // another team.
-func (s *SPMD) deliver(from int32, h *pe.FTHeader) {
-	s.got[h.Name.Key()] = gotName{from: from, phase: h.SSN, inc: h.Inc, hint: h.Name.Kind == pe.NameHint}
+func (s *SPMD) deliver(from int32, h *pe.FTHeader, typ uint32) {
+	if h.Name.Kind != pe.NameHint {
+		s.got[h.Name.Key()] = gotName{from: from, phase: h.SSN, inc: h.Inc, typ: typ}
+	}
 	s.took(from, h.CSN)
 	s.phase = max(s.phase, h.SSN+1)
 }
@@ -579,14 +658,9 @@ func (s *SPMD) newIncarnation(p int32, inc uint32) {
 	// what it sent and this PE processed since the checkpoint, its count
 	// of messages sent forgot: out of this PE's count of messages
 	// processed (a copy its re-execution sends, dropped, is counted
-	// instead); its hints may come again or not, and are forgotten
+	// instead)
 	s.delta -= int64(s.processedFrom[p])
 	s.processedFrom[p] = 0
-	for n, g := range s.got {
-		if g.hint && g.from == p {
-			delete(s.got, n)
-		}
-	}
 	s.held = dropOlder(s.held, p, inc, &s.stats.Dropped)
 }
 
@@ -621,7 +695,7 @@ func (s *SPMD) Next() (*Message, bool) {
 		s.phase = max(s.phase, m.SSN+1)
 		s.took(m.Sender, m.CSN)
 	default:
-		s.deliver(m.Sender, &m.FTHeader)
+		s.deliver(m.Sender, &m.FTHeader, m.Env.Type)
 	}
 	return m, true
 }
@@ -631,6 +705,16 @@ func (s *SPMD) ready(m *Message) bool {
 		return !s.sealed
 	}
 	return s.deliverable(m.Sender, s.phaseToWait(&m.FTHeader))
+}
+
+// allReplayed reports whether every survivor's replay is in.
+func (s *SPMD) allReplayed() bool {
+	for p, sv := range s.survivor {
+		if sv && !s.replayed[p] {
+			return false
+		}
+	}
+	return true
 }
 
 // endRecovery ends this PE's recovery once every survivor's replay came
@@ -688,19 +772,47 @@ func (s *SPMD) Receive(p *Packet) error {
 			if s.firstPhase == nil {
 				s.firstPhase = map[pe.MsgName]uint64{}
 			}
-			for i := range p.Names {
+			for i, n := range p.Names {
 				if i < len(p.Phases) {
-					if old, ok := s.firstPhase[p.Names[i]]; !ok || p.Phases[i] < old {
-						s.firstPhase[p.Names[i]] = p.Phases[i]
+					if old, ok := s.firstPhase[n]; !ok || p.Phases[i] < old {
+						s.firstPhase[n] = p.Phases[i]
 					}
 				}
+				switch {
+				case s.made[n]:
+					s.tellMade([]int32{p.From}, n)
+				case !slices.Contains(s.listedBy[n], p.From):
+					if s.listedBy == nil {
+						s.listedBy = map[pe.MsgName][]int32{}
+					}
+					s.listedBy[n] = append(s.listedBy[n], p.From)
+				}
 			}
+		}
+	case PktMade:
+		if p.Inc != s.incMap[p.From] {
+			break // an incarnation rolled back since
+		}
+		for _, n := range p.Names {
+			for _, key := range s.orphanKeys[n] {
+				if g, ok := s.got[key]; ok && g.orphan {
+					g.orphan = false
+					g.inc = s.incMap[g.from]
+					s.got[key] = g
+					s.stats.OrphansAgain++
+					s.orphanAgain(g.phase)
+				}
+			}
+			delete(s.orphanKeys, n)
 		}
 	case PktReplayed:
 		if s.recovering && s.survivor[p.From] && p.Inc == s.inc {
 			s.replayed[p.From] = true
 			s.stats.ReplaysFrom++
 			s.stats.ReplayedIn += p.Replayed
+			if s.allReplayed() {
+				s.made = nil // every list is in (each came before its replay)
+			}
 		}
 	default:
 		return fmt.Errorf("PE %d: packet of kind %d from PE %d (spmd)", s.me, p.Kind, p.From)
@@ -812,11 +924,17 @@ type lowerKey struct {
 // re-execution of an earlier rollback), and counts them by phase.
 func (s *SPMD) countOrphans() {
 	clear(s.orphans)
+	clear(s.orphanKeys)
 	for n, g := range s.got {
-		g.orphan = !g.hint && s.incMap[g.from] > g.inc && !(g.elem && g.leftTo >= 0 && s.rolled[g.leftTo])
+		g.orphan = s.incMap[g.from] > g.inc && !(g.elem && g.leftTo >= 0 && s.rolled[g.leftTo])
 		s.got[n] = g
 		if g.orphan {
 			s.orphans[g.phase]++
+			if s.orphanKeys == nil {
+				s.orphanKeys = map[pe.MsgName][]pe.MsgName{}
+			}
+			m := messageOf(n)
+			s.orphanKeys[m] = append(s.orphanKeys[m], n)
 		}
 	}
 	s.sentMark = s.markNow()
@@ -864,6 +982,10 @@ func (s *SPMD) orphanAgain(ph uint64) {
 // and the survivors the orphans they may wait for that came again here.
 func (s *SPMD) Marks() []Action {
 	var out []Action
+	for p, names := range s.madeFor {
+		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktMade, From: s.me, To: p, Inc: s.inc, Names: names}})
+		delete(s.madeFor, p)
+	}
 	for p, names := range s.again {
 		pkt := Packet{Kind: PktAgain, From: s.me, To: p}
 		for _, a := range names {
@@ -929,6 +1051,8 @@ func (s *SPMD) Checkpoint() {
 	clear(s.got)
 	clear(s.occur)
 	s.firstPhase = nil
+	s.listedBy, s.made, s.madeFor = nil, nil, nil
+	clear(s.orphanKeys)
 	clear(s.orphans)
 	clear(s.rolled)
 	clear(s.processedFrom)
@@ -965,15 +1089,25 @@ func (s *SPMD) Describe(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  PEs %s are recovering: this PE replayed to them; %d orphans not had again (mark %s)\n",
 			PEList(s.failing), left, markString(s.markNow()))
-		var names []string
+		type orphan struct {
+			phase uint64
+			text  string
+		}
+		var lowest []orphan // the lowest phases first: what the mark waits for
 		for n, g := range s.got {
 			if g.orphan {
-				names = append(names, fmt.Sprintf("%v from PE %d, phase %d", n, g.from, g.phase))
+				what := ""
+				if g.typ != 0 {
+					what = pe.TypeName(g.typ) + " "
+				}
+				lowest = append(lowest, orphan{g.phase, fmt.Sprintf("%s%v from PE %d, phase %d", what, n, g.from, g.phase)})
 			}
 		}
-		slices.Sort(names)
-		for _, n := range names[:min(len(names), 30)] {
-			fmt.Fprintf(w, "    orphan: %s\n", n)
+		slices.SortFunc(lowest, func(a, b orphan) int {
+			return cmp.Or(cmp.Compare(a.phase, b.phase), strings.Compare(a.text, b.text))
+		})
+		for _, o := range lowest[:min(len(lowest), 30)] {
+			fmt.Fprintf(w, "    orphan: %s\n", o.text)
 		}
 	}
 	if s.recovering {
@@ -992,6 +1126,9 @@ func (s *SPMD) Describe(w io.Writer) {
 			}
 		}
 		fmt.Fprintf(w, "  recovering: waits for %v\n", waits)
+		if len(s.listedBy) > 0 {
+			fmt.Fprintf(w, "  %d orphans the survivors listed are not made again yet\n", len(s.listedBy))
+		}
 		for _, m := range s.held[:min(len(s.held), 30)] {
 			fmt.Fprintf(w, "    held: %s from PE %d, phase %d: %v\n", pe.TypeName(m.Env.Type), m.Sender, m.SSN, m.Name)
 		}

@@ -253,14 +253,32 @@ func (t treesOf) Result() (g, num uint64, ok bool) {
 // while the message is the same: an element's migration (its state may
 // hold measurements) is named by the element and its move; a
 // measurement (loads, a plan made from them, the bytes a step moved,
-// a dump) by its type, its number on its channel telling it apart.
+// a dump) by its type and collection (and a plan by its way round the
+// witness), its number on its channel telling it apart: two
+// collections' balancing steps interleave differently from one
+// execution to the next, one collection's follow each other.
 func (t treesOf) ContentsHash(env *pe.Envelope) uint64 {
 	switch env.Type {
 	case tMigrate:
 		if mm, ok := env.Payload.(*MigrateMsg); ok {
 			return hashOf(env.Type, mm.Coll, mm.Index, mm.Moves)
 		}
-	case tLBPart, tPlan, tPlanDone, tStranded:
+	case tPlan:
+		if pm, ok := env.Payload.(*PlanMsg); ok {
+			return hashOf(env.Type, pm.Coll, pm.Round, pm.Periodic)
+		}
+		return hashOf(env.Type)
+	case tLBPart:
+		if pm, ok := env.Payload.(*LBPartMsg); ok {
+			return hashOf(env.Type, pm.Coll)
+		}
+		return hashOf(env.Type)
+	case tPlanDone:
+		if pd, ok := env.Payload.(*PlanDoneMsg); ok {
+			return hashOf(env.Type, pd.Coll)
+		}
+		return hashOf(env.Type)
+	case tStranded:
 		return hashOf(env.Type)
 	case tSection:
 		// a section's setup says where its members are as its root

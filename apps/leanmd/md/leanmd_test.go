@@ -349,11 +349,11 @@ var underRace = map[string]bool{"2none1": true, "2camel2": true, "4team1": true}
 
 // ftConfigs are the protocols the failure tests run: each, and team-based
 // logging and CAMEL with teams in teams of 2 PEs.
-var ftConfigs = []chare.Config{{FT: "none"}, {FT: "scmel"}, {FT: "camel"}, {FT: "team", Teams: "2"}, {FT: "camel", Teams: "2"}, {FT: "pessimist"}}
+var ftConfigs = []chare.Config{{FT: "none"}, {FT: "scmel"}, {FT: "camel"}, {FT: "team", Teams: "2"}, {FT: "camel", Teams: "2"}, {FT: "pessimist"}, {FT: "spmd", Teams: "2"}}
 
 // ftName names a protocol configuration (camel with teams: camel+teams).
 func ftName(c chare.Config) string {
-	if c.Teams != "" && c.FT != "team" {
+	if c.Teams != "" && c.FT != "team" && c.FT != "spmd" {
 		return c.FT + "+teams"
 	}
 	return c.FT

@@ -16,12 +16,7 @@ import (
 // seed), each seed another order of messages.
 func TestSPMDRecoversLeanMDBitwise(t *testing.T) {
 	notUnderRace(t)
-	p := params(3, 3, 3, 13)
-	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
-	bases := map[int]Report{}
-	for _, pes := range []int{4, 8} {
-		bases[pes] = run(t, p, chare.Config{PEs: pes, Branching: 2})
-	}
+	p, bases := spmdBases(t, 2)
 	cases := []struct {
 		name      string
 		pes       int
@@ -52,4 +47,47 @@ func TestSPMDRecoversLeanMDBitwise(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Logging without determinants under the real scheduler, on schedules
+// that once ended wrong: a rolled-back root's broadcast relayed by a
+// survivor (its children had it: delivered twice), a team failing while
+// another had recovered from the same checkpoint (a copy of a held
+// message left uncounted: quiescence never came), and elements that
+// migrated out of a team carrying what its teammates had sent them (sent
+// again after that team's rollback, and delivered a second time). Each
+// schedule runs three times: orders vary from run to run.
+func TestSPMDUnderTheRealScheduler(t *testing.T) {
+	notUnderRace(t)
+	p, bases := spmdBases(t, 0)
+	for _, c := range []struct {
+		name      string
+		pes       int
+		branching int
+		kills     []chare.Kill
+	}{
+		{"a root relayed again", 8, 2, []chare.Kill{{PE: 1, Step: 8}}},
+		{"a team after another's recovery", 8, 2, []chare.Kill{{PE: 0, Step: 6}, {PE: 5, Step: 8}}},
+		{"elements that left the team", 4, 0, []chare.Kill{{PE: 3, Step: 7}, {PE: 1, Step: 8}}},
+	} {
+		for i := range 3 {
+			t.Run(fmt.Sprintf("%s/%d", c.name, i), func(t *testing.T) {
+				failures(t, p, bases[c.pes], chare.Config{PEs: c.pes, Branching: c.branching, FT: "spmd", Teams: "2", Kills: c.kills}, c.name)
+			})
+		}
+	}
+}
+
+// spmdBases is the failure tests' LeanMD (13 steps, balancing at step 6
+// and 12, checkpoints every 4) and its failure-free runs on 4 and 8 PEs,
+// on trees of the given arity (0: the default).
+func spmdBases(t *testing.T, branching int) (Params, map[int]Report) {
+	t.Helper()
+	p := params(3, 3, 3, 13)
+	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	bases := map[int]Report{}
+	for _, pes := range []int{4, 8} {
+		bases[pes] = run(t, p, chare.Config{PEs: pes, Branching: branching})
+	}
+	return p, bases
 }

@@ -1,0 +1,203 @@
+package ftlayer
+
+import (
+	"testing"
+
+	"github.com/charmgo/charmgo/pe"
+	"github.com/stretchr/testify/require"
+)
+
+// spmdPair is a job of 4 PEs in teams {0-1} {2-3}: survivor PE 2 had an
+// element's message from PE 0, and PE 0 (its team with it) restarted.
+type spmdPair struct {
+	teams    Teams
+	survivor *SPMD
+	names    ElementNames // the survivor's element that had the message
+	orphan   pe.MsgName   // its name
+	restart  *SPMD        // PE 0's new incarnation
+}
+
+// elemHop is hop csn from PE from (incarnation inc) to PE to of the
+// element message named n, with phase phase.
+func elemHop(from, to int32, csn uint64, inc uint32, phase uint64, n pe.MsgName) *pe.Envelope {
+	return &pe.Envelope{Type: 7, Kind: pe.KindP2P, Src: from, FT: &pe.FTHeader{Sender: from, Recver: to, CSN: csn, Inc: inc, SSN: phase, Name: &n}}
+}
+
+func newSPMDPair(t *testing.T) *spmdPair {
+	t.Helper()
+	teams, err := BlockTeams(4, 2)
+	require.NoError(t, err)
+	sp := &spmdPair{teams: teams, survivor: NewSPMD(2, 4, teams)}
+	sp.orphan = pe.MsgName{Kind: pe.NameOrigin, Origin: pe.Origin{Coll: 1, Index: pe.Index{Dims: 1}, K: 3}, At: 0, AtInc: 0, Crossed: true}
+	a, err := sp.survivor.Arrive(elemHop(0, 2, 1, 0, 5, sp.orphan), true, false)
+	require.NoError(t, err)
+	require.Equal(t, Handle, a)
+	require.True(t, sp.survivor.DeliverTo(&sp.names, &pe.FTHeader{Sender: 0, Recver: 2, CSN: 1, SSN: 5, Name: &sp.orphan}))
+	sp.restart = restartSPMD(NewSPMD(0, 4, teams), Counters{IncMap: make([]uint32, 4), RecvCSN: make([]uint64, 4)}, 1, []int32{0, 1})
+	return sp
+}
+
+// packets returns the packets of kind k among acts.
+func packets(acts []Action, k PacketKind) []Packet {
+	var out []Packet
+	for _, a := range acts {
+		if a.Kind == ActSend && a.Packet.Kind == k {
+			out = append(out, a.Packet)
+		}
+	}
+	return out
+}
+
+// An orphan whose element is, in the re-execution, elsewhere (on a PE of
+// the restarted team, before it migrates to the survivor again) is made
+// again all the same: its maker tells the survivor that listed it, whose
+// mark rises — whether the list came before the re-execution made it or
+// after.
+func TestSPMDOrphanMadeAgainWhereverItsCopyGoes(t *testing.T) {
+	for _, listFirst := range []bool{true, false} {
+		sp := newSPMDPair(t)
+		acts, err := sp.survivor.PeerFailed(0, 1, nil)
+		require.NoError(t, err)
+		marks := packets(acts, PktMark)
+		require.Len(t, marks, 1)
+		require.Equal(t, uint64(6), marks[0].Covered, "waits for the orphan of phase 5")
+		lists := packets(acts, PktOrphans)
+		require.Len(t, lists, 1)
+		require.Equal(t, []pe.MsgName{messageOf(sp.orphan)}, lists[0].Names)
+
+		again := sp.orphan
+		again.AtInc, again.Crossed = 1, false
+		if listFirst {
+			require.NoError(t, sp.restart.Receive(&lists[0]))
+		}
+		// the copy goes to a teammate, where the element is now
+		_, err = sp.restart.Send(1, &again, &pe.Envelope{Type: 7})
+		require.NoError(t, err)
+		if !listFirst {
+			require.Empty(t, packets(sp.restart.Marks(), PktMade), "no list yet: nobody to tell")
+			require.NoError(t, sp.restart.Receive(&lists[0]))
+		}
+		made := packets(sp.restart.Marks(), PktMade)
+		require.Len(t, made, 1, "list first: %v", listFirst)
+		require.Equal(t, int32(2), made[0].To)
+		require.Equal(t, []pe.MsgName{messageOf(sp.orphan)}, made[0].Names)
+
+		require.NoError(t, sp.survivor.Receive(&made[0]))
+		rise := packets(sp.survivor.Marks(), PktMark)
+		require.Len(t, rise, 1)
+		require.Equal(t, uint64(allDone), rise[0].Covered, "no orphan left")
+		require.Equal(t, uint64(1), sp.survivor.Stats().OrphansAgain)
+
+		// a notice from an incarnation rolled back since is ignored
+		sp2 := newSPMDPair(t)
+		_, err = sp2.survivor.PeerFailed(0, 2, nil)
+		require.NoError(t, err)
+		require.NoError(t, sp2.survivor.Receive(&made[0]))
+		require.Empty(t, packets(sp2.survivor.Marks(), PktMark))
+	}
+}
+
+// A message a restarted PE passes on is its maker's to tell of; one a
+// survivor did not list needs no notice.
+func TestSPMDOnlyTheMakerTellsOfListedOrphans(t *testing.T) {
+	sp := newSPMDPair(t)
+	acts, err := sp.survivor.PeerFailed(0, 1, nil)
+	require.NoError(t, err)
+	require.NoError(t, sp.restart.Receive(&packets(acts, PktOrphans)[0]))
+	passed := sp.orphan
+	passed.At, passed.AtInc = 1, 1 // PE 1's
+	_, err = sp.restart.Send(2, &passed, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	other := sp.orphan
+	other.Origin.K, other.AtInc = 4, 1
+	_, err = sp.restart.Send(2, &other, &pe.Envelope{Type: 7})
+	require.NoError(t, err)
+	require.Empty(t, packets(sp.restart.Marks(), PktMade))
+}
+
+// Hints (location updates and queries) are not recognised again: a copy
+// is harmless, and one an incarnation rolled back since made, passed on
+// late by another PE, has the name its re-execution gives its own.
+func TestSPMDHintsAreNeverDroppedAsCopies(t *testing.T) {
+	teams, err := BlockTeams(4, 2)
+	require.NoError(t, err)
+	s := NewSPMD(2, 4, teams)
+	hint := pe.MsgName{Kind: pe.NameHint, From: 0, Hash: 0xab, Num: 1}
+	for csn, from := range []int32{0, 3, 0} {
+		env := elemHop(from, 2, uint64(csn+1), 0, 1, hint)
+		if from == 3 {
+			env.FT.CSN = 1
+		}
+		a, err := s.Arrive(env, false, false)
+		require.NoError(t, err)
+		require.Equal(t, Handle, a, "copy %d", csn)
+	}
+	require.Empty(t, s.got, "nothing kept of hints")
+}
+
+// A copy of a message that waits at a recovering PE for its turn is
+// dropped, and counted as processed (its sender counted it as sent); the
+// same hop again (a replay of one still on its way) is not counted twice.
+func TestSPMDCopyOfAHeldMessageIsCounted(t *testing.T) {
+	sp := newSPMDPair(t)
+	r := sp.restart
+	// PE 2 says it waits for an orphan of phase 5: a message of phase
+	// 9 waits
+	require.NoError(t, r.Receive(&Packet{Kind: PktMark, From: 2, To: 0, Inc: 1, Covered: 6}))
+	res := pe.MsgName{Kind: pe.NameContents, From: 2, Hash: 0x77, Num: 1, Crossed: true}
+	a, err := r.Arrive(elemHop(2, 0, 1, 0, 9, res), false, false)
+	require.NoError(t, err)
+	require.Equal(t, Held, a)
+	before := r.delta
+	a, err = r.Arrive(elemHop(2, 0, 1, 0, 9, res), false, false)
+	require.NoError(t, err)
+	require.Equal(t, Dropped, a)
+	require.Equal(t, before, r.delta, "the same hop: counted once, when taken")
+	a, err = r.Arrive(elemHop(3, 0, 1, 0, 9, res), false, false)
+	require.NoError(t, err)
+	require.Equal(t, Dropped, a)
+	require.Equal(t, before+1, r.delta, "another hop of it, counted as sent by PE 3: counted as processed")
+	require.True(t, r.recv[3].has(1))
+}
+
+// A PE passing on a message named by its contents keeps its maker's
+// number on it; one it makes is numbered on its channel.
+func TestSPMDPassedOnContentsKeepTheirNumber(t *testing.T) {
+	teams, err := BlockTeams(4, 2)
+	require.NoError(t, err)
+	s := NewSPMD(2, 4, teams)
+	passed := pe.MsgName{Kind: pe.NameContents, From: 0, Hash: 0x11, Num: 1}
+	for range 2 {
+		h, err := s.Send(0, &passed, &pe.Envelope{Type: 7})
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), h.Name.Num, "the broadcast its children had, relayed again")
+	}
+	own := pe.MsgName{Kind: pe.NameContents, From: 2, Hash: 0x11}
+	for want := uint64(1); want <= 2; want++ {
+		h, err := s.Send(0, &own, &pe.Envelope{Type: 7})
+		require.NoError(t, err)
+		require.Equal(t, want, h.Name.Num)
+	}
+}
+
+// An element keeps the names of what it had from a teammate too: once
+// it migrated to another team, a rollback of the team it left sends
+// those messages again, and the element, now a survivor's, drops them.
+func TestSPMDElementTakesItsTeammatesMessagesAlong(t *testing.T) {
+	teams, err := BlockTeams(4, 2)
+	require.NoError(t, err)
+	inTeam := NewSPMD(1, 4, teams)
+	n := pe.MsgName{Kind: pe.NameOrigin, Origin: pe.Origin{Coll: 1, Index: pe.Index{Dims: 1}, K: 7}, At: 0}
+	var names ElementNames
+	require.True(t, inTeam.DeliverTo(&names, &pe.FTHeader{Sender: 0, Recver: 1, CSN: 1, Name: &n}))
+	require.Len(t, names, 1)
+
+	// the element migrated to PE 2 (with its names); PE 0 rolls back and
+	// sends the message again
+	survivor := NewSPMD(2, 4, teams)
+	_, err = survivor.PeerFailed(0, 1, nil)
+	require.NoError(t, err)
+	again := n
+	again.AtInc = 1
+	require.False(t, survivor.DeliverTo(&names, &pe.FTHeader{Sender: 0, Recver: 2, CSN: 1, Inc: 1, Name: &again}), "had before it left")
+}

@@ -247,6 +247,10 @@ type SummaryRecovery struct {
 	Held      uint64            `json:"held,omitempty"`
 	Survivors int               `json:"survivors,omitempty"`
 	CaughtUp  []SummaryCaughtUp `json:"caught_up,omitempty"`
+	// Orphans (spmd): the messages the survivors had from the failed
+	// incarnations that the re-execution made again (their copies
+	// skipped)
+	Orphans uint64 `json:"orphans_made_again,omitempty"`
 }
 
 // SummaryCaughtUp says when a restarted PE caught up, after the failure.
@@ -415,7 +419,7 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 	}
 	for _, rc := range ft.Recoveries {
 		sr := SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery), Set: rc.Set, Chain: rc.Chain,
-			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors}
+			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors, Orphans: rc.Orphans}
 		for _, c := range rc.CaughtUp {
 			sr.CaughtUp = append(sr.CaughtUp, SummaryCaughtUp{PE: c.PE, Ms: ms(c.After)})
 		}
@@ -573,7 +577,11 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 			}
 			replay := ""
 			if rc.Survivors > 0 {
-				replay = fmt.Sprintf(" (%d survivors sent %d logged messages again; %d copies dropped, %d held for their turn)", rc.Survivors, rc.Replayed, rc.Dropped, rc.Held)
+				replay = fmt.Sprintf(" (%d survivors sent %d logged messages again; %d copies dropped, %d held for their turn", rc.Survivors, rc.Replayed, rc.Dropped, rc.Held)
+				if rc.Orphans > 0 {
+					replay += fmt.Sprintf("; %d orphans made again, skipped by the survivors", rc.Orphans)
+				}
+				replay += ")"
 			}
 			fmt.Fprintf(w, " %d failure(s), %d PEs rolled back%s, %.1f ms%s%s", rc.Failures, rc.PEs, set, rc.RecoveryMs, replay, sep)
 		}

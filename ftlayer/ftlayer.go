@@ -309,6 +309,10 @@ type Stats struct {
 	// named messages sent to other teams with their headers' bytes on
 	// the wire
 	OrphansAgain, Named, NameBytes uint64
+	// OrphansMade (spmd, a restarted incarnation): the messages the
+	// survivors listed as orphans that its re-execution made again (their
+	// copies the survivors skip)
+	OrphansMade uint64
 }
 
 // Total sums one field of the per-kind log statistics over every kind.
@@ -371,6 +375,7 @@ func (s *Stats) Add(o Stats) {
 	s.ReplaysFrom += o.ReplaysFrom
 	s.ReplayedIn += o.ReplayedIn
 	s.OrphansAgain += o.OrphansAgain
+	s.OrphansMade += o.OrphansMade
 	s.Named += o.Named
 	s.NameBytes += o.NameBytes
 	s.Dropped += o.Dropped

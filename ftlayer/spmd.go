@@ -101,7 +101,7 @@ type SPMD struct {
 	// (nil once every survivor's replay is in); per survivor, the
 	// orphans of its list made again, to tell it (PktMade)
 	listedBy map[pe.MsgName][]int32
-	made     map[pe.MsgName]bool
+	made     map[pe.MsgName]madeState
 	madeFor  map[int32][]pe.MsgName
 	// as a survivor: the keys of its orphans, by message (PktMade)
 	orphanKeys map[pe.MsgName][]pe.MsgName
@@ -240,7 +240,7 @@ func restartSPMD(s *SPMD, ck Counters, inc uint32, set []int32) *SPMD {
 		s.survivor[p] = !s.set[p]
 		s.recovering = s.recovering || s.survivor[p]
 	}
-	s.made = map[pe.MsgName]bool{}
+	s.made = map[pe.MsgName]madeState{}
 	s.stats.RolledBack = 1
 	return s
 }
@@ -346,12 +346,26 @@ func (s *SPMD) remade(n *pe.MsgName) {
 	if by, ok := s.listedBy[key]; ok {
 		s.tellMade(by, key)
 		delete(s.listedBy, key)
+		s.stats.OrphansMade++
+		if s.made != nil {
+			s.made[key] = madeCounted
+		}
 		return
 	}
-	if s.made != nil {
-		s.made[key] = true
+	if s.made != nil && s.made[key] == notMade {
+		s.made[key] = madeNotListed
 	}
 }
+
+// madeState is what a restarted PE knows of a message it made while
+// the survivors' lists may still be on their way.
+type madeState uint8
+
+const (
+	notMade       madeState = iota
+	madeNotListed           // no list named it yet
+	madeCounted             // a list named it: counted in OrphansMade
+)
 
 func (s *SPMD) tellMade(survivors []int32, key pe.MsgName) {
 	if s.madeFor == nil {
@@ -778,9 +792,13 @@ func (s *SPMD) Receive(p *Packet) error {
 						s.firstPhase[n] = p.Phases[i]
 					}
 				}
-				switch {
-				case s.made[n]:
+				switch st := s.made[n]; {
+				case st != notMade:
 					s.tellMade([]int32{p.From}, n)
+					if st == madeNotListed {
+						s.made[n] = madeCounted
+						s.stats.OrphansMade++
+					}
 				case !slices.Contains(s.listedBy[n], p.From):
 					if s.listedBy == nil {
 						s.listedBy = map[pe.MsgName][]int32{}

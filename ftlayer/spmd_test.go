@@ -81,6 +81,9 @@ func TestSPMDOrphanMadeAgainWhereverItsCopyGoes(t *testing.T) {
 		require.Len(t, made, 1, "list first: %v", listFirst)
 		require.Equal(t, int32(2), made[0].To)
 		require.Equal(t, []pe.MsgName{messageOf(sp.orphan)}, made[0].Names)
+		require.Equal(t, uint64(1), sp.restart.Stats().OrphansMade)
+		require.NoError(t, sp.restart.Receive(&lists[0]))
+		require.Equal(t, uint64(1), sp.restart.Stats().OrphansMade, "counted once, however many list it")
 
 		require.NoError(t, sp.survivor.Receive(&made[0]))
 		rise := packets(sp.survivor.Marks(), PktMark)

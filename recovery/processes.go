@@ -246,7 +246,7 @@ func (p *Processes) ProcessLost(r int) bool {
 		// (under a protocol that recovers any set of PEs, processes lost
 		// before their replacements joined are one failure, recovered
 		// together once the last joined: see Rejoined)
-		atOnce := s.anySet && len(s.recovering) == 0 && !s.rolling
+		atOnce := (s.anySet || s.jointTeams) && len(s.recovering) == 0 && !s.rolling
 		if (len(p.lost) > 1 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil {
 			p.overlapped = true
 			p.pending = nil // a recovery under a log limit still gathering: every PE rolls back instead
@@ -283,7 +283,10 @@ func (p *Processes) Rejoined(r int) {
 	// lost processes' PEs recover together unless a checkpoint's two
 	// copies went with them
 	anySet, copyLost := s.anySet && quiet, ""
-	if anySet {
+	// under one whose teams failing at once recover together (spmd), so
+	// do the lost processes' teams, if they lost whole teams
+	joint := s.jointTeams && quiet && len(procs) > 1 && s.wholeTeams(dead)
+	if anySet || joint {
 		copyLost = s.copiesLost(p.node.NumPEs(), dead)
 	}
 	if len(procs) == 1 && quiet && s.oneTeam(dead) && s.logLimit {
@@ -292,7 +295,7 @@ func (p *Processes) Rejoined(r int) {
 		st.Phase = phaseFreeze
 		p.pending, p.rows, p.rowsFrom, p.renewed = &st, map[int32][]int32{}, map[int]bool{}, map[int]bool{}
 		s.failed = time.Now()
-	} else if len(procs) == 1 && quiet && s.oneTeam(dead) || anySet && copyLost == "" {
+	} else if len(procs) == 1 && quiet && s.oneTeam(dead) || (anySet || joint) && copyLost == "" {
 		for _, r := range s.startRecovery(dead, len(procs)) {
 			st.Incs = append(st.Incs, r.Inc)
 		}
@@ -303,6 +306,8 @@ func (p *Processes) Rejoined(r int) {
 		}
 		who := "its replacement recovers alone"
 		switch {
+		case joint:
+			who = "their PEs are whole teams: their replacements recover them together from the last checkpoint"
 		case len(procs) > 1:
 			who = "their replacements' PEs recover together, each alone"
 		case anySet && len(dead) > 1:
@@ -453,6 +458,22 @@ func (s *Supervisor) copiesLost(n int, dead []int32) string {
 		}
 	}
 	return ""
+}
+
+// wholeTeams reports whether dead, the PEs of lost processes, are whole
+// teams (teams on).
+func (s *Supervisor) wholeTeams(dead []int32) bool {
+	if len(dead) == 0 || !s.teams.On() {
+		return false
+	}
+	for _, y := range dead {
+		for _, q := range s.teams.Members(y) {
+			if !slices.Contains(dead, q) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // oneTeam reports whether dead, the PEs of a lost process, are one

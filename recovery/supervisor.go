@@ -81,6 +81,10 @@ type RecoveryStats struct {
 	Replayed, Dropped, Held uint64
 	Survivors               int
 	CaughtUp                []PECaughtUp
+	// Orphans (spmd): the messages the survivors had from the failed
+	// incarnations that the re-execution made again, whose copies they
+	// skipped
+	Orphans uint64
 }
 
 // PECaughtUp says that PE PE caught up After the failure.
@@ -95,10 +99,11 @@ type recoveryCounts struct {
 	Dropped   uint64 `msgpack:"dr,omitempty"`
 	Held      uint64 `msgpack:"hd,omitempty"`
 	Survivors int    `msgpack:"sv,omitempty"`
+	Orphans   uint64 `msgpack:"or,omitempty"`
 }
 
 func countsOf(st ftlayer.Stats) recoveryCounts {
-	return recoveryCounts{Replayed: st.ReplayedIn, Dropped: st.Dropped, Held: st.Held, Survivors: int(st.ReplaysFrom)}
+	return recoveryCounts{Replayed: st.ReplayedIn, Dropped: st.Dropped, Held: st.Held, Survivors: int(st.ReplaysFrom), Orphans: st.OrphansMade}
 }
 
 // TeamStats is one team's share of the logging statistics.
@@ -758,6 +763,7 @@ func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 			rc.Dropped += c.Dropped
 			rc.Held += c.Held
 			rc.Survivors = max(rc.Survivors, c.Survivors)
+			rc.Orphans += c.Orphans
 			rc.CaughtUp = append(rc.CaughtUp, PECaughtUp{PE: int32(me), After: time.Since(s.failed)})
 		}
 	}

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -28,10 +26,7 @@ func TestALogLimitAcrossProcesses(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := run(append(append(args, "--watchdog", "60s", "--summary-json", js, bin), params...), &out, &errb)
 		require.Equal(t, 0, code, "%v: %s", args, errb.String())
-		b, err := os.ReadFile(js)
-		require.NoError(t, err)
-		var s chare.Summary
-		require.NoError(t, json.Unmarshal(b, &s))
+		s := readSummary(t, js)
 		return out.String(), s
 	}
 	out, free := leanmd("+p4", "--ft", "scmel")

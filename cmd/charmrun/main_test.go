@@ -190,10 +190,7 @@ func TestLeanMDOverProcesses(t *testing.T) {
 
 		// the summary as data: process 0 gathered every process's PEs,
 		// and LeanMD's results say what its text does
-		b, err := os.ReadFile(js)
-		require.NoError(t, err)
-		var s chare.Summary
-		require.NoError(t, json.Unmarshal(b, &s), "%v", c.args)
+		s := readSummary(t, js)
 		procs, ppn := len(s.Layout.Processes), s.Layout.Processes[0].PEs
 		require.Equal(t, c.summary[:1], strconv.Itoa(procs), "%v", c.args)
 		require.Len(t, s.PEs, s.Layout.PEs)
@@ -986,10 +983,7 @@ func TestKillAProcessAtAStep(t *testing.T) {
 		require.Equal(t, energies(t, want), energies(t, out), ft)
 		require.Equal(t, 1, strings.Count(errs, "ends itself by SIGKILL: --kill 1@8: process 1 holds PE 1"), "%s, once: %s", ft, errs)
 		require.Contains(t, errs, "charmrun: process 1 was killed by SIGKILL; starting its replacement")
-		b, err := os.ReadFile(js)
-		require.NoError(t, err)
-		var s chare.Summary
-		require.NoError(t, json.Unmarshal(b, &s))
+		s := readSummary(t, js)
 		require.Equal(t, 1, s.FaultTolerance.Failures, ft)
 		require.Positive(t, s.FaultTolerance.RecoveryMs, ft)
 	}
@@ -1065,4 +1059,14 @@ func TestOpenAtomOverProcesses(t *testing.T) {
 	require.Contains(t, j.err.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
 	require.Contains(t, j.out.String(), "fault tolerance: camel, 1 failures")
 	require.Equal(t, want, openAtomEnergies(t, j.out.String()))
+}
+
+// readSummary reads the summary a job wrote (--summary-json path).
+func readSummary(t *testing.T, path string) chare.Summary {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var s chare.Summary
+	require.NoError(t, json.Unmarshal(b, &s), "%s", path)
+	return s
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/charmgo/charmgo/chare"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,10 +66,7 @@ func TestPessimistAcrossProcesses(t *testing.T) {
 			require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
 			require.Contains(t, j.err.String(), c.notice)
 			require.Equal(t, want, energies(t, j.out.String()))
-			b, err := os.ReadFile(js)
-			require.NoError(t, err)
-			var s chare.Summary
-			require.NoError(t, json.Unmarshal(b, &s))
+			s := readSummary(t, js)
 			require.Equal(t, c.rolled, s.FaultTolerance.PEsRolledBack, "%+v", s.FaultTolerance)
 			require.NotNil(t, s.FaultTolerance.Events)
 			require.Positive(t, s.FaultTolerance.Events.Commits)

@@ -55,8 +55,9 @@ func TestSPMDRecoversLeanMDBitwise(t *testing.T) {
 // another had recovered from the same checkpoint (a copy of a held
 // message left uncounted: quiescence never came), and elements that
 // migrated out of a team carrying what its teammates had sent them (sent
-// again after that team's rollback, and delivered a second time). Each
-// schedule runs three times: orders vary from run to run.
+// again after that team's rollback, and delivered a second time); and
+// two teams failing at once, which recover together. Each schedule runs
+// three times: orders vary from run to run.
 func TestSPMDUnderTheRealScheduler(t *testing.T) {
 	notUnderRace(t)
 	p, bases := spmdBases(t, 0)
@@ -65,14 +66,26 @@ func TestSPMDUnderTheRealScheduler(t *testing.T) {
 		pes       int
 		branching int
 		kills     []chare.Kill
+		together  bool // the teams recover together
 	}{
-		{"a root relayed again", 8, 2, []chare.Kill{{PE: 1, Step: 8}}},
-		{"a team after another's recovery", 8, 2, []chare.Kill{{PE: 0, Step: 6}, {PE: 5, Step: 8}}},
-		{"elements that left the team", 4, 0, []chare.Kill{{PE: 3, Step: 7}, {PE: 1, Step: 8}}},
+		{"a root relayed again", 8, 2, []chare.Kill{{PE: 1, Step: 8}}, false},
+		{"a team after another's recovery", 8, 2, []chare.Kill{{PE: 0, Step: 6}, {PE: 5, Step: 8}}, false},
+		{"elements that left the team", 4, 0, []chare.Kill{{PE: 3, Step: 7}, {PE: 1, Step: 8}}, false},
+		{"two teams at once", 8, 0, []chare.Kill{{PE: 1, Step: 7}, {PE: 5, Step: 7}}, true},
 	} {
 		for i := range 3 {
 			t.Run(fmt.Sprintf("%s/%d", c.name, i), func(t *testing.T) {
-				failures(t, p, bases[c.pes], chare.Config{PEs: c.pes, Branching: c.branching, FT: "spmd", Teams: "2", Kills: c.kills}, c.name)
+				cfg := chare.Config{PEs: c.pes, Branching: c.branching, FT: "spmd", Teams: "2", Kills: c.kills}
+				if !c.together {
+					failures(t, p, bases[c.pes], cfg, c.name)
+					return
+				}
+				r := run(t, p, cfg)
+				requireSameEnergies(t, bases[c.pes], r, c.name)
+				require.Equal(t, bases[c.pes].StateHash, r.StateHash, "final atoms")
+				require.Len(t, r.Ops.FT.Recoveries, 1)
+				require.Equal(t, []int32{0, 1, 4, 5}, r.Ops.FT.Recoveries[0].Set)
+				require.Positive(t, r.Ops.FT.Recoveries[0].Orphans, "messages the survivors had that the re-execution made again")
 			})
 		}
 	}

@@ -344,8 +344,9 @@ func randomSchedules(seed uint64, pes int) []schedule {
 
 // underRace are the schedules run under -race (pes, protocol, schedule):
 // a global rollback, a PE recovering alone from a checkpoint a failure
-// interrupted, a team recovering; the plain tier runs them all.
-var underRace = map[string]bool{"2none1": true, "2camel2": true, "4team1": true}
+// interrupted, a team recovering (with determinants, and without); the
+// plain tier runs them all.
+var underRace = map[string]bool{"2none1": true, "2camel2": true, "4team1": true, "4spmd1": true}
 
 // ftConfigs are the protocols the failure tests run: each, and team-based
 // logging and CAMEL with teams in teams of 2 PEs.

@@ -183,6 +183,10 @@ const (
 	// takes its messages in another order), which is what the message
 	// depends on.
 	PktOrphans
+	// PktRestarted (spmd): the sender restarted from its team's last
+	// checkpoint and runs as incarnation Inc: the receiver answers it
+	// with its mark, its orphans and its log for it.
+	PktRestarted
 	// PktMade (spmd): the restarted PE's incarnation Inc made the
 	// messages Names again (as messageOf names them), which the receiver
 	// listed as orphans (PktOrphans): they are orphans had again, wherever

@@ -103,8 +103,12 @@ type SPMD struct {
 	listedBy map[pe.MsgName][]int32
 	made     map[pe.MsgName]madeState
 	madeFor  map[int32][]pe.MsgName
-	// as a survivor: the keys of its orphans, by message (PktMade)
+	// as a survivor: the keys of its orphans, by message (PktMade); the
+	// incarnation of each PE it answered last (PktRestarted); what it
+	// answered and has not sent yet
 	orphanKeys map[pe.MsgName][]pe.MsgName
+	answered   []uint32
+	pending    []Action
 	// processedFrom: per PE, the messages from it this PE counted as
 	// processed since the checkpoint (or since the PE's last rollback);
 	// delta: the correction of the runtime's count not yet taken
@@ -211,7 +215,7 @@ const (
 func NewSPMD(me int32, n int, t Teams) *SPMD {
 	return &SPMD{me: me, n: n, teams: t, incMap: make([]uint32, n), sendCSN: make([]uint64, n), recv: make([]window, n),
 		got: map[pe.MsgName]gotName{}, occur: map[occurKey]uint64{}, rolled: make([]bool, n),
-		orphans: map[uint64]int{}, sentMark: allDone, vol: make([]uint64, n), processedFrom: make([]uint64, n)}
+		orphans: map[uint64]int{}, sentMark: allDone, vol: make([]uint64, n), processedFrom: make([]uint64, n), answered: make([]uint32, n)}
 }
 
 // restartSPMD makes s (new) the incarnation inc of its PE, restored from
@@ -823,6 +827,18 @@ func (s *SPMD) Receive(p *Packet) error {
 			}
 			delete(s.orphanKeys, n)
 		}
+	case PktRestarted:
+		y := p.From
+		if p.Inc < s.incMap[y] || p.Inc <= s.answered[y] || s.set != nil && s.set[y] && p.Inc == s.incMap[y] {
+			break // an incarnation rolled back since, answered, or one that rolled back with this PE
+		}
+		if p.Inc > s.incMap[y] {
+			s.failedAgain(y, p.Inc) // before the launcher's notice
+		}
+		s.answered[y] = p.Inc
+		if s.set == nil || !s.set[y] {
+			s.pending = append(s.pending, s.answer(y, p.Inc)...)
+		}
 	case PktReplayed:
 		if s.recovering && s.survivor[p.From] && p.Inc == s.inc {
 			s.replayed[p.From] = true
@@ -849,9 +865,19 @@ func (s *SPMD) PeerFailed(y int32, inc uint32, _ []int32) ([]Action, error) {
 	if y < 0 || int(y) >= s.n || y == s.me {
 		return nil, fmt.Errorf("PE %d told that PE %d failed (PEs are 0..%d)", s.me, y, s.n-1)
 	}
+	if inc <= s.answered[y] {
+		return nil, nil // its own notice came first, and was answered
+	}
+	s.failedAgain(y, inc)
+	return nil, nil // answered when it announces itself (PktRestarted)
+}
+
+// failedAgain: PE y rolled back and runs again as incarnation inc; its
+// messages had since the checkpoint are orphans.
+func (s *SPMD) failedAgain(y int32, inc uint32) {
 	s.newIncarnation(y, inc)
 	if s.set != nil && s.set[y] {
-		return nil, nil
+		return
 	}
 	if s.recovering && s.survivor[y] {
 		s.survivor[y] = false
@@ -861,6 +887,13 @@ func (s *SPMD) PeerFailed(y int32, inc uint32, _ []int32) ([]Action, error) {
 	if !slices.Contains(s.failing, y) {
 		s.failing = append(s.failing, y)
 	}
+}
+
+// answer is what this PE sends PE y's incarnation inc, restarted (not
+// with it), once y announced itself: its mark, its orphans, every
+// message it logged for y since the checkpoint, and that the replay is
+// complete.
+func (s *SPMD) answer(y int32, inc uint32) []Action {
 	out := []Action{{Kind: ActSend, Packet: Packet{Kind: PktMark, From: s.me, To: y, Inc: inc, Covered: s.markNow()}}}
 	if ol := s.orphanList(y, inc); ol != nil {
 		out = append(out, Action{Kind: ActSend, Packet: *ol})
@@ -882,7 +915,20 @@ func (s *SPMD) PeerFailed(y int32, inc uint32, _ []int32) ([]Action, error) {
 		}
 	}
 	s.stats.Replayed += replayed
-	return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktReplayed, From: s.me, To: y, Inc: inc, Replayed: replayed}}), nil
+	return append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktReplayed, From: s.me, To: y, Inc: inc, Replayed: replayed}})
+}
+
+// Announce is what the restarted incarnation sends every PE that did not
+// roll back with it: that it restarted (PktRestarted), which each
+// answers by itself (answer) — no PE steers the recovery.
+func (s *SPMD) Announce() []Action {
+	var out []Action
+	for p := range int32(s.n) {
+		if p != s.me && (s.set == nil || !s.set[p]) {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktRestarted, From: s.me, To: p, Inc: s.inc}})
+		}
+	}
+	return out
 }
 
 // lowerLogged gives the logged message named n to PE to the lower phase
@@ -999,7 +1045,8 @@ func (s *SPMD) orphanAgain(ph uint64) {
 // Marks returns the packets that tell the recovering PEs a risen mark,
 // and the survivors the orphans they may wait for that came again here.
 func (s *SPMD) Marks() []Action {
-	var out []Action
+	out := s.pending
+	s.pending = nil
 	for p, names := range s.madeFor {
 		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktMade, From: s.me, To: p, Inc: s.inc, Names: names}})
 		delete(s.madeFor, p)
@@ -1359,6 +1406,7 @@ func (h *SPMDHook) Restart(ck *Counters, inc uint32, _ func(g, num uint64), rb R
 		ck = &zero
 	}
 	h.s = restartSPMD(NewSPMD(h.s.me, h.s.n, h.s.teams), *ck, inc, rb.Set)
+	sendAll(h.net, h.s.Announce())
 }
 
 func (h *SPMDHook) PeerFailed(y int, inc uint32, with []int32) error {

@@ -56,8 +56,7 @@ func packets(acts []Action, k PacketKind) []Packet {
 func TestSPMDOrphanMadeAgainWhereverItsCopyGoes(t *testing.T) {
 	for _, listFirst := range []bool{true, false} {
 		sp := newSPMDPair(t)
-		acts, err := sp.survivor.PeerFailed(0, 1, nil)
-		require.NoError(t, err)
+		acts := failAndAnnounce(t, sp.survivor, 0, 1)
 		marks := packets(acts, PktMark)
 		require.Len(t, marks, 1)
 		require.Equal(t, uint64(6), marks[0].Covered, "waits for the orphan of phase 5")
@@ -71,7 +70,7 @@ func TestSPMDOrphanMadeAgainWhereverItsCopyGoes(t *testing.T) {
 			require.NoError(t, sp.restart.Receive(&lists[0]))
 		}
 		// the copy goes to a teammate, where the element is now
-		_, err = sp.restart.Send(1, &again, &pe.Envelope{Type: 7})
+		_, err := sp.restart.Send(1, &again, &pe.Envelope{Type: 7})
 		require.NoError(t, err)
 		if !listFirst {
 			require.Empty(t, packets(sp.restart.Marks(), PktMade), "no list yet: nobody to tell")
@@ -93,8 +92,7 @@ func TestSPMDOrphanMadeAgainWhereverItsCopyGoes(t *testing.T) {
 
 		// a notice from an incarnation rolled back since is ignored
 		sp2 := newSPMDPair(t)
-		_, err = sp2.survivor.PeerFailed(0, 2, nil)
-		require.NoError(t, err)
+		failAndAnnounce(t, sp2.survivor, 0, 2)
 		require.NoError(t, sp2.survivor.Receive(&made[0]))
 		require.Empty(t, packets(sp2.survivor.Marks(), PktMark))
 	}
@@ -104,12 +102,11 @@ func TestSPMDOrphanMadeAgainWhereverItsCopyGoes(t *testing.T) {
 // survivor did not list needs no notice.
 func TestSPMDOnlyTheMakerTellsOfListedOrphans(t *testing.T) {
 	sp := newSPMDPair(t)
-	acts, err := sp.survivor.PeerFailed(0, 1, nil)
-	require.NoError(t, err)
+	acts := failAndAnnounce(t, sp.survivor, 0, 1)
 	require.NoError(t, sp.restart.Receive(&packets(acts, PktOrphans)[0]))
 	passed := sp.orphan
 	passed.At, passed.AtInc = 1, 1 // PE 1's
-	_, err = sp.restart.Send(2, &passed, &pe.Envelope{Type: 7})
+	_, err := sp.restart.Send(2, &passed, &pe.Envelope{Type: 7})
 	require.NoError(t, err)
 	other := sp.orphan
 	other.Origin.K, other.AtInc = 4, 1
@@ -203,4 +200,57 @@ func TestSPMDElementTakesItsTeammatesMessagesAlong(t *testing.T) {
 	again := n
 	again.AtInc = 1
 	require.False(t, survivor.DeliverTo(&names, &pe.FTHeader{Sender: 0, Recver: 2, CSN: 1, Inc: 1, Name: &again}), "had before it left")
+}
+
+// failAndAnnounce tells s that PE y failed and runs as incarnation inc
+// (the launcher's notice), then that y restarted (its own announcement),
+// and returns what s answers.
+func failAndAnnounce(t *testing.T, s *SPMD, y int32, inc uint32) []Action {
+	t.Helper()
+	acts, err := s.PeerFailed(y, inc, nil)
+	require.NoError(t, err)
+	require.Empty(t, acts, "nothing before the restarted PE announces itself")
+	require.NoError(t, s.Receive(&Packet{Kind: PktRestarted, From: y, To: s.me, Inc: inc}))
+	return s.Marks()
+}
+
+// A restarted PE announces itself to every PE that did not roll back with
+// it, and each answers by itself, once: its mark, its orphans, its log
+// for it and the end of its replay — whether the launcher's notice of the
+// failure came before the announcement, after it, or not at all.
+func TestSPMDSurvivorsAnswerTheRestartedPEsOwnAnnouncement(t *testing.T) {
+	for _, notice := range []string{"before", "after", "never"} {
+		sp := newSPMDPair(t)
+		// the survivor logged a message for PE 0 since the checkpoint
+		_, err := sp.survivor.Send(0, &pe.MsgName{Kind: pe.NameContents, From: 2, Hash: 5}, &pe.Envelope{Type: 7})
+		require.NoError(t, err)
+		ann := sp.restart.Announce()
+		var to []int32
+		for _, a := range ann {
+			require.Equal(t, PktRestarted, a.Packet.Kind)
+			require.Equal(t, uint32(1), a.Packet.Inc)
+			to = append(to, a.Packet.To)
+		}
+		require.Equal(t, []int32{2, 3}, to, "not its teammate, PE 1, which rolled back with it")
+
+		if notice == "before" {
+			acts, err := sp.survivor.PeerFailed(0, 1, nil)
+			require.NoError(t, err)
+			require.Empty(t, acts)
+		}
+		require.NoError(t, sp.survivor.Receive(&ann[0].Packet))
+		acts := sp.survivor.Marks()
+		require.Len(t, packets(acts, PktMark), 1, notice)
+		require.Len(t, packets(acts, PktOrphans), 1, notice)
+		require.Len(t, packets(acts, PktApp), 1, "the logged message, again")
+		require.Len(t, packets(acts, PktReplayed), 1)
+		require.Equal(t, []int32{0}, sp.survivor.failing)
+		if notice == "after" {
+			acts, err := sp.survivor.PeerFailed(0, 1, nil)
+			require.NoError(t, err)
+			require.Empty(t, acts)
+		}
+		require.NoError(t, sp.survivor.Receive(&ann[0].Packet))
+		require.Empty(t, packets(sp.survivor.Marks(), PktApp), "answered once")
+	}
 }

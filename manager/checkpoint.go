@@ -71,7 +71,7 @@ type CollSnapshot struct {
 	// a PE 0 that rolled back, or a restarted run, numbers the next one
 	// on from them (a chain of strategies picks by it)
 	LBSteps     int     `msgpack:",omitempty"`
-	RedNext     uint32  // next reduction round
+	RedNext     uint32  // next reduction round (see ReducesHere)
 	RedLocal    int64   // contributors counted on this PE
 	RedChildren []int64 // contributors in each tree child's subtree
 	Locs        []LocSnapshot
@@ -685,3 +685,21 @@ func DecodeSnapshot(b []byte) (*PESnapshot, error) {
 // measures reports whether the PEs report the volume they sent each PE at
 // each commit (teams or clusters chosen from it).
 func (m *Manager) measures() bool { return m.opt.Regroup != nil || m.opt.Recluster != nil }
+
+// ReducesHere reports whether the PE's subtree of the collection's
+// reduction tree held contributors (or the PE elements) at the
+// snapshot: a PE whose subtree had none completes no round, and its
+// RedNext lags the collection's (it catches up once an element
+// arrives), so only the others' say where the collection's reductions
+// are.
+func (cs *CollSnapshot) ReducesHere() bool {
+	if cs.RedLocal > 0 || len(cs.Elements) > 0 {
+		return true
+	}
+	for _, n := range cs.RedChildren {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -152,3 +152,21 @@ func TestSnapshotOfAnotherVersionIsRefusedByVersion(t *testing.T) {
 	_, err = DecodeSnapshot(b)
 	require.EqualError(t, err, fmt.Sprintf("checkpoint version 3, this build reads %d", SnapshotVersion))
 }
+
+// A PE whose subtree of a collection's reduction tree held no
+// contributor at the checkpoint completed no round: its reduction number
+// lags the others' and says nothing (a sparse array's leaf without
+// elements); one that held contributors and lags is refused.
+func TestCheckCheckpointAcceptsAPEThatTookNoPartInReductions(t *testing.T) {
+	snap := func(p int32, next uint32, local int64) *PESnapshot {
+		s := &PESnapshot{Version: SnapshotVersion, PE: p, NumPEs: 2, Branching: 4, Epoch: 1, Collections: []CollSnapshot{
+			{CreateMsg: CreateMsg{Coll: 1, Kind: CollArray, Name: "s", Sparse: true, Map: MapHash}, RedNext: next, RedLocal: local}}}
+		if p == 0 {
+			s.Resume = &Callback{}
+			s.Collections[0].RedChildren = []int64{local}
+		}
+		return s
+	}
+	require.NoError(t, CheckCheckpoint([]*PESnapshot{snap(0, 3, 0), snap(1, 0, 0)}), "PE 1 reduced nothing")
+	require.ErrorContains(t, CheckCheckpoint([]*PESnapshot{snap(0, 3, 0), snap(1, 2, 1)}), "PE 1's snapshot defines collection 1 (s) otherwise than PE 0's")
+}

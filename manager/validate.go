@@ -257,7 +257,7 @@ func CheckCheckpoint(snaps []*PESnapshot) error {
 		for i := range s.Collections {
 			c, d := &s.Collections[i], &first.Collections[i]
 			if c.Coll != d.Coll || c.Kind != d.Kind || c.Type != d.Type || c.Name != d.Name || !slices.Equal(c.Bounds, d.Bounds) ||
-				c.Map != d.Map || c.MapFn != d.MapFn || c.Sparse != d.Sparse || c.RedNext != d.RedNext {
+				c.Map != d.Map || c.MapFn != d.MapFn || c.Sparse != d.Sparse || c.RedNext != d.RedNext && c.ReducesHere() {
 				return fmt.Errorf("PE %d's snapshot defines collection %d (%s) otherwise than PE 0's", p, c.Coll, c.Name)
 			}
 			if where[c.Coll] == nil {

@@ -116,7 +116,7 @@ func Redistribute(old []*manager.PESnapshot, n, k, procs int) ([]*manager.PESnap
 				return nil, fmt.Errorf("PE %d's checkpoint does not list collection %s (%d) as PE 0's does", s.PE, def.Name, def.Coll)
 			}
 			cs := s.Collections[ci]
-			if cs.RedNext != def.RedNext {
+			if cs.RedNext != def.RedNext && cs.ReducesHere() {
 				return nil, fmt.Errorf("%s: reduction round %d on PE %d, %d on PE 0: the checkpoint was not taken at a synchronization point", def.Name, cs.RedNext, s.PE, def.RedNext)
 			}
 			bcast = max(bcast, cs.BcastDelivered)

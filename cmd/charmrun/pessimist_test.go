@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmgo/charmgo/chare"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,25 +52,33 @@ func TestPessimistAcrossProcesses(t *testing.T) {
 			if c.long && os.Getenv("FT_LONG") == "" {
 				t.Skip("FT_LONG: the case after it loses one process, then two at once")
 			}
-			js := filepath.Join(t.TempDir(), "summary.json")
-			j := startJob(t, cr, leanmd, append(c.args, "--ft", "pessimist", "--watchdog", "20s", "--summary-json", js), params, "Step 15 Benchmark")
-			for i, r := range c.kill {
-				if i == 1 && c.staggered {
-					// the first recovery over (a loss during it rolls
-					// every PE back)
-					first := 2 * c.kill[0]
-					j.err.waitFor(t, fmt.Sprintf("PE %d caught up", first), 20*time.Second)
-					j.err.waitFor(t, fmt.Sprintf("PE %d caught up", first+1), 20*time.Second)
-				}
-				j.signal(t, r, syscall.SIGKILL)
-			}
-			require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
-			require.Contains(t, j.err.String(), c.notice)
-			require.Equal(t, want, energies(t, j.out.String()))
-			s := readSummary(t, js)
+			s := killProcesses(t, cr, leanmd, params, want, append(c.args, "--ft", "pessimist"), c.kill, c.staggered, c.notice)
 			require.Equal(t, c.rolled, s.FaultTolerance.PEsRolledBack, "%+v", s.FaultTolerance)
 			require.NotNil(t, s.FaultTolerance.Events)
 			require.Positive(t, s.FaultTolerance.Events.Commits)
 		})
 	}
+}
+
+// killProcesses runs LeanMD (params) under charmrun with args, SIGKILLs
+// the processes kill once step 15 began (with staggered, the second once
+// the first's two PEs caught up: a loss during a recovery rolls every PE
+// back), and requires the job to end well, to have said notice, and to
+// end in the failure-free energies want; it returns the job's summary.
+func killProcesses(t *testing.T, cr, leanmd string, params []string, want string, args []string, kill []int, staggered bool, notice string) chare.Summary {
+	t.Helper()
+	js := filepath.Join(t.TempDir(), "summary.json")
+	j := startJob(t, cr, leanmd, append(args, "--watchdog", "20s", "--summary-json", js), params, "Step 15 Benchmark")
+	for i, r := range kill {
+		if i == 1 && staggered {
+			first := 2 * kill[0]
+			j.err.waitFor(t, fmt.Sprintf("PE %d caught up", first), 20*time.Second)
+			j.err.waitFor(t, fmt.Sprintf("PE %d caught up", first+1), 20*time.Second)
+		}
+		j.signal(t, r, syscall.SIGKILL)
+	}
+	require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
+	require.Contains(t, j.err.String(), notice)
+	require.Equal(t, want, energies(t, j.out.String()))
+	return readSummary(t, js)
 }

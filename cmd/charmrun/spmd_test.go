@@ -2,10 +2,7 @@ package main
 
 import (
 	"os"
-	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -35,16 +32,7 @@ func TestSPMDAcrossProcesses(t *testing.T) {
 			if c.long && os.Getenv("FT_LONG") == "" {
 				t.Skip("FT_LONG: the case after it loses two processes at once")
 			}
-			js := filepath.Join(t.TempDir(), "summary.json")
-			j := startJob(t, cr, leanmd, []string{"++n", "4", "++ppn", "2", "--ft", "spmd", "--watchdog", "20s", "--summary-json", js}, params, "Step 15 Benchmark")
-			for _, r := range c.kill {
-				j.signal(t, r, syscall.SIGKILL)
-			}
-			require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
-			require.Contains(t, j.err.String(), c.notice)
-			require.Equal(t, want, energies(t, j.out.String()))
-			s := readSummary(t, js)
-			ft := s.FaultTolerance
+			ft := killProcesses(t, cr, leanmd, params, want, []string{"++n", "4", "++ppn", "2", "--ft", "spmd"}, c.kill, false, c.notice).FaultTolerance
 			require.Equal(t, 2*len(c.kill), ft.PEsRolledBack, "%+v", ft)
 			require.Len(t, ft.Recoveries, 1, "one recovery: %+v", ft)
 			require.Positive(t, ft.Recoveries[0].Orphans, "orphans made again, reported by the replacements' PEs")

@@ -2,7 +2,6 @@ package md
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
@@ -17,13 +16,7 @@ import (
 func TestSPMDRecoversLeanMDBitwise(t *testing.T) {
 	notUnderRace(t)
 	p, bases := spmdBases(t, 2)
-	cases := []struct {
-		name      string
-		pes       int
-		branching int
-		kills     []chare.Kill
-		together  bool // two teams recover together
-	}{
+	cases := []spmdCase{
 		{"a team before the first checkpoint", 4, 0, []chare.Kill{{PE: 3, Step: 2}}, false},
 		{"a team past the balancing", 4, 0, []chare.Kill{{PE: 1, Step: 7}}, false},
 		{"a team as step 8 begins, binary trees", 4, 2, []chare.Kill{{PE: 3, Step: 8}}, false},
@@ -31,22 +24,39 @@ func TestSPMDRecoversLeanMDBitwise(t *testing.T) {
 		{"a team twice", 8, 2, []chare.Kill{{PE: 7, Step: 7}, {PE: 7, Step: 10}}, false},
 	}
 	for i, c := range cases {
-		for seed := uint64(1 + i%2); seed <= uint64(1+i%2); seed++ { // one order each, two between them
-			t.Run(fmt.Sprintf("%s/seed %d", c.name, seed), func(t *testing.T) {
-				var notices strings.Builder
-				r := run(t, p, chare.Config{PEs: c.pes, Branching: c.branching, FT: "spmd", Teams: "2", Kills: c.kills,
-					Deterministic: true, Seed: seed, Notices: &notices})
-				requireSameEnergies(t, bases[c.pes], r, c.name)
-				ft := r.Ops.FT
-				require.Equal(t, len(c.kills), ft.Failures)
-				if c.together {
-					require.Len(t, ft.Recoveries, 1, notices.String())
-					require.Len(t, ft.Recoveries[0].Set, 4, "two teams of 2: %s", notices.String())
-				}
-				require.Positive(t, ft.Log.Replayed)
-			})
-		}
+		seed := uint64(1 + i%2) // one order each, two between them
+		t.Run(fmt.Sprintf("%s/seed %d", c.name, seed), func(t *testing.T) {
+			r := run(t, p, chare.Config{PEs: c.pes, Branching: c.branching, FT: "spmd", Teams: "2", Kills: c.kills,
+				Deterministic: true, Seed: seed})
+			requireSameEnergies(t, bases[c.pes], r, c.name)
+			ft := r.Ops.FT
+			require.Equal(t, len(c.kills), ft.Failures)
+			if c.together {
+				requireRecoveredTogether(t, r)
+			}
+			require.Positive(t, ft.Log.Replayed)
+		})
 	}
+}
+
+// spmdCase is a failure schedule for LeanMD under spmd, in teams of 2.
+type spmdCase struct {
+	name      string
+	pes       int
+	branching int
+	kills     []chare.Kill
+	together  bool // two teams fail at once and recover together
+}
+
+// requireRecoveredTogether: the run's two failed teams of 2 (PEs 0-1
+// and 4-5) recovered as one set, the re-execution making again messages
+// the survivors had.
+func requireRecoveredTogether(t *testing.T, r Report) {
+	t.Helper()
+	rcs := r.Ops.FT.Recoveries
+	require.Len(t, rcs, 1)
+	require.Equal(t, []int32{0, 1, 4, 5}, rcs[0].Set)
+	require.Positive(t, rcs[0].Orphans, "messages the survivors had that the re-execution made again")
 }
 
 // Logging without determinants under the real scheduler, on schedules
@@ -61,13 +71,7 @@ func TestSPMDRecoversLeanMDBitwise(t *testing.T) {
 func TestSPMDUnderTheRealScheduler(t *testing.T) {
 	notUnderRace(t)
 	p, bases := spmdBases(t, 0)
-	for _, c := range []struct {
-		name      string
-		pes       int
-		branching int
-		kills     []chare.Kill
-		together  bool // the teams recover together
-	}{
+	for _, c := range []spmdCase{
 		{"a root relayed again", 8, 2, []chare.Kill{{PE: 1, Step: 8}}, false},
 		{"a team after another's recovery", 8, 2, []chare.Kill{{PE: 0, Step: 6}, {PE: 5, Step: 8}}, false},
 		{"elements that left the team", 4, 0, []chare.Kill{{PE: 3, Step: 7}, {PE: 1, Step: 8}}, false},
@@ -83,9 +87,7 @@ func TestSPMDUnderTheRealScheduler(t *testing.T) {
 				r := run(t, p, cfg)
 				requireSameEnergies(t, bases[c.pes], r, c.name)
 				require.Equal(t, bases[c.pes].StateHash, r.StateHash, "final atoms")
-				require.Len(t, r.Ops.FT.Recoveries, 1)
-				require.Equal(t, []int32{0, 1, 4, 5}, r.Ops.FT.Recoveries[0].Set)
-				require.Positive(t, r.Ops.FT.Recoveries[0].Orphans, "messages the survivors had that the re-execution made again")
+				requireRecoveredTogether(t, r)
 			})
 		}
 	}

@@ -295,7 +295,7 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 				l.TotalBytes += uint64(size)
 			}
 		}
-		if name != nil && s.set != nil {
+		if name != nil && s.tracksMade() {
 			s.remade(name)
 		}
 		return &pe.FTHeader{Sender: s.me, Recver: to, CSN: s.sendCSN[to], Inc: s.inc, SSN: phase, Name: name}, nil
@@ -317,7 +317,7 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 		nm.Num = s.occur[k]
 	}
 	hm.Name = &nm
-	if s.set != nil {
+	if s.tracksMade() {
 		s.remade(&nm)
 	}
 	if hm.Size = size; hm.Size < 0 {
@@ -328,6 +328,10 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 	s.tally(&hm.Message, true, &s.stats.PeakTotal)
 	return &hm.FTHeader, nil
 }
+
+// tracksMade reports whether this PE's sends may make orphans again:
+// it restarted, and a survivor's list waits for them or may still come.
+func (s *SPMD) tracksMade() bool { return s.set != nil && (len(s.listedBy) > 0 || s.made != nil) }
 
 // remade notes that this restarted PE sent a message named n: if its
 // incarnation made it, and a survivor listed it as an orphan, the
@@ -829,8 +833,8 @@ func (s *SPMD) Receive(p *Packet) error {
 		}
 	case PktRestarted:
 		y := p.From
-		if p.Inc < s.incMap[y] || p.Inc <= s.answered[y] || s.set != nil && s.set[y] && p.Inc == s.incMap[y] {
-			break // an incarnation rolled back since, answered, or one that rolled back with this PE
+		if p.Inc < s.incMap[y] || p.Inc <= s.answered[y] {
+			break // an incarnation rolled back since, or answered
 		}
 		if p.Inc > s.incMap[y] {
 			s.failedAgain(y, p.Inc) // before the launcher's notice

@@ -342,6 +342,8 @@ func (p *Processes) Rejoined(r int) {
 			s.lostWhat = strings.Join(what, ", and ")
 			if !p.informed {
 				s.lostWhat += stewardGone(p.job.Rank())
+			} else if s.local && s.jointTeams && !s.wholeTeams(dead) {
+				s.lostWhat += fmt.Sprintf(" (%d processes at once, not whole teams: %s recovers whole teams together, so every PE rolls back)", len(procs), s.ft.Protocol)
 			} else if s.local {
 				s.lostWhat += fmt.Sprintf(" (%d processes at once: %s recovers one failure at a time, so every PE rolls back)", len(procs), s.ft.Protocol)
 			}

@@ -151,12 +151,6 @@ type Counter interface {
 	TakeProcessed() int64
 }
 
-// ElementNames is what an element keeps of the named messages delivered
-// to it since the last checkpoint (a protocol without determinants: see
-// ElementDedup): per name (pe.MsgName.Key, its occurrence in Num), the
-// PE that delivered it first. It migrates with the element.
-type ElementNames map[pe.MsgName]int32
-
 // ElementDedup is implemented by a hook that recognises a message again
 // at the element it is delivered to rather than at the PE it reaches: the
 // way such a message goes (a location cache, a section's tree) may
@@ -169,7 +163,7 @@ type ElementDedup interface {
 	// too (pe.MsgName.Num: 0, 1, ...).
 	DeliverTo(names *ElementNames, env *pe.Envelope) bool
 	// Left: an element with names left this PE for PE to (migrated).
-	Left(names ElementNames, to int)
+	Left(names *ElementNames, to int)
 }
 
 // Wrapper is a hook around another, for a tool that watches what a
@@ -190,7 +184,7 @@ func (w Wrapper) DeliverTo(names *ElementNames, env *pe.Envelope) bool {
 	return true
 }
 
-func (w Wrapper) Left(names ElementNames, to int) {
+func (w Wrapper) Left(names *ElementNames, to int) {
 	if d, ok := w.Hook.(ElementDedup); ok {
 		d.Left(names, to)
 	}

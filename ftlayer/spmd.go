@@ -51,11 +51,14 @@ type SPMD struct {
 	phase uint64
 	senderLog
 	// got: the names of the messages from other teams this PE handled
-	// since the checkpoint (and of those its elements got: DeliverTo)
-	got    map[pe.MsgName]gotName
-	occur  map[occurKey]uint64 // NameContents names sent, by destination and contents
-	sealed bool                // a snapshot was taken and its commit has not come: arrivals are held
-	mark   uint64              // the log's last entry the snapshot covers
+	// since the checkpoint (and of those its elements got: DeliverTo);
+	// repeating: a PE rolled back since the checkpoint (this one, or
+	// another), so copies of messages had may come, and got is asked
+	got       gotLog
+	repeating bool
+	occur     map[occurKey]uint64 // NameContents names sent, by destination and contents
+	sealed    bool                // a snapshot was taken and its commit has not come: arrivals are held
+	mark      uint64              // the log's last entry the snapshot covers
 	// rolled: per PE, whether it rolled back since the checkpoint
 	rolled []bool
 
@@ -96,13 +99,22 @@ type SPMD struct {
 	// restarted PE's re-execution sends again (PktOrphans)
 	firstPhase map[pe.MsgName]uint64
 	// as a restarted PE: the survivors that listed each orphan
-	// (PktOrphans, by messageOf) not made again yet; what this
-	// incarnation made while a survivor's list may still be on its way
-	// (nil once every survivor's replay is in); per survivor, the
-	// orphans of its list made again, to tell it (PktMade)
-	listedBy map[pe.MsgName][]int32
+	// (PktOrphans, by messageOf) not made again yet, with the phase each
+	// gave it; what this incarnation (or a teammate's) made while a
+	// survivor's list may still be on its way (nil once every
+	// survivor's replay is in); per PE, the orphans made again here, to
+	// tell it (PktMade: a survivor that listed them, the teammates)
+	listedBy map[pe.MsgName][]listing
 	made     map[pe.MsgName]madeState
 	madeFor  map[int32][]pe.MsgName
+	// as a restarted PE, per survivor: whether its list came, the
+	// orphans of its list that no PE of this team made again yet, by
+	// phase, and the mark they give (teamMark): what the survivor's own
+	// mark will say once it hears of what this team made, known here a
+	// round trip sooner
+	listIn    []bool
+	pendingOf []map[uint64]int
+	teamMark  []uint64
 	// as a survivor: the keys of its orphans, by message (PktMade); the
 	// incarnation of each PE it answered last (PktRestarted); what it
 	// answered and has not sent yet
@@ -214,7 +226,7 @@ const (
 // in teams t, from the start of the run.
 func NewSPMD(me int32, n int, t Teams) *SPMD {
 	return &SPMD{me: me, n: n, teams: t, incMap: make([]uint32, n), sendCSN: make([]uint64, n), recv: make([]window, n),
-		got: map[pe.MsgName]gotName{}, occur: map[occurKey]uint64{}, rolled: make([]bool, n),
+		occur: map[occurKey]uint64{}, rolled: make([]bool, n),
 		orphans: map[uint64]int{}, sentMark: allDone, vol: make([]uint64, n), processedFrom: make([]uint64, n), answered: make([]uint32, n)}
 }
 
@@ -224,7 +236,7 @@ func restartSPMD(s *SPMD, ck Counters, inc uint32, set []int32) *SPMD {
 	copy(s.incMap, ck.IncMap)
 	s.inc = inc
 	s.incMap[s.me] = inc
-	s.redoing = true
+	s.redoing, s.repeating = true, true
 	s.set = make([]bool, s.n)
 	s.set[s.me] = true
 	for _, p := range set {
@@ -240,6 +252,7 @@ func restartSPMD(s *SPMD, ck Counters, inc uint32, set []int32) *SPMD {
 		}
 	}
 	s.survivor, s.markOf, s.replayed = make([]bool, s.n), make([]uint64, s.n), make([]bool, s.n)
+	s.listIn, s.pendingOf, s.teamMark = make([]bool, s.n), make([]map[uint64]int, s.n), make([]uint64, s.n)
 	for p := range s.survivor {
 		s.survivor[p] = !s.set[p]
 		s.recovering = s.recovering || s.survivor[p]
@@ -353,7 +366,7 @@ func (s *SPMD) remade(n *pe.MsgName) {
 	key := messageOf(*n)
 	if by, ok := s.listedBy[key]; ok {
 		s.tellMade(by, key)
-		delete(s.listedBy, key)
+		s.teamMade(key)
 		s.stats.OrphansMade++
 		if s.made != nil {
 			s.made[key] = madeCounted
@@ -365,22 +378,79 @@ func (s *SPMD) remade(n *pe.MsgName) {
 	}
 }
 
+// listing is a survivor's listing of an orphan: the survivor, and the
+// phase the orphan had there.
+type listing struct {
+	by    int32
+	phase uint64
+}
+
+// teamMade: a PE of this team (this one, or a teammate: PktMade) made
+// the orphan key again. The survivors that listed it no longer wait for
+// it as far as this PE counts (teamMark).
+func (s *SPMD) teamMade(key pe.MsgName) {
+	by, ok := s.listedBy[key]
+	if !ok {
+		if s.made != nil && s.made[key] == notMade {
+			s.made[key] = madeByTeammate
+		}
+		return
+	}
+	delete(s.listedBy, key)
+	for _, l := range by {
+		c := s.pendingOf[l.by]
+		if c[l.phase]--; c[l.phase] <= 0 {
+			delete(c, l.phase)
+			s.teamMark[l.by] = lowestPlusOne(c)
+		}
+	}
+}
+
+// lowestPlusOne is the lowest phase counted in c, plus one (allDone:
+// none): a mark.
+func lowestPlusOne(c map[uint64]int) uint64 {
+	if len(c) == 0 {
+		return allDone
+	}
+	low := uint64(allDone)
+	for ph := range c {
+		low = min(low, ph)
+	}
+	return low + 1
+}
+
+// markOfSurvivor is survivor p's mark as this restarted PE knows it: its
+// own (which lags: it rises when p hears what the team made) or what its
+// list and this team's notices give, whichever is higher. Both only
+// ever rise, and neither is above what p will say.
+func (s *SPMD) markOfSurvivor(p int) uint64 {
+	return max(s.markOf[p], s.teamMark[p])
+}
+
 // madeState is what a restarted PE knows of a message it made while
 // the survivors' lists may still be on their way.
 type madeState uint8
 
 const (
-	notMade       madeState = iota
-	madeNotListed           // no list named it yet
-	madeCounted             // a list named it: counted in OrphansMade
+	notMade        madeState = iota
+	madeNotListed            // no list named it yet
+	madeCounted              // a list named it: counted in OrphansMade
+	madeByTeammate           // a teammate made it (PktMade)
 )
 
-func (s *SPMD) tellMade(survivors []int32, key pe.MsgName) {
+// tellMade queues the news that this PE made key again for the
+// survivors that listed it and for its teammates.
+func (s *SPMD) tellMade(by []listing, key pe.MsgName) {
 	if s.madeFor == nil {
 		s.madeFor = map[int32][]pe.MsgName{}
 	}
-	for _, p := range survivors {
-		s.madeFor[p] = append(s.madeFor[p], key)
+	for _, l := range by {
+		s.madeFor[l.by] = append(s.madeFor[l.by], key)
+	}
+	for p, in := range s.set {
+		if in && int32(p) != s.me {
+			s.madeFor[int32(p)] = append(s.madeFor[int32(p)], key)
+		}
 	}
 }
 
@@ -443,8 +513,11 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 		// a copy had here already (by an element here) tells its sender
 		// the phase it had then (lowerPhase): the elements recognise it,
 		// but may see it from this PE, not from its sender
-		if g, ok := s.got[elemKey(h.Name)]; ok {
-			s.lowerPhase(h, h.Name.Key(), g.phase)
+		if s.repeating {
+			ek := elemKey(h.Name)
+			if g, ok := s.got.get(&ek); ok {
+				s.lowerPhase(h, h.Name.Key(), g.phase)
+			}
 		}
 		if !s.madeHere(h.Name) && !s.deliverable(from, h.SSN) {
 			s.hold(env)
@@ -490,25 +563,24 @@ func (s *SPMD) DeliverTo(names *ElementNames, h *pe.FTHeader) bool {
 		// element keeps its name all the same: if it migrates to
 		// another team, what it did with the message goes with it, and
 		// a rollback of this team sends the message again — there.
-		if *names == nil {
-			*names = ElementNames{}
-		}
-		(*names)[key] = s.me
+		names.Add(key, s.me)
 		return true
 	}
-	if _, ok := (*names)[key]; !ok && s.madeByGone(h.Name) {
+	owner, had := names.First(key)
+	if !had && s.madeByGone(h.Name) {
 		// one a PE kept (a section's or a location's buffer) past its
 		// maker's rollback: the re-execution sends it again
 		s.stats.Dropped++
 		return false
 	}
-	if owner, ok := (*names)[key]; ok {
+	if had {
 		s.stats.Dropped++
-		if g, ok := s.got[key]; ok {
+		g, ok := s.got.get(&key)
+		if ok {
 			s.lowerPhase(h, h.Name.Key(), g.phase)
 		}
 		if owner == s.me {
-			if g, ok := s.got[key]; ok {
+			if ok {
 				s.hadAgain(&key, g, owner, makerInc(h))
 			}
 		} else {
@@ -519,11 +591,8 @@ func (s *SPMD) DeliverTo(names *ElementNames, h *pe.FTHeader) bool {
 		}
 		return false
 	}
-	if *names == nil {
-		*names = ElementNames{}
-	}
-	(*names)[key] = s.me
-	s.got[key] = gotName{from: first, phase: h.SSN, inc: makerInc(h), elem: true, leftTo: -1}
+	names.Add(key, s.me)
+	s.got.put(&key, gotName{from: first, phase: h.SSN, inc: makerInc(h), elem: true, leftTo: -1})
 	return true
 }
 
@@ -541,8 +610,11 @@ func (s *SPMD) phaseToWait(h *pe.FTHeader) uint64 {
 // had it from a survivor that passed it on, and now has it another way,
 // the survivor may be waiting for it as an orphan: it is told.
 func (s *SPMD) had(h *pe.FTHeader) bool {
+	if !s.repeating {
+		return false // no copy comes before a rollback
+	}
 	key := h.Name.Key()
-	g, ok := s.got[key]
+	g, ok := s.got.get(&key)
 	if !ok {
 		return false
 	}
@@ -598,7 +670,7 @@ func (s *SPMD) hadAgain(n *pe.MsgName, g gotName, from int32, inc uint32) {
 		}
 		s.again[g.from] = append(s.again[g.from], againName{*n, inc})
 	}
-	s.got[*n] = g
+	s.got.put(n, g)
 }
 
 // againName is a message had again (PktAgain): its key here, and the
@@ -650,7 +722,7 @@ func (s *SPMD) deliverable(from int32, phase uint64) bool {
 		return true
 	}
 	for p, sv := range s.survivor {
-		if sv && (s.markOf[p] == noMark || s.markOf[p]-1 < phase) {
+		if mark := s.markOfSurvivor(p); sv && (mark == noMark || mark-1 < phase) {
 			return false
 		}
 	}
@@ -661,7 +733,8 @@ func (s *SPMD) deliverable(from int32, phase uint64) bool {
 // another team.
 func (s *SPMD) deliver(from int32, h *pe.FTHeader, typ uint32) {
 	if h.Name.Kind != pe.NameHint {
-		s.got[h.Name.Key()] = gotName{from: from, phase: h.SSN, inc: h.Inc, typ: typ}
+		k := h.Name.Key()
+		s.got.put(&k, gotName{from: from, phase: h.SSN, inc: h.Inc, typ: typ})
 	}
 	s.took(from, h.CSN)
 	s.phase = max(s.phase, h.SSN+1)
@@ -676,7 +749,7 @@ func (s *SPMD) newIncarnation(p int32, inc uint32) {
 	}
 	s.incMap[p] = inc
 	s.recv[p] = window{} // its new incarnation numbers its hops anew
-	s.rolled[p] = true
+	s.rolled[p], s.repeating = true, true
 	// what it sent and this PE processed since the checkpoint, its count
 	// of messages sent forgot: out of this PE's count of messages
 	// processed (a copy its re-execution sends, dropped, is counted
@@ -746,7 +819,7 @@ func (s *SPMD) endRecovery() {
 		return
 	}
 	for p, sv := range s.survivor {
-		if sv && (!s.replayed[p] || s.markOf[p] != allDone) {
+		if sv && (!s.replayed[p] || s.markOfSurvivor(p) != allDone) {
 			return
 		}
 	}
@@ -770,7 +843,7 @@ func (s *SPMD) Receive(p *Packet) error {
 	case PktAgain:
 		for i := range p.Names {
 			key := p.Names[i] // as the sender keeps it
-			if g, ok := s.got[key]; ok && i < len(p.Phases) {
+			if g, ok := s.got.get(&key); ok && i < len(p.Phases) {
 				s.hadAgain(&key, g, p.From, uint32(p.Phases[i]))
 			}
 		}
@@ -800,31 +873,50 @@ func (s *SPMD) Receive(p *Packet) error {
 						s.firstPhase[n] = p.Phases[i]
 					}
 				}
+				ph := uint64(0)
+				if i < len(p.Phases) {
+					ph = p.Phases[i]
+				}
 				switch st := s.made[n]; {
+				case st == madeByTeammate:
+					// its maker tells p
 				case st != notMade:
-					s.tellMade([]int32{p.From}, n)
+					s.tellMade([]listing{{p.From, ph}}, n)
 					if st == madeNotListed {
 						s.made[n] = madeCounted
 						s.stats.OrphansMade++
 					}
-				case !slices.Contains(s.listedBy[n], p.From):
+				case !slices.ContainsFunc(s.listedBy[n], func(l listing) bool { return l.by == p.From }):
 					if s.listedBy == nil {
-						s.listedBy = map[pe.MsgName][]int32{}
+						s.listedBy = map[pe.MsgName][]listing{}
 					}
-					s.listedBy[n] = append(s.listedBy[n], p.From)
+					s.listedBy[n] = append(s.listedBy[n], listing{p.From, ph})
+					if s.pendingOf[p.From] == nil {
+						s.pendingOf[p.From] = map[uint64]int{}
+					}
+					s.pendingOf[p.From][ph]++
 				}
+			}
+			if !s.listIn[p.From] {
+				s.listIn[p.From] = true
+				s.teamMark[p.From] = lowestPlusOne(s.pendingOf[p.From])
 			}
 		}
 	case PktMade:
 		if p.Inc != s.incMap[p.From] {
 			break // an incarnation rolled back since
 		}
+		if s.set != nil && s.set[p.From] && p.From != s.me {
+			for _, n := range p.Names {
+				s.teamMade(n) // a teammate's
+			}
+		}
 		for _, n := range p.Names {
 			for _, key := range s.orphanKeys[n] {
-				if g, ok := s.got[key]; ok && g.orphan {
+				if g, ok := s.got.get(&key); ok && g.orphan {
 					g.orphan = false
 					g.inc = s.incMap[g.from]
-					s.got[key] = g
+					s.got.put(&key, g)
 					s.stats.OrphansAgain++
 					s.orphanAgain(g.phase)
 				}
@@ -993,9 +1085,8 @@ type lowerKey struct {
 func (s *SPMD) countOrphans() {
 	clear(s.orphans)
 	clear(s.orphanKeys)
-	for n, g := range s.got {
+	for n, g := range s.got.all() {
 		g.orphan = s.incMap[g.from] > g.inc && !(g.elem && g.leftTo >= 0 && s.rolled[g.leftTo])
-		s.got[n] = g
 		if g.orphan {
 			s.orphans[g.phase]++
 			if s.orphanKeys == nil {
@@ -1012,7 +1103,7 @@ func (s *SPMD) countOrphans() {
 // the orphans and their phases (nil: none).
 func (s *SPMD) orphanList(y int32, inc uint32) *Packet {
 	var p *Packet
-	for n, g := range s.got {
+	for n, g := range s.got.all() {
 		if !g.orphan {
 			continue
 		}
@@ -1049,12 +1140,8 @@ func (s *SPMD) orphanAgain(ph uint64) {
 // Marks returns the packets that tell the recovering PEs a risen mark,
 // and the survivors the orphans they may wait for that came again here.
 func (s *SPMD) Marks() []Action {
-	out := s.pending
+	out := s.MadeNotices(s.pending)
 	s.pending = nil
-	for p, names := range s.madeFor {
-		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktMade, From: s.me, To: p, Inc: s.inc, Names: names}})
-		delete(s.madeFor, p)
-	}
 	for p, names := range s.again {
 		pkt := Packet{Kind: PktAgain, From: s.me, To: p}
 		for _, a := range names {
@@ -1075,6 +1162,18 @@ func (s *SPMD) Marks() []Action {
 	s.sentMark = now
 	for _, y := range s.failing {
 		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktMark, From: s.me, To: y, Inc: s.incMap[y], Covered: now}})
+	}
+	return out
+}
+
+// MadeNotices appends to out the notices of orphans this restarted PE
+// made again (PktMade) not sent yet: they go as soon as the message that
+// made them was handled, not when the PE is next idle, since both the
+// survivors that listed them and the teammates wait on them.
+func (s *SPMD) MadeNotices(out []Action) []Action {
+	for p, names := range s.madeFor {
+		out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktMade, From: s.me, To: p, Inc: s.inc, Names: names}})
+		delete(s.madeFor, p)
 	}
 	return out
 }
@@ -1117,10 +1216,12 @@ func (s *SPMD) Checkpoint() {
 			delete(s.lowered, m)
 		}
 	}
-	clear(s.got)
+	s.got.reset()
+	s.repeating = false
 	clear(s.occur)
 	s.firstPhase = nil
 	s.listedBy, s.made, s.madeFor = nil, nil, nil
+	s.listIn, s.pendingOf, s.teamMark = nil, nil, nil
 	clear(s.orphanKeys)
 	clear(s.orphans)
 	clear(s.rolled)
@@ -1147,7 +1248,7 @@ func (s *SPMD) Stats() Stats {
 // Describe writes what the PE waits for, for a dump of a stalled run.
 func (s *SPMD) Describe(w io.Writer) {
 	fmt.Fprintf(w, "  spmd: incarnation %d, phase %d; log %d messages; %d names had since the checkpoint; %d held\n",
-		s.inc, s.phase, len(s.msgLog), len(s.got), len(s.held))
+		s.inc, s.phase, len(s.msgLog), s.got.len(), len(s.held))
 	if s.sealed {
 		fmt.Fprintf(w, "  a checkpoint is being taken: arrivals are held until its commit\n")
 	}
@@ -1163,7 +1264,7 @@ func (s *SPMD) Describe(w io.Writer) {
 			text  string
 		}
 		var lowest []orphan // the lowest phases first: what the mark waits for
-		for n, g := range s.got {
+		for n, g := range s.got.all() {
 			if g.orphan {
 				what := ""
 				if g.typ != 0 {
@@ -1185,11 +1286,11 @@ func (s *SPMD) Describe(w io.Writer) {
 			if !sv {
 				continue
 			}
-			switch {
-			case s.markOf[p] == noMark:
+			switch mark := s.markOfSurvivor(p); {
+			case mark == noMark:
 				waits = append(waits, fmt.Sprintf("PE %d: no mark", p))
-			case s.markOf[p] != allDone:
-				waits = append(waits, fmt.Sprintf("PE %d: orphans from phase %d", p, s.markOf[p]-1))
+			case mark != allDone:
+				waits = append(waits, fmt.Sprintf("PE %d: orphans from phase %d (its mark %s, the team's count %s)", p, mark-1, markString(s.markOf[p]), markString(s.teamMark[p])))
 			case !s.replayed[p]:
 				waits = append(waits, fmt.Sprintf("PE %d: replay not complete", p))
 			}
@@ -1334,15 +1435,12 @@ func (h *SPMDHook) Arrive(env *pe.Envelope) (Arrival, error) {
 
 // Left implements ElementDedup: the names this PE recorded of an element
 // that migrated to PE to.
-func (h *SPMDHook) Left(names ElementNames, to int) {
-	for k, owner := range names {
+func (h *SPMDHook) Left(names *ElementNames, to int) {
+	for k, owner := range names.All() {
 		if owner != h.s.me {
 			continue
 		}
-		if g, ok := h.s.got[k]; ok && g.elem {
-			g.leftTo = int32(to)
-			h.s.got[k] = g
-		}
+		h.s.got.leftTo(&k, int32(to))
 	}
 }
 
@@ -1358,6 +1456,9 @@ func (h *SPMDHook) DeliverTo(names *ElementNames, env *pe.Envelope) bool {
 }
 
 func (h *SPMDHook) Next(env *pe.Envelope) bool {
+	if len(h.s.madeFor) > 0 {
+		sendAll(h.net, h.s.MadeNotices(nil))
+	}
 	m, ok := h.s.Next()
 	if ok {
 		*env = *m.Env

@@ -354,7 +354,7 @@ func (m *Manager) committed() {
 	if m.dedup != nil {
 		for _, c := range m.colls {
 			for _, e := range c.local {
-				e.FTNames = nil
+				e.FTNames = ftlayer.ElementNames{}
 			}
 		}
 	}

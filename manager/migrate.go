@@ -69,15 +69,15 @@ func (m *Manager) migrateOut(e *Element, to int) int64 {
 		return 0
 	}
 	secs := e.sortedSecs() // in section order: a re-execution sends the same bytes
-	if m.dedup != nil && len(e.FTNames) > 0 {
-		m.dedup.Left(e.FTNames, to)
+	if m.dedup != nil && e.FTNames.Len() > 0 {
+		m.dedup.Left(&e.FTNames, to)
 	}
 	e.Moves++
 	c.del(e.Index)
 	c.setLoc(e.Index, loc{pe: int32(to), moves: e.Moves})
 	m.send(to, &pe.Envelope{Type: tMigrate, Coll: c.ID, Kind: pe.KindSystem, Index: e.Index, Payload: &MigrateMsg{
 		Coll: c.ID, Index: e.Index, State: state, RedHome: e.RedHome, RedNo: e.RedNo,
-		Bcast: e.Bcast, Moves: e.Moves, Secs: secs, AtSync: e.AtSync, Epoch: e.Epoch, Held: e.held, Sends: e.Sends, Names: packNames(e.FTNames),
+		Bcast: e.Bcast, Moves: e.Moves, Secs: secs, AtSync: e.AtSync, Epoch: e.Epoch, Held: e.held, Sends: e.Sends, Names: packNames(&e.FTNames),
 	}})
 	e.held = nil
 	e.Obj = nil

@@ -196,24 +196,21 @@ type FTName struct {
 	First int32
 }
 
-func packNames(n ftlayer.ElementNames) []FTName {
-	if len(n) == 0 {
+func packNames(n *ftlayer.ElementNames) []FTName {
+	if n.Len() == 0 {
 		return nil
 	}
-	out := make([]FTName, 0, len(n))
-	for k, v := range n {
+	out := make([]FTName, 0, n.Len())
+	for k, v := range n.All() {
 		out = append(out, FTName{Name: k, First: v})
 	}
 	return out
 }
 
 func unpackNames(ns []FTName) ftlayer.ElementNames {
-	if len(ns) == 0 {
-		return nil
-	}
-	out := make(ftlayer.ElementNames, len(ns))
+	var out ftlayer.ElementNames
 	for _, n := range ns {
-		out[n.Name] = n.First
+		out.Add(n.Name, n.First)
 	}
 	return out
 }

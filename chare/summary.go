@@ -251,6 +251,9 @@ type SummaryRecovery struct {
 	// incarnations that the re-execution made again (their copies
 	// skipped)
 	Orphans uint64 `json:"orphans_made_again,omitempty"`
+	// Again (spmd): the PEs still recovering from an earlier failure
+	// when this one struck, which restarted again with it
+	Again []int32 `json:"restarted_again,omitempty"`
 }
 
 // SummaryCaughtUp says when a restarted PE caught up, after the failure.
@@ -419,7 +422,7 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 	}
 	for _, rc := range ft.Recoveries {
 		sr := SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery), Set: rc.Set, Chain: rc.Chain,
-			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors, Orphans: rc.Orphans}
+			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors, Orphans: rc.Orphans, Again: rc.Again}
 		for _, c := range rc.CaughtUp {
 			sr.CaughtUp = append(sr.CaughtUp, SummaryCaughtUp{PE: c.PE, Ms: ms(c.After)})
 		}
@@ -573,6 +576,9 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 				set = " " + ftlayer.PEList(rc.Set)
 				if rc.Chain > 0 {
 					set += fmt.Sprintf(" (chain %d)", rc.Chain)
+				}
+				if len(rc.Again) > 0 {
+					set += fmt.Sprintf(" (%s recovering still, again)", ftlayer.PEList(rc.Again))
 				}
 			}
 			replay := ""

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/recovery"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,10 +29,11 @@ func TestSPMDFailuresAtEveryEvent(t *testing.T) {
 
 // Several failures in one run, at random moments of random PEs (before an
 // event or right after a hand-over; teams failing at one moment recover
-// together, a failure due while teams recover waits until they caught
-// up; where both copies of a checkpoint went, every PE rolls back to the
-// checkpoint directory's), over random interleavings and layouts: each
-// run ends with the failure-free results.
+// together, a team failing while teams recover restarts them again with
+// it, or waits for them where copies of checkpoints cross; where both
+// copies of a checkpoint went, every PE rolls back to the checkpoint
+// directory's), over random interleavings and layouts: each run ends
+// with the failure-free results.
 func TestSPMDRandomFailuresInOneRun(t *testing.T) {
 	trials := 150 * (1 + long())
 	if raceOn {
@@ -101,15 +103,46 @@ func TestSPMDVerifyCatchesAProgramThatIsNotSendDeterministic(t *testing.T) {
 // teams; where not, every PE rolls back): each run ends with the
 // failure-free results.
 func TestSPMDTwoTeamsAtOnce(t *testing.T) {
+	runs, joint := twoTeams(t, []teamKills{{0, 4, 0}, {1, 5, 0}, {2, 7, 0}, {3, 4, 0}}, func(r recovery.RecoveryStats) bool {
+		return len(r.Set) == 4 && r.Failures == 2
+	})
+	require.Positive(t, joint, "two teams recovered together")
+	t.Logf("%d runs, %d recoveries of two teams together", runs, joint)
+}
+
+// A team failing while another recovers recovers together with it, the
+// other restarting again, every moment of a run (a PE of one team, then
+// a PE of another a few events later; neither team holds a copy of a
+// checkpoint the other needs): each run ends with the failure-free
+// results, and in some the second failure struck before the first
+// recovery had caught up.
+func TestSPMDTeamFailingWhileAnotherRecovers(t *testing.T) {
+	runs, again := twoTeams(t, []teamKills{{0, 5, 2}, {1, 4, 7}, {6, 2, 15}, {3, 6, 30}}, func(r recovery.RecoveryStats) bool {
+		return len(r.Again) > 0
+	})
+	require.Positive(t, again, "a team restarted again with another")
+	t.Logf("%d runs, %d with a team restarted again", runs, again)
+}
+
+// teamKills: PE first fails, and PE second (of another team) after more
+// events (0: at the same moment).
+type teamKills struct{ first, second, after int }
+
+// twoTeams runs Mix on 8 PEs in teams of 2 with each of kills at every
+// third event (sweepStride: every event under FT_LONG, every 29th under
+// the race detector), each run ending with the failure-free results, and
+// returns how many runs had both failures and how many recoveries
+// counted.
+func twoTeams(t *testing.T, kills []teamKills, counts func(recovery.RecoveryStats) bool) (runs, counted int) {
+	t.Helper()
 	args := MixArgs{Steps: 6, Ckpt: 3}
 	cfg := chare.Config{PEs: 8, FT: "spmd", Teams: "2", Branching: 2}
 	free := Run(Mix, args, cfg, 7)
 	require.NoError(t, free.Err)
-	joint, runs := 0, 0
 	for e := 1; e <= free.Stats.Events; e += sweepStride(3, 29) {
-		for _, pair := range [][2]int{{0, 4}, {1, 5}, {2, 7}, {3, 4}} {
+		for _, k := range kills {
 			c := cfg
-			c.Kills = []chare.Kill{{PE: pair[0], Step: -1, Event: e}, {PE: pair[1], Step: -1, Event: e}}
+			c.Kills = []chare.Kill{{PE: k.first, Step: -1, Event: e}, {PE: k.second, Step: -1, Event: e + k.after}}
 			res := Run(Mix, args, c, 7)
 			if Unfired(res) {
 				continue
@@ -118,12 +151,11 @@ func TestSPMDTwoTeamsAtOnce(t *testing.T) {
 			require.NoError(t, res.Err, "kills %v", c.Kills)
 			require.Equal(t, mixLogs(t, free), mixLogs(t, res), "kills %v", c.Kills)
 			for _, r := range res.Stats.FT.Recoveries {
-				if len(r.Set) == 4 && r.Failures == 2 {
-					joint++
+				if counts(r) {
+					counted++
 				}
 			}
 		}
 	}
-	require.Positive(t, joint, "two teams recovered together")
-	t.Logf("%d runs, %d recoveries of two teams together", runs, joint)
+	return runs, counted
 }

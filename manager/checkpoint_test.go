@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/pe"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
@@ -169,4 +170,41 @@ func TestCheckCheckpointAcceptsAPEThatTookNoPartInReductions(t *testing.T) {
 	}
 	require.NoError(t, CheckCheckpoint([]*PESnapshot{snap(0, 3, 0), snap(1, 0, 0)}), "PE 1 reduced nothing")
 	require.ErrorContains(t, CheckCheckpoint([]*PESnapshot{snap(0, 3, 0), snap(1, 2, 1)}), "PE 1's snapshot defines collection 1 (s) otherwise than PE 0's")
+}
+
+type ignoreAll struct{}
+
+func (ignoreAll) Handle(*pe.PE, *pe.Envelope) {}
+
+// A holder that restarted since the checkpoint, and had not had its
+// neighbour's copy back when the neighbour was lost, says so: an empty
+// answer would start the neighbour again from the start of the run while
+// the others go on from the checkpoint, a wrong result.
+func TestRecoverMsgNamesACopyNotHeld(t *testing.T) {
+	node, err := pe.NewNode(pe.Config{NumPEs: 4}, func(*pe.PE) pe.Handler { return ignoreAll{} })
+	require.NoError(t, err)
+	b := ftlayer.NewBuddies(4, 1)
+	y := b.Held(1) // the PE whose copy PE 1 holds
+	own := &ftlayer.Snapshot{Owner: 1, Epoch: 3, App: []byte{1}}
+	tests := []struct {
+		name        string
+		held        *ftlayer.Snapshot
+		base        uint64
+		wantOwn     bool
+		missingFrom int32
+	}{
+		{"the copy held", &ftlayer.Snapshot{Owner: y, Epoch: 3, App: []byte{2}}, 0, true, 0},
+		{"the copy not held", nil, 0, false, 2},
+		{"no checkpoint since the run's base: y starts from its own", nil, 3, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &Manager{PE: node.PE(1)}
+			m.rec.base = tt.base
+			m.ckpt.ck = ftlayer.RestoredCheckpointer(1, b, own, tt.held)
+			rm := m.ownRecoverMsg(y)
+			require.Equal(t, tt.wantOwn, rm.Own != nil)
+			require.Equal(t, tt.missingFrom, rm.MissingFrom)
+		})
+	}
 }

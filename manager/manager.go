@@ -364,7 +364,9 @@ func (m *Manager) Handle(p *pe.PE, env *pe.Envelope) {
 	}
 	if m.rec.reviving {
 		if env.Type == tRecover {
-			m.onRecover(env.Payload.(*RecoverMsg))
+			if rm := env.Payload.(*RecoverMsg); rm.For == 0 || rm.For == m.rec.inc {
+				m.onRecover(rm)
+			} // (else for the incarnation before: this one restarted again since)
 		} else {
 			m.rec.stash = append(m.rec.stash, *env) // until the snapshot is in
 		}
@@ -536,7 +538,10 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 	case tPeerRecovered:
 		m.onPeerRecovered(env.Payload.(*PeerRecoveredMsg))
 	case tRecover:
-		m.failf("PE %d: a recovery snapshot reached a PE that is not recovering", m.Me())
+		if rm := env.Payload.(*RecoverMsg); rm.For != 0 && rm.For < m.rec.inc {
+			return // for an incarnation before this one
+		}
+		m.failf("PE %d: a recovery snapshot (for incarnation %d, from PE %d) reached a PE that is not recovering (incarnation %d)", m.Me(), env.Payload.(*RecoverMsg).For, env.Src, m.rec.inc)
 	default:
 		m.failf("PE %d: unknown system message %s", m.Me(), pe.TypeName(env.Type))
 	}

@@ -51,10 +51,21 @@ type PEFailedMsg struct {
 // its protocol state is not this run's, so the PE restores its state and
 // its protocol starts from zero, as every PE's did then. Own is nil when
 // the PE starts again from the start of the run (no checkpoint yet).
+// MissingFrom (+1) names the PE that should have held the copy and does
+// not: it restarted since the checkpoint, and the failed PE was lost
+// before it had given the copy back (HeldCopyMsg). The PE cannot recover
+// then; starting again from the start of the run would be wrong.
+//
+// For is the incarnation it restores (0: the one it reaches): a PE that
+// restarts again before its snapshot came (spmd: its team recovering
+// still when another fails) drops the one sent to the incarnation
+// before.
 type RecoverMsg struct {
-	Epoch uint64
-	Own   []byte
-	Base  bool `msgpack:",omitempty"`
+	Epoch       uint64
+	Own         []byte
+	Base        bool   `msgpack:",omitempty"`
+	MissingFrom int32  `msgpack:",omitempty"`
+	For         uint32 `msgpack:",omitempty"`
 }
 
 // HeldCopyMsg gives a restarted PE back the copy of its neighbour's
@@ -156,11 +167,21 @@ func (m *Manager) ReviveKeeping(prev *Manager, inc uint32, initial []pe.Envelope
 // ownRecoverMsg is the RecoverMsg of PE y's snapshot in this PE's memory.
 func (m *Manager) ownRecoverMsg(y int32) *RecoverMsg {
 	rm := &RecoverMsg{}
-	if s := m.checkpointer().Committed(y); s != nil {
+	ck := m.checkpointer()
+	if s := ck.Committed(y); s != nil {
 		rm.Epoch, rm.Own, rm.Base = s.Epoch, s.App, s.Epoch == m.rec.base && s.App != nil
+	} else if own := ck.Committed(int32(m.Me())); own != nil && own.App != nil && own.Epoch > m.rec.base && y != int32(m.Me()) {
+		// this PE committed a checkpoint since the run's base (from
+		// which y would start again: its initial messages restore it),
+		// so y did too, and its copy is not here
+		rm.Epoch, rm.MissingFrom = own.Epoch, int32(m.Me())+1
 	}
 	return rm
 }
+
+// Restored reports whether this PE runs from its snapshot (or from the
+// start): false for a new incarnation whose snapshot has not come yet.
+func (m *Manager) Restored() bool { return !m.rec.reviving }
 
 // Recovering reports whether this PE is a new incarnation still catching
 // up.
@@ -175,7 +196,9 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 	}
 	ck := m.checkpointer()
 	if int(m.Buddies().Of(int32(y))) == m.Me() && !msg.Keeps {
-		m.sendCtl(y, tRecover, m.ownRecoverMsg(int32(y)))
+		rm := m.ownRecoverMsg(int32(y))
+		rm.For = msg.Inc
+		m.sendCtl(y, tRecover, rm)
 	}
 	if int(m.Buddies().Of(int32(m.Me()))) == y && !msg.Keeps {
 		if s := ck.Committed(int32(m.Me())); s != nil && s.App != nil {
@@ -209,6 +232,10 @@ func (m *Manager) onRecover(msg *RecoverMsg) {
 	m.PE.RecordInstant(fmt.Sprintf("PE %d restarts from checkpoint %d (incarnation %d)", m.Me(), msg.Epoch, m.rec.inc))
 	m.PE.RecordPhase("recovery (replay)", true)
 	m.rec.reviving, m.rec.recovering = false, true
+	if msg.MissingFrom > 0 {
+		m.Fail(fmt.Errorf("recovery of PE %d: PE %d, which held the copy of its checkpoint %d, restarted since and had not had it back when PE %d was lost: no copy survives", m.Me(), msg.MissingFrom-1, msg.Epoch, m.Me()))
+		return
+	}
 	var s *PESnapshot
 	var ck *ftlayer.Counters
 	if msg.Own != nil {

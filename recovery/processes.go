@@ -44,6 +44,9 @@ type Processes struct {
 	lost       map[int]bool
 	joined     []int
 	overlapped bool
+	// lostAt: when each process lost and not yet recovered was lost
+	// (a recovery counts from its first loss)
+	lostAt map[int]time.Time
 
 	// Under a log limit a lost process's recovery takes three steps (see
 	// limitedRecovery): process 0 gathers every process's channels not
@@ -127,7 +130,11 @@ type report struct {
 	Restored  uint64            `msgpack:"e,omitempty"`
 	Rows      map[int32][]int32 `msgpack:"o,omitempty"`
 	Renewed   bool              `msgpack:"n,omitempty"`
-	From      string            `msgpack:"f,omitempty"`
+	// Fresh: PEs of the set renewed empty, not keeping their memory: they
+	// had not restored their snapshot from an earlier loss yet (their
+	// holders hand it to them, as to a lost one)
+	Fresh []int32 `msgpack:"fr,omitempty"`
+	From  string  `msgpack:"f,omitempty"`
 }
 
 const (
@@ -218,6 +225,10 @@ func (p *Processes) ProcessLost(r int) bool {
 		return false
 	}
 	p.lost[r] = true // (on every process: a successor must know)
+	if p.lostAt == nil {
+		p.lostAt = map[int]time.Time{}
+	}
+	p.lostAt[r] = time.Now()
 	took := false
 	if st := p.job.Steward(); st != p.steward {
 		// the steward was lost, and st took over
@@ -247,7 +258,12 @@ func (p *Processes) ProcessLost(r int) bool {
 		// before their replacements joined are one failure, recovered
 		// together once the last joined: see Rejoined)
 		atOnce := (s.anySet || s.jointTeams) && len(s.recovering) == 0 && !s.rolling
-		if (len(p.lost) > 1 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil {
+		// under spmd a process that is whole teams recovers together
+		// with those recovering, which restart again (combines says
+		// when it may)
+		combine := len(s.recovering) > 0 && !s.rolling && p.pending == nil && len(p.lost) == 1 && len(p.joined) == 0 &&
+			s.wholeTeams(p.pesOf(r)) && s.combines(p.pesOf(r))
+		if !combine && ((len(p.lost) > 1 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil) {
 			p.overlapped = true
 			p.pending = nil // a recovery under a log limit still gathering: every PE rolls back instead
 		}
@@ -278,16 +294,40 @@ func (p *Processes) Rejoined(r int) {
 		dead = append(dead, p.pesOf(q)...)
 	}
 	st := step{Process: procs[0], Dead: dead}
-	quiet := p.informed && !overlapped && s.local && !s.window && !s.rolling && len(s.recovering) == 0
+	var began time.Time // the first of these losses
+	for _, q := range procs {
+		if t, ok := p.lostAt[q]; ok && (began.IsZero() || t.Before(began)) {
+			began = t
+		}
+		delete(p.lostAt, q)
+	}
+	if began.IsZero() {
+		began = time.Now()
+	}
+	if s.failed.IsZero() {
+		s.failed = began // (lost as another recovery ended)
+	}
+	// set: the PEs that restart, dead and (spmd) those recovering still
+	// from an earlier loss, which restart again with them (again), if
+	// the lost processes are whole teams
+	set := dead
+	var again []int32
+	if len(s.recovering) > 0 && s.wholeTeams(dead) && s.combines(dead) {
+		again = int32sOf(s.recovering)
+		slices.Sort(again)
+		set = append(slices.Clone(dead), again...)
+		slices.Sort(set)
+	}
+	quiet := p.informed && !overlapped && s.local && !s.window && !s.rolling && (len(s.recovering) == 0 || again != nil)
 	// under a protocol that recovers any set of PEs (pessimist), the
 	// lost processes' PEs recover together unless a checkpoint's two
 	// copies went with them
 	anySet, copyLost := s.anySet && quiet, ""
 	// under one whose teams failing at once recover together (spmd), so
 	// do the lost processes' teams, if they lost whole teams
-	joint := s.jointTeams && quiet && len(procs) > 1 && s.wholeTeams(dead)
+	joint := s.jointTeams && quiet && s.wholeTeams(set) && (len(procs) > 1 || !s.oneTeam(set))
 	if anySet || joint {
-		copyLost = s.copiesLost(p.node.NumPEs(), dead)
+		copyLost = s.copiesLost(p.node.NumPEs(), set)
 	}
 	if len(procs) == 1 && quiet && s.oneTeam(dead) && s.logLimit {
 		// the rollback set is computed once every process froze its
@@ -296,7 +336,15 @@ func (p *Processes) Rejoined(r int) {
 		p.pending, p.rows, p.rowsFrom, p.renewed = &st, map[int32][]int32{}, map[int]bool{}, map[int]bool{}
 		s.failed = time.Now()
 	} else if len(procs) == 1 && quiet && s.oneTeam(dead) || (anySet || joint) && copyLost == "" {
-		for _, r := range s.startRecovery(dead, len(procs)) {
+		if again != nil {
+			// the PEs recovering still restart again, keeping their
+			// memory: every process renews its PEs of the set before any
+			// PE hears of it (two steps, as under a log limit: a holder
+			// must not hand a snapshot to an incarnation about to go)
+			st.Set, st.Phase = set, phaseRenew
+			p.pending, p.renewed = &st, map[int]bool{}
+		}
+		for _, r := range s.startRecovery(set, len(procs), began) {
 			st.Incs = append(st.Incs, r.Inc)
 		}
 		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
@@ -306,8 +354,14 @@ func (p *Processes) Rejoined(r int) {
 		}
 		who := "its replacement recovers alone"
 		switch {
-		case joint:
+		case again != nil && len(procs) > 1:
+			who = fmt.Sprintf("their replacements' PEs and PEs %s, which were recovering still and restart again, recover together from the last checkpoint", ftlayer.PEList(again))
+		case again != nil:
+			who = fmt.Sprintf("its replacement's PEs and PEs %s, which were recovering still and restart again, recover together from the last checkpoint", ftlayer.PEList(again))
+		case joint && len(procs) > 1:
 			who = "their PEs are whole teams: their replacements recover them together from the last checkpoint"
+		case joint:
+			who = "its PEs are whole teams: its replacement recovers them together from the last checkpoint"
 		case len(procs) > 1:
 			who = "their replacements' PEs recover together, each alone"
 		case anySet && len(dead) > 1:
@@ -372,6 +426,14 @@ func stewardGone(me int) string {
 	return fmt.Sprintf(" (process %d steers the job in place of a lost one, which took what it knew of the job's recoveries with it: every PE rolls back)", me)
 }
 
+func int32sOf(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
 func intsOf(v []int32) []int {
 	out := make([]int, len(v))
 	for i, x := range v {
@@ -415,7 +477,11 @@ func (p *Processes) Action(data []byte) {
 		// this process is a replacement: its PEs' new incarnations, each
 		// told of every PE recovering (those of another replacement too)
 		s.mu.Lock()
-		s.recovering = intsOf(st.Dead)
+		for _, y := range st.Dead {
+			if !slices.Contains(s.recovering, int(y)) {
+				s.recovering = append(s.recovering, int(y))
+			}
+		}
 		s.mu.Unlock()
 		for _, r := range revived {
 			y := int(r.PE)
@@ -533,6 +599,7 @@ func (p *Processes) limitedStep(st *step) {
 			}
 		}
 		replacement := false
+		var fresh []int32
 		for _, r := range revived {
 			y := int(r.PE)
 			if !local(r.PE) {
@@ -558,7 +625,14 @@ func (p *Processes) limitedStep(st *step) {
 			}
 			old := p.node.Renew(y, func(pp *pe.PE, prev pe.Handler) pe.Handler {
 				m := s.mk(pp)
-				p.own[y] = m.ReviveKeeping(prev.(*manager.Manager), r.Inc, initial, st.RolledBack, revived, rb)
+				if pm := prev.(*manager.Manager); pm.Restored() {
+					p.own[y] = m.ReviveKeeping(pm, r.Inc, initial, st.RolledBack, revived, rb)
+				} else {
+					// recovering still from an earlier loss, and its
+					// snapshot not in yet: nothing to keep
+					m.Revive(r.Inc, initial, st.RolledBack, revived, rb)
+					fresh = append(fresh, r.PE)
+				}
 				return m
 			})
 			if old != nil {
@@ -568,7 +642,7 @@ func (p *Processes) limitedStep(st *step) {
 		if replacement {
 			p.job.Rolled()
 		}
-		b, _ := msgpack.Marshal(&report{Recovered: reportLimit, Renewed: true})
+		b, _ := msgpack.Marshal(&report{Recovered: reportLimit, Renewed: true, Fresh: fresh})
 		p.job.Report(b)
 	case phaseGo:
 		for _, y := range st.Set {
@@ -629,7 +703,7 @@ func (p *Processes) limitReport(from int, r report) {
 			p.pending, next = nil, st
 			break
 		}
-		revived := s.startRecovery(set, 1)
+		revived := s.startRecovery(set, 1, s.failed)
 		s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
 		s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
 		st.Set, st.Incs, st.Phase = set, nil, phaseRenew
@@ -646,6 +720,12 @@ func (p *Processes) limitReport(from int, r report) {
 		next = st
 	case st.Phase == phaseRenew && r.Renewed:
 		p.renewed[from] = true
+		for _, y := range r.Fresh {
+			if !slices.Contains(st.Dead, y) {
+				st.Dead = append(st.Dead, y) // (its holder hands it its snapshot)
+			}
+		}
+		slices.Sort(st.Dead)
 		if len(p.renewed) < procs {
 			break
 		}

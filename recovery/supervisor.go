@@ -85,6 +85,12 @@ type RecoveryStats struct {
 	// incarnations that the re-execution made again, whose copies they
 	// skipped
 	Orphans uint64
+	// Again (spmd): the PEs still recovering from an earlier failure
+	// when this one struck, which restarted again with it (the earlier
+	// recovery's Recovery is the time until then)
+	Again []int32
+	// began: when the failure it recovers from struck
+	began time.Time
 }
 
 // PECaughtUp says that PE PE caught up After the failure.
@@ -142,7 +148,7 @@ type Supervisor struct {
 	initial    [][]pe.Envelope // what each PE started the run with
 	inc        []uint32        // each PE's incarnation
 	window     bool            // a checkpoint is being taken
-	recovering []int           // the PEs recovering (one team), until each caught up
+	recovering []int           // the PEs recovering (one team, or teams together), until each caught up
 	waiting    []int           // failures put off until they caught up
 	recovered  []int32         // PEs that recovered alone
 	// restoredNoted: Restored has the checkpoint the recovering PEs went
@@ -395,7 +401,9 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		return
 	}
 	if s.local && !s.window {
-		if len(s.recovering) > 0 || s.rolling {
+		if len(s.recovering) > 0 && !s.rolling && s.combines(s.teams.Members(int32(s.kills[now[0]].PE))) {
+			// (spmd: those recovering restart again with its team)
+		} else if len(s.recovering) > 0 || s.rolling {
 			s.waiting = append(s.waiting, now...)
 			s.mu.Unlock()
 			return
@@ -459,8 +467,10 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		slices.Sort(team)
 	}
 	joint := false
+	var again []int32 // (spmd) PEs recovering still, which restart again with it
 	if s.jointTeams {
-		// every team failing now: they recover together
+		// every team failing now, and every team recovering still: they
+		// recover together
 		for _, i := range now[1:] {
 			for _, p := range s.teams.Members(int32(s.kills[i].PE)) {
 				if !slices.Contains(team, p) {
@@ -468,7 +478,13 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 				}
 			}
 		}
+		for _, r := range s.recovering {
+			if p := int32(r); !slices.Contains(team, p) {
+				team, joint, again = append(team, p), true, append(again, p)
+			}
+		}
 		slices.Sort(team)
+		slices.Sort(again)
 	}
 	if (s.anySet || joint) && len(team) > 1 {
 		// a PE and the holder of its checkpoint's copy, at once: its
@@ -482,7 +498,7 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		}
 		lost := failing
 		if joint {
-			lost = team
+			lost, failing = team, team // (each comes back empty)
 		}
 		b := ftlayer.NewBuddies(node.NumPEs(), s.buddyStride)
 		for _, p := range failing {
@@ -516,8 +532,11 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		}
 	}
 	s.fired[now[0]] = true
-	s.failed = time.Now()
-	revived := s.startRecovery(set, 1+len(also))
+	began := time.Now()
+	if s.failed.IsZero() {
+		s.failed = began
+	}
+	revived := s.startRecovery(set, 1+len(also), began)
 	s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
 	s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
 	recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
@@ -530,6 +549,8 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
 	case s.anySet:
 		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s recover together, each alone (%s): the others replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
+	case len(again) > 0:
+		fmt.Fprintf(s.notices, "charmgo: %v; its team and PEs %s, which were recovering still, roll back and recover together, PEs %s (%s): the other teams replay their messages\n", f, ftlayer.PEList(again), ftlayer.PEList(team), s.ft.Protocol)
 	case joint:
 		fmt.Fprintf(s.notices, "charmgo: %v; its team and the others failing with it, PEs %s, roll back and recover together (%s): the other teams replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	default:
@@ -588,10 +609,25 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 	})
 }
 
-// startRecovery counts failures that fail pes (a PE, or a team) and
-// gives each its next incarnation (s.mu held).
-func (s *Supervisor) startRecovery(pes []int32, failures int) []manager.Incarnation {
-	s.recovering, s.restoredNoted = intsOf(pes), false
+// startRecovery counts failures that fail pes (a PE, or a team), struck
+// at began, and gives each its next incarnation (s.mu held). Under spmd
+// pes may include PEs recovering still, which restart again with them
+// (combines).
+func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) []manager.Incarnation {
+	var again []int32
+	for _, p := range pes {
+		if slices.Contains(s.recovering, int(p)) {
+			again = append(again, p)
+		} else {
+			s.recovering = append(s.recovering, int(p))
+		}
+	}
+	for _, p := range again {
+		if rc := s.recoveryOf(p); rc != nil {
+			rc.Recovery = time.Since(rc.began) // (until it was taken into this one)
+		}
+	}
+	s.restoredNoted = false
 	revived := make([]manager.Incarnation, len(pes))
 	for i, p := range pes {
 		s.inc[p]++
@@ -599,8 +635,28 @@ func (s *Supervisor) startRecovery(pes []int32, failures int) []manager.Incarnat
 	}
 	s.ft.Failures += failures
 	s.ft.PEsRolledBack += len(pes)
-	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: len(pes), Set: slices.Clone(pes)})
+	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: len(pes), Set: slices.Clone(pes), Again: again, began: began})
 	return revived
+}
+
+// combines reports whether team, failing while other PEs recover, may
+// recover together with them (s.mu held): under spmd, whose teams
+// failing at once recover together, those recovering restart again with
+// it, as one set, provided no PE of the set has the copy of its
+// checkpoint held inside it (each comes back empty and takes its
+// snapshot from its holder). Otherwise it waits for them (one process)
+// or every PE rolls back (a lost process).
+func (s *Supervisor) combines(team []int32) bool {
+	if !s.jointTeams || len(team) == 0 || len(s.recovering) == 0 {
+		return false
+	}
+	set := slices.Clone(team)
+	for _, r := range s.recovering {
+		if !slices.Contains(set, int32(r)) {
+			set = append(set, int32(r))
+		}
+	}
+	return s.copiesLost(len(s.inc), set) == ""
 }
 
 // without is set less the PEs of less (both in increasing order).
@@ -757,14 +813,16 @@ func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 	}
 	if i := slices.Index(s.recovering, me); i >= 0 {
 		s.recovering = slices.Delete(s.recovering, i, i+1)
-		if k := len(s.ft.Recoveries); k > 0 && !s.failed.IsZero() {
-			rc := &s.ft.Recoveries[k-1]
+		if rc := s.recoveryOf(int32(me)); rc != nil && !s.failed.IsZero() {
 			rc.Replayed += c.Replayed
 			rc.Dropped += c.Dropped
 			rc.Held += c.Held
 			rc.Survivors = max(rc.Survivors, c.Survivors)
 			rc.Orphans += c.Orphans
-			rc.CaughtUp = append(rc.CaughtUp, PECaughtUp{PE: int32(me), After: time.Since(s.failed)})
+			rc.CaughtUp = append(rc.CaughtUp, PECaughtUp{PE: int32(me), After: time.Since(rc.began)})
+			if !slices.ContainsFunc(rc.Set, func(p int32) bool { return slices.Contains(s.recovering, int(p)) }) {
+				rc.Recovery = time.Since(rc.began)
+			}
 		}
 	}
 	if len(s.recovering) > 0 {
@@ -792,6 +850,17 @@ func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 	if len(waiting) > 0 {
 		s.fire(node, waiting)
 	}
+}
+
+// recoveryOf is the recovery under way that PE me takes part in (s.mu
+// held; nil: none).
+func (s *Supervisor) recoveryOf(me int32) *RecoveryStats {
+	for k := len(s.ft.Recoveries) - 1; k >= 0; k-- {
+		if rc := &s.ft.Recoveries[k]; rc.Recovery == 0 && slices.Contains(rc.Set, me) {
+			return rc
+		}
+	}
+	return nil
 }
 
 // RollingBack: the coordinator of a global rollback chose checkpoint

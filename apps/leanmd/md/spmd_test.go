@@ -111,3 +111,33 @@ func spmdBases(t *testing.T, branching int) (Params, map[int]Report) {
 	}
 	return p, bases
 }
+
+// A team failing while another recovers (PE 5's while PEs 0-1 recover
+// from PE 1's failure at step 7): the team recovering restarts again
+// with it, the two as one set, and LeanMD ends bitwise as without
+// failures. Deterministic runs, the second failure at moments spread
+// over the first's recovery.
+func TestSPMDTeamFailingWhileAnotherRecovers(t *testing.T) {
+	notUnderRace(t)
+	p, bases := spmdBases(t, 2)
+	cfg := chare.Config{PEs: 8, Branching: 2, FT: "spmd", Teams: "2", Deterministic: true, Seed: 1}
+	first := cfg
+	first.Kills = []chare.Kill{{PE: 1, Step: 7}}
+	n := run(t, p, first).Ops.Events
+	again := 0
+	for _, at := range []int{38, 41, 44, 50, 60} { // per cent of the run's events
+		c := cfg
+		c.Kills = []chare.Kill{{PE: 1, Step: 7}, {PE: 5, Step: -1, Event: n * at / 100}}
+		r := run(t, p, c)
+		requireSameEnergies(t, bases[8], r, fmt.Sprintf("second failure at event %d", n*at/100))
+		require.Equal(t, bases[8].StateHash, r.StateHash, "final atoms")
+		for _, rc := range r.Ops.FT.Recoveries {
+			if len(rc.Again) > 0 {
+				require.Equal(t, []int32{0, 1}, rc.Again)
+				require.Equal(t, []int32{0, 1, 4, 5}, rc.Set)
+				again++
+			}
+		}
+	}
+	require.Positive(t, again, "PEs 0-1 restarted again with PEs 4-5")
+}

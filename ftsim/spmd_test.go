@@ -113,19 +113,19 @@ func TestSPMDTwoTeamsAtOnce(t *testing.T) {
 // A team failing while another recovers recovers together with it, the
 // other restarting again, every moment of a run (a PE of one team, then
 // a PE of another a few events later; neither team holds a copy of a
-// checkpoint the other needs): each run ends with the failure-free
-// results, and in some the second failure struck before the first
-// recovery had caught up.
+// checkpoint the other needs; or a PE of the same team again): each run
+// ends with the failure-free results, and in some the second failure
+// struck before the first recovery had caught up.
 func TestSPMDTeamFailingWhileAnotherRecovers(t *testing.T) {
-	runs, again := twoTeams(t, []teamKills{{0, 5, 2}, {1, 4, 7}, {6, 2, 15}, {3, 6, 30}}, func(r recovery.RecoveryStats) bool {
+	runs, again := twoTeams(t, []teamKills{{0, 5, 2}, {1, 4, 7}, {6, 2, 15}, {3, 6, 30}, {0, 1, 5}}, func(r recovery.RecoveryStats) bool {
 		return len(r.Again) > 0
 	})
 	require.Positive(t, again, "a team restarted again with another")
 	t.Logf("%d runs, %d with a team restarted again", runs, again)
 }
 
-// teamKills: PE first fails, and PE second (of another team) after more
-// events (0: at the same moment).
+// teamKills: PE first fails, and PE second after more events (0: at the
+// same moment).
 type teamKills struct{ first, second, after int }
 
 // twoTeams runs Mix on 8 PEs in teams of 2 with each of kills at every

@@ -310,15 +310,19 @@ func (p *Processes) Rejoined(r int) {
 	// set: the PEs that restart, dead and (spmd) those recovering still
 	// from an earlier loss, which restart again with them (again), if
 	// the lost processes are whole teams
-	set := dead
+	set, joins := dead, len(s.recovering) > 0 && s.wholeTeams(dead) && s.combines(dead)
 	var again []int32
-	if len(s.recovering) > 0 && s.wholeTeams(dead) && s.combines(dead) {
-		again = int32sOf(s.recovering)
+	if joins {
+		for _, y := range s.recovering {
+			if !slices.Contains(dead, int32(y)) {
+				again = append(again, int32(y))
+			}
+		}
 		slices.Sort(again)
 		set = append(slices.Clone(dead), again...)
 		slices.Sort(set)
 	}
-	quiet := p.informed && !overlapped && s.local && !s.window && !s.rolling && (len(s.recovering) == 0 || again != nil)
+	quiet := p.informed && !overlapped && s.local && !s.window && !s.rolling && (len(s.recovering) == 0 || joins)
 	// under a protocol that recovers any set of PEs (pessimist), the
 	// lost processes' PEs recover together unless a checkpoint's two
 	// copies went with them

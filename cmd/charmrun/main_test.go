@@ -388,8 +388,8 @@ func (j *job) findKids(t *testing.T) {
 		}
 		// pid (comm) state ppid ...: the command may hold spaces
 		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(j.cmd.Process.Pid) {
-			continue
+		if len(f) < 2 || f[1] != strconv.Itoa(j.cmd.Process.Pid) || f[0] == "Z" {
+			continue // (a child killed and not reaped yet is not its rank's)
 		}
 		env, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
 		ranked := false

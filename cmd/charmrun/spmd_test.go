@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,32 +46,46 @@ func TestSPMDAcrossProcesses(t *testing.T) {
 // Two processes SIGKILLed one after the other, the second while the
 // first's replacement recovers (its PEs restored their checkpoint and
 // replay): the team recovering restarts again with the second's, the two
-// as one set, and the job ends bitwise as without failures. The second
-// loss may come too late (the first caught up meanwhile: two recoveries
-// in turn, also bitwise); the case runs until it came in time, three
-// times at most.
+// as one set, and the job ends bitwise as without failures; so too when
+// the second is the replacement itself. The second loss may come too
+// late (the first caught up meanwhile: two recoveries in turn, also
+// bitwise); each case runs until it came in time, three times at most.
 func TestSPMDProcessLostWhileAnotherRecovers(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
 	want := failureFree(t, leanmd, 8, params)
-	const combined = "charmgo: process 3 (PEs 6..7) was lost; its replacement's PEs and PEs {2-3}, which were recovering still and restart again, recover together from the last checkpoint (spmd): the others replay its messages"
-	for try := 1; ; try++ {
-		js := filepath.Join(t.TempDir(), "summary.json")
-		j := startJob(t, cr, leanmd, []string{"++n", "4", "++ppn", "2", "--ft", "spmd", "--watchdog", "20s", "--summary-json", js}, params, "Step 15 Benchmark")
-		j.signal(t, 1, syscall.SIGKILL)
-		j.err.waitFor(t, "PE 2 restored checkpoint", 20*time.Second)
-		j.signal(t, 3, syscall.SIGKILL)
-		require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
-		require.Equal(t, want, energies(t, j.out.String()))
-		ft := readSummary(t, js).FaultTolerance
-		if !strings.Contains(j.err.String(), combined) {
-			t.Logf("try %d: the second loss came after the first recovery:\n%s", try, j.err.String())
-			require.Less(t, try, 3, "the second loss never came during the first recovery")
-			continue
-		}
-		require.Len(t, ft.Recoveries, 2, "%+v", ft)
-		require.Equal(t, []int32{2, 3}, ft.Recoveries[1].Again)
-		require.Equal(t, []int32{2, 3, 6, 7}, ft.Recoveries[1].Set)
-		return
+	for _, c := range []struct {
+		name       string
+		second     int
+		set, again []int32
+		notice     string
+	}{
+		{"another process", 3, []int32{2, 3, 6, 7}, []int32{2, 3},
+			"charmgo: process 3 (PEs 6..7) was lost; its replacement's PEs and PEs {2-3}, which were recovering still and restart again, recover together from the last checkpoint (spmd): the others replay its messages"},
+		{"the replacement", 1, []int32{2, 3}, []int32{2, 3}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for try := 1; ; try++ {
+				js := filepath.Join(t.TempDir(), "summary.json")
+				j := startJob(t, cr, leanmd, []string{"++n", "4", "++ppn", "2", "--ft", "spmd", "--watchdog", "20s", "--summary-json", js}, params, "Step 15 Benchmark")
+				j.signal(t, 1, syscall.SIGKILL)
+				j.err.waitFor(t, "PE 2 restored checkpoint", 20*time.Second)
+				j.findKids(t) // process 1's replacement
+				j.signal(t, c.second, syscall.SIGKILL)
+				require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
+				require.Equal(t, want, energies(t, j.out.String()))
+				ft := readSummary(t, js).FaultTolerance
+				require.Len(t, ft.Recoveries, 2, "%+v", ft)
+				if ft.Recoveries[1].Again == nil {
+					t.Logf("try %d: the second loss came after the first recovery:\n%s", try, j.err.String())
+					require.Less(t, try, 3, "the second loss never came during the first recovery")
+					continue
+				}
+				require.Contains(t, j.err.String(), c.notice)
+				require.Equal(t, c.again, ft.Recoveries[1].Again)
+				require.Equal(t, c.set, ft.Recoveries[1].Set)
+				return
+			}
+		})
 	}
 }

@@ -430,14 +430,6 @@ func stewardGone(me int) string {
 	return fmt.Sprintf(" (process %d steers the job in place of a lost one, which took what it knew of the job's recoveries with it: every PE rolls back)", me)
 }
 
-func int32sOf(v []int) []int32 {
-	out := make([]int32, len(v))
-	for i, x := range v {
-		out[i] = int32(x)
-	}
-	return out
-}
-
 func intsOf(v []int32) []int {
 	out := make([]int, len(v))
 	for i, x := range v {

@@ -94,7 +94,7 @@ func (h *host) LocalRestored(m *manager.Manager, epoch uint64) {
 }
 
 func (h *host) LocalRecovered(m *manager.Manager) {
-	h.run.sup.LocalRecovered(m.Me(), m.FT().Stats())
+	h.run.sup.LocalRecovered(m.Me(), m.Incarnation(), m.FT().Stats())
 }
 
 func (h *host) RollingBack(m *manager.Manager, epoch uint64, from string) {

@@ -394,7 +394,9 @@ func (s *Pessimist) Receive(p *Packet) error {
 	if p.Kind != PktReplayed {
 		return fmt.Errorf("PE %d: packet of kind %d from PE %d (pessimist)", s.me, p.Kind, p.From)
 	}
-	if s.recovering && !s.set[p.From] {
+	if s.recovering && !s.set[p.From] && (p.Inc == 0 || p.Inc == s.inc) {
+		// (a replay's end for an incarnation of this PE that restarted
+		// again since is not this one's)
 		s.upTo = max(s.upTo, p.Covered)
 		s.replayedIn++
 		s.stats.ReplaysFrom++
@@ -426,7 +428,7 @@ func (s *Pessimist) PeerFailed(y int32, inc uint32, with []int32) ([]Action, err
 		}
 	}
 	s.stats.Replayed += uint64(len(out))
-	end := Packet{Kind: PktReplayed, From: s.me, To: y, Replayed: uint64(len(out))}
+	end := Packet{Kind: PktReplayed, From: s.me, To: y, Inc: s.incMap[y], Replayed: uint64(len(out))}
 	if s.heldFor != nil {
 		end.Covered = s.heldFor[y]
 	}

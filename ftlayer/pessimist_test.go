@@ -414,3 +414,26 @@ func TestPessimistSendsWithoutAllocatingBetweenCheckpoints(t *testing.T) {
 	require.Equal(t, testing.AllocsPerRun(5, func() { round(0) }), testing.AllocsPerRun(5, busy),
 		"a checkpoint allocates (its counters), the messages between two do not")
 }
+
+// A PE restarted again (its incarnation 2) does not count the end of a
+// replay a survivor sent its incarnation 1: it waits for the one sent to
+// it (the survivor answers each incarnation's failure with a replay).
+func TestPessimistCountsOnlyItsIncarnationsReplays(t *testing.T) {
+	r := restartPessimist(NewPessimist(0, 3), Counters{IncMap: make([]uint32, 3), SendCSN: make([]uint64, 3)}, 2, nil, nil, 0)
+	require.True(t, r.Recovering())
+	for _, from := range []int32{1, 2} {
+		require.NoError(t, r.Receive(&Packet{Kind: PktReplayed, From: from, To: 0, Inc: 1}))
+	}
+	require.True(t, r.Recovering(), "the replays of incarnation 1")
+	for _, from := range []int32{1, 2} {
+		require.NoError(t, r.Receive(&Packet{Kind: PktReplayed, From: from, To: 0, Inc: 2}))
+	}
+	require.False(t, r.Recovering())
+
+	// what a survivor sends: the end of the replay names the incarnation
+	s := NewPessimist(1, 3)
+	acts, err := s.PeerFailed(0, 2, nil)
+	require.NoError(t, err)
+	require.Equal(t, PktReplayed, acts[len(acts)-1].Packet.Kind)
+	require.Equal(t, uint32(2), acts[len(acts)-1].Packet.Inc)
+}

@@ -95,3 +95,65 @@ func TestFTVerifyCatchesAProgramThatIsNotDeterministic(t *testing.T) {
 		require.Positive(t, res.Stats.Ops.Verified, "%s: copies compared", ft)
 	}
 }
+
+// Under pessimist, PEs failing while others recover recover together with
+// them: those not caught up yet restart again, every moment of both
+// programs (a PE, then another or the same a few events later, none
+// holding the other's checkpoint copy). Each run ends with the
+// failure-free results; in some the second failure struck before the
+// first recovery had caught up.
+func TestPessimistFailureWhileOthersRecover(t *testing.T) {
+	// found by the random sweeps: PE 3 failing in the middle of a
+	// handler while it recovered, the incarnation replaced finished the
+	// handler and said it caught up, and PE 2, whose checkpoint copy the
+	// new incarnation had not had back yet, failed as if nobody recovered
+	cfg := chare.Config{PEs: 6, FT: "pessimist", Branching: 3, Kills: []chare.Kill{{PE: 3, Step: -1, HandOver: 50}, {PE: 3, Step: -1, Event: 564}, {PE: 2, Step: -1, HandOver: 39}}}
+	free := Run(Mix, MixArgs{Steps: 8, Ckpt: 3}, chare.Config{PEs: 6, FT: "pessimist", Branching: 3}, 14234768597549175510)
+	res := Run(Mix, MixArgs{Steps: 8, Ckpt: 3}, cfg, 14234768597549175510)
+	require.NoError(t, res.Err)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+	require.Equal(t, 3, res.Stats.FT.Failures)
+
+	stride := 2
+	if raceOn {
+		stride = 31
+	}
+	for _, prog := range []string{"mix", "chain"} {
+		t.Run(prog, func(t *testing.T) {
+			cfg := chare.Config{PEs: 5, FT: "pessimist", Branching: 2}
+			run := func(cfg chare.Config) chare.Result {
+				if prog == "mix" {
+					return Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
+				}
+				return Run(chainMain, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
+			}
+			free := run(cfg)
+			require.NoError(t, free.Err)
+			again, runs := 0, 0
+			for e := 1; e <= free.Stats.Events; e += stride {
+				for _, k := range []teamKills{{0, 2, 3}, {1, 3, 8}, {4, 1, 20}, {2, 2, 6}} {
+					c := cfg
+					c.Kills = []chare.Kill{{PE: k.first, Step: -1, Event: e}, {PE: k.second, Step: -1, Event: e + k.after}}
+					res := run(c)
+					if Unfired(res) {
+						continue
+					}
+					runs++
+					require.NoError(t, res.Err, "kills %v", c.Kills)
+					if prog == "mix" {
+						require.Equal(t, mixLogs(t, free), mixLogs(t, res), "kills %v", c.Kills)
+					} else {
+						require.NoError(t, checkChain(chainLogsOf(t, res), 6), "kills %v", c.Kills)
+					}
+					for _, r := range res.Stats.FT.Recoveries {
+						if len(r.Again) > 0 {
+							again++
+						}
+					}
+				}
+			}
+			require.Positive(t, again, "PEs restarted again with another's failure")
+			t.Logf("%d runs, %d with PEs restarted again", runs, again)
+		})
+	}
+}

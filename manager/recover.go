@@ -179,6 +179,9 @@ func (m *Manager) ownRecoverMsg(y int32) *RecoverMsg {
 	return rm
 }
 
+// Incarnation is this PE's incarnation (0: the first).
+func (m *Manager) Incarnation() uint32 { return m.rec.inc }
+
 // Restored reports whether this PE runs from its snapshot (or from the
 // start): false for a new incarnation whose snapshot has not come yet.
 func (m *Manager) Restored() bool { return !m.rec.reviving }

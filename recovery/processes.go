@@ -262,7 +262,7 @@ func (p *Processes) ProcessLost(r int) bool {
 		// with those recovering, which restart again (combines says
 		// when it may)
 		combine := len(s.recovering) > 0 && !s.rolling && p.pending == nil && len(p.lost) == 1 && len(p.joined) == 0 &&
-			s.wholeTeams(p.pesOf(r)) && s.combines(p.pesOf(r))
+			(s.anySet || s.wholeTeams(p.pesOf(r))) && s.combines(p.pesOf(r))
 		if !combine && ((len(p.lost) > 1 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil) {
 			p.overlapped = true
 			p.pending = nil // a recovery under a log limit still gathering: every PE rolls back instead
@@ -310,7 +310,7 @@ func (p *Processes) Rejoined(r int) {
 	// set: the PEs that restart, dead and (spmd) those recovering still
 	// from an earlier loss, which restart again with them (again), if
 	// the lost processes are whole teams
-	set, joins := dead, len(s.recovering) > 0 && s.wholeTeams(dead) && s.combines(dead)
+	set, joins := dead, len(s.recovering) > 0 && (s.anySet || s.wholeTeams(dead)) && s.combines(dead)
 	var again []int32
 	if joins {
 		for _, y := range s.recovering {
@@ -358,10 +358,15 @@ func (p *Processes) Rejoined(r int) {
 		}
 		who := "its replacement recovers alone"
 		switch {
-		case again != nil && len(procs) > 1:
-			who = fmt.Sprintf("their replacements' PEs and PEs %s, which were recovering still and restart again, recover together from the last checkpoint", ftlayer.PEList(again))
 		case again != nil:
-			who = fmt.Sprintf("its replacement's PEs and PEs %s, which were recovering still and restart again, recover together from the last checkpoint", ftlayer.PEList(again))
+			reps, how := "its replacement's", "together from the last checkpoint"
+			if len(procs) > 1 {
+				reps = "their replacements'"
+			}
+			if anySet {
+				how = "together, each alone"
+			}
+			who = fmt.Sprintf("%s PEs and PEs %s, which were recovering still and restart again, recover %s", reps, ftlayer.PEList(again), how)
 		case joint && len(procs) > 1:
 			who = "their PEs are whole teams: their replacements recover them together from the last checkpoint"
 		case joint:

@@ -106,6 +106,9 @@ type recoveryCounts struct {
 	Held      uint64 `msgpack:"hd,omitempty"`
 	Survivors int    `msgpack:"sv,omitempty"`
 	Orphans   uint64 `msgpack:"or,omitempty"`
+	// Inc: the incarnation that caught up (one replaced since, which
+	// finished its last handler as it went, says nothing of the next)
+	Inc uint32 `msgpack:"in,omitempty"`
 }
 
 func countsOf(st ftlayer.Stats) recoveryCounts {
@@ -457,17 +460,24 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	// are part of that failure, the others wait for it
 	k := s.kills[now[0]]
 	team := slices.Clone(s.teams.Members(int32(k.PE))) // (appended to below)
+	var again []int32                                  // PEs recovering still, which restart again with it
 	if s.anySet {
-		// every PE failing now: they recover together
+		// every PE failing now, and every PE recovering still: they
+		// recover together
 		for _, i := range now[1:] {
 			if p := int32(s.kills[i].PE); !slices.Contains(team, p) {
 				team = append(team, p)
 			}
 		}
+		for _, r := range s.recovering {
+			if p := int32(r); !slices.Contains(team, p) {
+				team, again = append(team, p), append(again, p)
+			}
+		}
 		slices.Sort(team)
+		slices.Sort(again)
 	}
 	joint := false
-	var again []int32 // (spmd) PEs recovering still, which restart again with it
 	if s.jointTeams {
 		// every team failing now, and every team recovering still: they
 		// recover together
@@ -641,13 +651,13 @@ func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) [
 
 // combines reports whether team, failing while other PEs recover, may
 // recover together with them (s.mu held): under spmd, whose teams
-// failing at once recover together, those recovering restart again with
-// it, as one set, provided no PE of the set has the copy of its
-// checkpoint held inside it (each comes back empty and takes its
-// snapshot from its holder). Otherwise it waits for them (one process)
-// or every PE rolls back (a lost process).
+// failing at once recover together, and pessimist, whose PEs failing at
+// once do, those recovering restart again with it, as one set, provided
+// no PE of the set has the copy of its checkpoint held inside it (each
+// comes back empty and takes its snapshot from its holder). Otherwise it
+// waits for them (one process) or every PE rolls back (a lost process).
 func (s *Supervisor) combines(team []int32) bool {
-	if !s.jointTeams || len(team) == 0 || len(s.recovering) == 0 {
+	if !s.jointTeams && !s.anySet || len(team) == 0 || len(s.recovering) == 0 {
 		return false
 	}
 	set := slices.Clone(team)
@@ -792,13 +802,21 @@ func (s *Supervisor) restoredAt(epoch uint64) {
 
 // LocalRecovered: PE me caught up with the others; st is its protocol's
 // statistics (of its incarnation since it restarted).
-func (s *Supervisor) LocalRecovered(me int, st ftlayer.Stats) { s.caughtUp(me, true, countsOf(st)) }
+func (s *Supervisor) LocalRecovered(me int, inc uint32, st ftlayer.Stats) {
+	c := countsOf(st)
+	c.Inc = inc
+	s.caughtUp(me, true, c)
+}
 
 // caughtUp: PE me caught up, here (here: its process says so and tells
 // process 0, if that is another) or in another process, its protocol
 // saying c of its recovery.
 func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 	s.mu.Lock()
+	if me >= 0 && me < len(s.inc) && c.Inc < s.inc[me] {
+		s.mu.Unlock()
+		return // an incarnation replaced since
+	}
 	tell := s.onRecovered
 	if here && tell != nil {
 		defer tell(me, c)

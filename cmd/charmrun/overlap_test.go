@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/stretchr/testify/require"
+)
+
+// Two processes SIGKILLed one after the other, the second while the
+// first's replacement recovers (its PEs restored their checkpoint and
+// replay): under spmd the team recovering restarts again with the
+// second's, the two as one set; so too when the second is the
+// replacement itself; under pessimist, the first's PEs not yet caught up
+// restart again with the second's. The job ends bitwise as without
+// failures. The second loss may come too late (the first caught up
+// meanwhile: two recoveries in turn, also bitwise); each case runs until
+// it came in time, three times at most.
+func TestProcessLostWhileAnotherRecovers(t *testing.T) {
+	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
+	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, 8, params)
+	for _, c := range []struct {
+		name   string
+		ft     string
+		second int
+		// again: the PEs that may restart again (under pessimist, those
+		// of them not caught up yet); notice's %s: the ones that did
+		again  []int32
+		notice string
+	}{
+		{"spmd, another process", "spmd", 3, []int32{2, 3},
+			"charmgo: process 3 (PEs 6..7) was lost; its replacement's PEs and PEs %s, which were recovering still and restart again, recover together from the last checkpoint (spmd): the others replay its messages"},
+		{"spmd, the replacement", "spmd", 1, []int32{2, 3}, ""},
+		{"pessimist, another process", "pessimist", 3, []int32{2, 3},
+			"charmgo: process 3 (PEs 6..7) was lost; its replacement's PEs and PEs %s, which were recovering still and restart again, recover together, each alone (pessimist): the others replay its messages"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lost := []int32{2 * int32(c.second), 2*int32(c.second) + 1}
+			for try := 1; ; try++ {
+				js := filepath.Join(t.TempDir(), "summary.json")
+				j := startJob(t, cr, leanmd, []string{"++n", "4", "++ppn", "2", "--ft", c.ft, "--watchdog", "20s", "--summary-json", js}, params, "Step 15 Benchmark")
+				j.signal(t, 1, syscall.SIGKILL)
+				j.err.waitFor(t, "PE 2 restored checkpoint", 20*time.Second)
+				j.findKids(t) // process 1's replacement
+				j.signal(t, c.second, syscall.SIGKILL)
+				require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
+				require.Equal(t, want, energies(t, j.out.String()))
+				ft := readSummary(t, js).FaultTolerance
+				require.Len(t, ft.Recoveries, 2, "%+v", ft)
+				again := ft.Recoveries[1].Again
+				if again == nil {
+					t.Logf("try %d: the second loss came after the first recovery:\n%s", try, j.err.String())
+					require.Less(t, try, 3, "the second loss never came during the first recovery")
+					continue
+				}
+				require.Subset(t, c.again, again)
+				if c.notice != "" {
+					require.Contains(t, j.err.String(), fmt.Sprintf(c.notice, ftlayer.PEList(again)))
+				}
+				set := slices.Sorted(slices.Values(slices.Concat(lost, again)))
+				require.Equal(t, slices.Compact(set), ft.Recoveries[1].Set)
+				return
+			}
+		})
+	}
+}

@@ -28,12 +28,7 @@ func TestPessimistFailuresOfSeveralPEsAtOnce(t *testing.T) {
 		cfg := chare.Config{PEs: c.pes, FT: "pessimist", Branching: 2}
 		for _, prog := range []string{"mix", "chain"} {
 			t.Run(fmt.Sprintf("%d PEs, %s", c.pes, prog), func(t *testing.T) {
-				run := func(cfg chare.Config) chare.Result {
-					if prog == "mix" {
-						return Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
-					}
-					return Run(chainMain, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
-				}
+				run := func(cfg chare.Config) chare.Result { return runMixOrChain(prog, cfg) }
 				free := run(cfg)
 				require.NoError(t, free.Err)
 				require.Positive(t, free.Stats.FT.Log.Events)
@@ -121,12 +116,7 @@ func TestPessimistFailureWhileOthersRecover(t *testing.T) {
 	for _, prog := range []string{"mix", "chain"} {
 		t.Run(prog, func(t *testing.T) {
 			cfg := chare.Config{PEs: 5, FT: "pessimist", Branching: 2}
-			run := func(cfg chare.Config) chare.Result {
-				if prog == "mix" {
-					return Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
-				}
-				return Run(chainMain, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
-			}
+			run := func(cfg chare.Config) chare.Result { return runMixOrChain(prog, cfg) }
 			free := run(cfg)
 			require.NoError(t, free.Err)
 			again, runs := 0, 0
@@ -156,4 +146,13 @@ func TestPessimistFailureWhileOthersRecover(t *testing.T) {
 			t.Logf("%d runs, %d with PEs restarted again", runs, again)
 		})
 	}
+}
+
+// runMixOrChain runs Mix or the order-sensitive chain program ("mix",
+// "chain"), 6 steps with a checkpoint every 3, interleaved by seed 9.
+func runMixOrChain(prog string, cfg chare.Config) chare.Result {
+	if prog == "mix" {
+		return Run(Mix, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
+	}
+	return Run(chainMain, MixArgs{Steps: 6, Ckpt: 3}, cfg, 9)
 }

@@ -546,6 +546,7 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	if s.failed.IsZero() {
 		s.failed = began
 	}
+	still := slices.Contains(s.recovering, k.PE) // it fails again as it recovers
 	revived := s.startRecovery(set, 1+len(also), began)
 	s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
 	s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
@@ -555,6 +556,8 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	case len(set) > len(team):
 		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s roll back with it (rollback set %s: they stopped logging to it, or to one of them, past the log limit) and recover (%s): the others replay their messages\n",
 			f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
+	case len(team) == 1 && still:
+		fmt.Fprintf(s.notices, "charmgo: %v; it was recovering still, and recovers alone again (%s): the others replay its messages\n", f, s.ft.Protocol)
 	case len(team) == 1:
 		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
 	case s.anySet:

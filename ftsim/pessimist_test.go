@@ -92,8 +92,8 @@ func TestFTVerifyCatchesAProgramThatIsNotDeterministic(t *testing.T) {
 }
 
 // Under pessimist, PEs failing while others recover recover together with
-// them: those not caught up yet restart again, every moment of both
-// programs (a PE, then another or the same a few events later, none
+// them: those not caught up yet restart again, every third moment of
+// both programs (a PE, then another or the same a few events later, none
 // holding the other's checkpoint copy). Each run ends with the
 // failure-free results; in some the second failure struck before the
 // first recovery had caught up.
@@ -109,10 +109,7 @@ func TestPessimistFailureWhileOthersRecover(t *testing.T) {
 	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
 	require.Equal(t, 3, res.Stats.FT.Failures)
 
-	stride := 2
-	if raceOn {
-		stride = 31
-	}
+	stride := sweepStride(3, 31) // (every event under FT_LONG)
 	for _, prog := range []string{"mix", "chain"} {
 		t.Run(prog, func(t *testing.T) {
 			cfg := chare.Config{PEs: 5, FT: "pessimist", Branching: 2}

@@ -123,6 +123,23 @@ func (e *ElementNames) First(name pe.MsgName) (int32, bool) {
 // Add records that PE first delivered the message named name (again:
 // first is replaced).
 func (e *ElementNames) Add(name pe.MsgName, first int32) {
+	if j, l, had := e.record(name, first); had {
+		l.seen[j].first = first
+	}
+}
+
+// Record records that PE first delivered the message named name, unless
+// the element had it: then it reports the PE that delivered it first.
+func (e *ElementNames) Record(name pe.MsgName, first int32) (int32, bool) {
+	if j, l, had := e.record(name, first); had {
+		return l.seen[j].first, true
+	}
+	return 0, false
+}
+
+// record finds name, or inserts it with first: where it is, in which
+// list, and whether it was there.
+func (e *ElementNames) record(name pe.MsgName, first int32) (int, *nameList, bool) {
 	source, k, num := sourceOf(name)
 	l := e.list(&source)
 	if l == nil {
@@ -130,12 +147,12 @@ func (e *ElementNames) Add(name pe.MsgName, first int32) {
 	}
 	j, found := l.find(k, num)
 	if found {
-		l.seen[j].first = first
-		return
+		return j, l, true
 	}
 	l.seen = slices.Insert(l.seen, j, seenName{k: k, num: num, first: first})
 	l.top = l.seen[len(l.seen)-1]
 	e.n++
+	return j, l, false
 }
 
 // All yields every name kept and the PE that delivered it first, source

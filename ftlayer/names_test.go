@@ -53,15 +53,26 @@ func TestElementNamesAnswerAsAMap(t *testing.T) {
 	}
 }
 
-// A long random run against a map: many sources, counts shuffled.
+// A long random run against a map: many sources, counts shuffled, names
+// recorded unless had (Record) and replaced (Add) in turn.
 func TestElementNamesRandomAgainstAMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	var got ElementNames
 	want := map[pe.MsgName]int32{}
 	for i := range 5000 {
 		n := elemKey(&pe.MsgName{Kind: pe.NameOrigin, Origin: pe.Origin{Coll: 1, Index: pe.Index{Dims: 1, C: [pe.MaxDims]int32{rng.Int32N(20)}}, K: rng.Uint64N(300)}, Num: rng.Uint64N(2)})
-		first, had := got.First(n)
 		wantFirst, wantHad := want[n]
+		if i%2 == 0 {
+			// Record: kept if had, recorded if not
+			first, had := got.Record(n, int32(i))
+			require.Equal(t, wantHad, had)
+			require.Equal(t, wantFirst, first)
+			if !wantHad {
+				want[n] = int32(i)
+			}
+			continue
+		}
+		first, had := got.First(n)
 		require.Equal(t, wantHad, had)
 		require.Equal(t, wantFirst, first)
 		got.Add(n, int32(i))

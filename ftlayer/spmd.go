@@ -566,13 +566,15 @@ func (s *SPMD) DeliverTo(names *ElementNames, h *pe.FTHeader) bool {
 		names.Add(key, s.me)
 		return true
 	}
-	owner, had := names.First(key)
-	if !had && s.madeByGone(h.Name) {
-		// one a PE kept (a section's or a location's buffer) past its
-		// maker's rollback: the re-execution sends it again
-		s.stats.Dropped++
-		return false
+	if s.madeByGone(h.Name) {
+		if _, had := names.First(key); !had {
+			// one a PE kept (a section's or a location's buffer) past
+			// its maker's rollback: the re-execution sends it again
+			s.stats.Dropped++
+			return false
+		}
 	}
+	owner, had := names.Record(key, s.me)
 	if had {
 		s.stats.Dropped++
 		g, ok := s.got.get(&key)
@@ -591,7 +593,6 @@ func (s *SPMD) DeliverTo(names *ElementNames, h *pe.FTHeader) bool {
 		}
 		return false
 	}
-	names.Add(key, s.me)
 	s.got.put(&key, gotName{from: first, phase: h.SSN, inc: makerInc(h), elem: true, leftTo: -1})
 	return true
 }

@@ -261,8 +261,7 @@ func (p *Processes) ProcessLost(r int) bool {
 		// under spmd a process that is whole teams recovers together
 		// with those recovering, which restart again (combines says
 		// when it may)
-		combine := len(s.recovering) > 0 && !s.rolling && p.pending == nil && len(p.lost) == 1 && len(p.joined) == 0 &&
-			(s.anySet || s.wholeTeams(p.pesOf(r))) && s.combines(p.pesOf(r))
+		combine := p.pending == nil && len(p.lost) == 1 && len(p.joined) == 0 && s.joinsRecovering(p.pesOf(r))
 		if !combine && ((len(p.lost) > 1 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil) {
 			p.overlapped = true
 			p.pending = nil // a recovery under a log limit still gathering: every PE rolls back instead
@@ -310,7 +309,7 @@ func (p *Processes) Rejoined(r int) {
 	// set: the PEs that restart, dead and (spmd) those recovering still
 	// from an earlier loss, which restart again with them (again), if
 	// the lost processes are whole teams
-	set, joins := dead, len(s.recovering) > 0 && (s.anySet || s.wholeTeams(dead)) && s.combines(dead)
+	set, joins := dead, s.joinsRecovering(dead)
 	var again []int32
 	if joins {
 		for _, y := range s.recovering {

@@ -404,9 +404,7 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		return
 	}
 	if s.local && !s.window {
-		if len(s.recovering) > 0 && !s.rolling && s.combines(s.teams.Members(int32(s.kills[now[0]].PE))) {
-			// (spmd: those recovering restart again with its team)
-		} else if len(s.recovering) > 0 || s.rolling {
+		if s.rolling || len(s.recovering) > 0 && !s.joinsRecovering(s.teams.Members(int32(s.kills[now[0]].PE))) {
 			s.waiting = append(s.waiting, now...)
 			s.mu.Unlock()
 			return
@@ -460,27 +458,17 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	// are part of that failure, the others wait for it
 	k := s.kills[now[0]]
 	team := slices.Clone(s.teams.Members(int32(k.PE))) // (appended to below)
-	var again []int32                                  // PEs recovering still, which restart again with it
 	if s.anySet {
-		// every PE failing now, and every PE recovering still: they
-		// recover together
+		// every PE failing now: they recover together
 		for _, i := range now[1:] {
 			if p := int32(s.kills[i].PE); !slices.Contains(team, p) {
 				team = append(team, p)
 			}
 		}
-		for _, r := range s.recovering {
-			if p := int32(r); !slices.Contains(team, p) {
-				team, again = append(team, p), append(again, p)
-			}
-		}
-		slices.Sort(team)
-		slices.Sort(again)
 	}
 	joint := false
 	if s.jointTeams {
-		// every team failing now, and every team recovering still: they
-		// recover together
+		// every team failing now: they recover together
 		for _, i := range now[1:] {
 			for _, p := range s.teams.Members(int32(s.kills[i].PE)) {
 				if !slices.Contains(team, p) {
@@ -488,14 +476,17 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 				}
 			}
 		}
+	}
+	if s.anySet || s.jointTeams {
+		// and the PEs recovering still (joinsRecovering): they restart
+		// again with them (startRecovery counts them in Again)
 		for _, r := range s.recovering {
 			if p := int32(r); !slices.Contains(team, p) {
-				team, joint, again = append(team, p), true, append(again, p)
+				team, joint = append(team, p), s.jointTeams
 			}
 		}
-		slices.Sort(team)
-		slices.Sort(again)
 	}
+	slices.Sort(team)
 	if (s.anySet || joint) && len(team) > 1 {
 		// a PE and the holder of its checkpoint's copy, at once: its
 		// snapshot is gone with both, and every PE rolls back (to the
@@ -546,24 +537,23 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	if s.failed.IsZero() {
 		s.failed = began
 	}
-	still := slices.Contains(s.recovering, k.PE) // it fails again as it recovers
 	revived := s.startRecovery(set, 1+len(also), began)
-	s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
-	s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
+	rc := &s.ft.Recoveries[len(s.ft.Recoveries)-1]
+	rc.Chain, rc.Off = chain, off
 	recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
 	f := &PEFailure{PE: k.PE, Kill: k, Also: also}
 	switch {
 	case len(set) > len(team):
 		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s roll back with it (rollback set %s: they stopped logging to it, or to one of them, past the log limit) and recover (%s): the others replay their messages\n",
 			f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
-	case len(team) == 1 && still:
+	case len(team) == 1 && len(rc.Again) > 0:
 		fmt.Fprintf(s.notices, "charmgo: %v; it was recovering still, and recovers alone again (%s): the others replay its messages\n", f, s.ft.Protocol)
 	case len(team) == 1:
 		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
+	case len(rc.Again) > 0:
+		fmt.Fprintf(s.notices, "charmgo: %v; with PEs %s, which were recovering still and restart again, PEs %s recover together (%s): the others replay their messages\n", f, ftlayer.PEList(rc.Again), ftlayer.PEList(team), s.ft.Protocol)
 	case s.anySet:
 		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s recover together, each alone (%s): the others replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
-	case len(again) > 0:
-		fmt.Fprintf(s.notices, "charmgo: %v; its team and PEs %s, which were recovering still, roll back and recover together, PEs %s (%s): the other teams replay their messages\n", f, ftlayer.PEList(again), ftlayer.PEList(team), s.ft.Protocol)
 	case joint:
 		fmt.Fprintf(s.notices, "charmgo: %v; its team and the others failing with it, PEs %s, roll back and recover together (%s): the other teams replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	default:
@@ -625,7 +615,7 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 // startRecovery counts failures that fail pes (a PE, or a team), struck
 // at began, and gives each its next incarnation (s.mu held). Under spmd
 // pes may include PEs recovering still, which restart again with them
-// (combines).
+// (joinsRecovering).
 func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) []manager.Incarnation {
 	var again []int32
 	for _, p := range pes {
@@ -652,18 +642,19 @@ func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) [
 	return revived
 }
 
-// combines reports whether team, failing while other PEs recover, may
-// recover together with them (s.mu held): under spmd, whose teams
-// failing at once recover together, and pessimist, whose PEs failing at
-// once do, those recovering restart again with it, as one set, provided
-// no PE of the set has the copy of its checkpoint held inside it (each
-// comes back empty and takes its snapshot from its holder). Otherwise it
-// waits for them (one process) or every PE rolls back (a lost process).
-func (s *Supervisor) combines(team []int32) bool {
-	if !s.jointTeams && !s.anySet || len(team) == 0 || len(s.recovering) == 0 {
+// joinsRecovering reports whether pes, failing while other PEs recover,
+// recover together with them (s.mu held): under spmd (pes whole teams),
+// whose teams failing at once recover together, and pessimist, whose PEs
+// failing at once do, those recovering restart again with pes, as one
+// set, provided no PE of the set has the copy of its checkpoint held
+// inside it (each comes back empty and takes its snapshot from its
+// holder). Otherwise pes wait for them (one process) or every PE rolls
+// back (a lost process).
+func (s *Supervisor) joinsRecovering(pes []int32) bool {
+	if len(pes) == 0 || len(s.recovering) == 0 || s.rolling || !s.anySet && !(s.jointTeams && s.wholeTeams(pes)) {
 		return false
 	}
-	set := slices.Clone(team)
+	set := slices.Clone(pes)
 	for _, r := range s.recovering {
 		if !slices.Contains(set, int32(r)) {
 			set = append(set, int32(r))

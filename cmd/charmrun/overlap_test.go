@@ -20,7 +20,9 @@ import (
 // restart again with the second's. The job ends bitwise as without
 // failures. The second loss may come too late (the first caught up
 // meanwhile: two recoveries in turn, also bitwise); each case runs until
-// it came in time, three times at most.
+// it came in time, five times at most. Under pessimist the first's PEs
+// catch up fast, each alone: the second loss comes as soon as the first's
+// recovery is decided, before they restored (they restart again empty).
 func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
@@ -28,16 +30,17 @@ func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		ft     string
+		when   string // the notice after which the second process is lost
 		second int
 		// again: the PEs that may restart again (under pessimist, those
 		// of them not caught up yet); notice's %s: the ones that did
 		again  []int32
 		notice string
 	}{
-		{"spmd, another process", "spmd", 3, []int32{2, 3},
+		{"spmd, another process", "spmd", "PE 2 restored checkpoint", 3, []int32{2, 3},
 			"charmgo: process 3 (PEs 6..7) was lost; its replacement's PEs and PEs %s, which were recovering still and restart again, recover together from the last checkpoint (spmd): the others replay its messages"},
-		{"spmd, the replacement", "spmd", 1, []int32{2, 3}, ""},
-		{"pessimist, another process", "pessimist", 3, []int32{2, 3},
+		{"spmd, the replacement", "spmd", "PE 2 restored checkpoint", 1, []int32{2, 3}, ""},
+		{"pessimist, another process", "pessimist", "its replacement's PEs recover together, each alone", 3, []int32{2, 3},
 			"charmgo: process 3 (PEs 6..7) was lost; its replacement's PEs and PEs %s, which were recovering still and restart again, recover together, each alone (pessimist): the others replay its messages"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -46,7 +49,7 @@ func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 				js := filepath.Join(t.TempDir(), "summary.json")
 				j := startJob(t, cr, leanmd, []string{"++n", "4", "++ppn", "2", "--ft", c.ft, "--watchdog", "20s", "--summary-json", js}, params, "Step 15 Benchmark")
 				j.signal(t, 1, syscall.SIGKILL)
-				j.err.waitFor(t, "PE 2 restored checkpoint", 20*time.Second)
+				j.err.waitFor(t, c.when, 20*time.Second)
 				j.findKids(t) // process 1's replacement
 				j.signal(t, c.second, syscall.SIGKILL)
 				require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
@@ -56,7 +59,7 @@ func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 				again := ft.Recoveries[1].Again
 				if again == nil {
 					t.Logf("try %d: the second loss came after the first recovery:\n%s", try, j.err.String())
-					require.Less(t, try, 3, "the second loss never came during the first recovery")
+					require.Less(t, try, 5, "the second loss never came during the first recovery")
 					continue
 				}
 				require.Subset(t, c.again, again)

@@ -93,6 +93,10 @@ func (h *host) LocalRestored(m *manager.Manager, epoch uint64) {
 	h.run.sup.LocalRestored(m.Me(), epoch)
 }
 
+func (h *host) LocalSupplied(m *manager.Manager, by []int32) {
+	h.run.sup.LocalSupplied(m.Me(), m.Incarnation(), by)
+}
+
 func (h *host) LocalRecovered(m *manager.Manager) {
 	h.run.sup.LocalRecovered(m.Me(), m.Incarnation(), m.FT().Stats())
 }

@@ -254,6 +254,10 @@ type SummaryRecovery struct {
 	// Again (spmd): the PEs still recovering from an earlier failure
 	// when this one struck, which restarted again with it
 	Again []int32 `json:"restarted_again,omitempty"`
+	// QueuedMs: how long the failed PEs stayed down, the failure queued
+	// behind a recovery under way, before their own recovery began
+	// (counted in RecoveryMs)
+	QueuedMs float64 `json:"queued_ms,omitempty"`
 }
 
 // SummaryCaughtUp says when a restarted PE caught up, after the failure.
@@ -422,7 +426,7 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 	}
 	for _, rc := range ft.Recoveries {
 		sr := SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery), Set: rc.Set, Chain: rc.Chain,
-			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors, Orphans: rc.Orphans, Again: rc.Again}
+			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors, Orphans: rc.Orphans, Again: rc.Again, QueuedMs: ms(rc.Queued)}
 		for _, c := range rc.CaughtUp {
 			sr.CaughtUp = append(sr.CaughtUp, SummaryCaughtUp{PE: c.PE, Ms: ms(c.After)})
 		}
@@ -579,6 +583,9 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 				}
 				if len(rc.Again) > 0 {
 					set += fmt.Sprintf(" (%s recovering still, again)", ftlayer.PEList(rc.Again))
+				}
+				if rc.QueuedMs > 0 {
+					set += fmt.Sprintf(" (down %.1f ms, queued behind the recovery before)", rc.QueuedMs)
 				}
 			}
 			replay := ""

@@ -220,6 +220,11 @@ type Causal struct {
 	detsFrom     []bool
 	detsIn       int
 	replayedIn   int // peers whose replay is complete
+	replayedFrom []bool
+	// suppliedBy: the peers that sent this PE, recovering, everything its
+	// recovery needs from them (determinants and replay), since the last
+	// TakeSupplied
+	suppliedBy   []int32
 	lastRecorded uint64
 	byRound      map[[2]uint64][]recordedAt // recorded receptions of partials, by group and number (placeResult)
 	held         []*Message                 // messages waiting for their turn
@@ -340,7 +345,7 @@ func restartCausal(s *Causal, ck Counters, inc uint32) *Causal {
 	s.incMap[s.me] = inc
 	s.recovering = s.n > 1
 	s.recorded = map[msgKey]uint64{}
-	s.detsFrom = make([]bool, s.n)
+	s.detsFrom, s.replayedFrom = make([]bool, s.n), make([]bool, s.n)
 	s.lastRecorded = ck.RSN
 	s.stats.RolledBack = 1
 	s.collectFrom, s.replayFrom = s.outside(), s.outside()
@@ -356,6 +361,26 @@ func (s *Causal) Snapshot() Counters {
 
 // Recovering reports whether this PE is still replaying.
 func (s *Causal) Recovering() bool { return s.recovering }
+
+// TakeSupplied returns the peers that, since the last call, sent this PE,
+// recovering, everything its recovery needs from them: their
+// determinants (with the results they keep for it) and their replay.
+// A PE rolled back without failing, under a log limit, names none: it
+// waits besides for a PE outside the rollback to store its order
+// (endRecovery).
+func (s *Causal) TakeSupplied() []int32 {
+	out := s.suppliedBy
+	s.suppliedBy = nil
+	return out
+}
+
+// peerSupplied notes that peer y's determinants or replay came, and
+// names y in TakeSupplied once both did.
+func (s *Causal) peerSupplied(y int32) {
+	if (s.rb == nil || !s.rb.keeps) && s.detsFrom[y] && s.replayedFrom[y] {
+		s.suppliedBy = append(s.suppliedBy, y)
+	}
+}
 
 func (s *Causal) collecting() bool { return s.recovering && s.detsIn < s.collectFrom }
 
@@ -654,13 +679,16 @@ func (s *Causal) Receive(p *Packet) ([]Action, error) {
 		}
 		s.detsFrom[p.From] = true
 		s.detsIn++
+		s.peerSupplied(p.From)
 		if !s.collecting() {
 			s.sortHeld()
 			out = s.endRecovery(out)
 		}
 		return out, nil
 	case PktReplayed:
-		if s.recovering {
+		if s.recovering && !s.replayedFrom[p.From] {
+			s.replayedFrom[p.From] = true
+			s.peerSupplied(p.From)
 			s.replayedIn++
 			s.stats.ReplaysFrom++
 			s.stats.ReplayedIn += p.Replayed

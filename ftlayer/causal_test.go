@@ -61,6 +61,29 @@ func TestReplayFollowsTheRecordedOrder(t *testing.T) {
 	require.Equal(t, uint64(3), hk.Stats().ReplayedIn)
 }
 
+// A restarted PE names each peer once that peer sent it both its
+// determinants and its replay, in the order they completed, and never
+// twice: a loss of that peer may then wait for its recovery.
+func TestRecoveryNamesThePeersThatSuppliedIt(t *testing.T) {
+	hk := newHopNet(t, 4, 4, "camel").hooks[0]
+	var s Supplied = hk
+	hk.Restart(&Counters{IncMap: make([]uint32, 4)}, 1, nil, Rollback{})
+	require.Empty(t, s.TakeSupplied())
+	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 2, To: 0}))
+	require.Empty(t, s.TakeSupplied(), "PE 2's determinants are not in")
+	require.NoError(t, hk.Packet(&Packet{Kind: PktRecovery, From: 1, To: 0}))
+	require.Empty(t, s.TakeSupplied(), "PE 1's replay is not in")
+	require.NoError(t, hk.Packet(&Packet{Kind: PktRecovery, From: 2, To: 0}))
+	require.NoError(t, hk.Packet(&Packet{Kind: PktRecovery, From: 3, To: 0}))
+	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 1, To: 0}))
+	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 1, To: 0}))
+	require.Equal(t, []int32{2, 1}, s.TakeSupplied(), "a second end of PE 1's replay names it no more")
+	require.True(t, hk.Recovering(), "PE 3's replay is not in")
+	require.NoError(t, hk.Packet(&Packet{Kind: PktReplayed, From: 3, To: 0}))
+	require.Equal(t, []int32{3}, s.TakeSupplied())
+	require.False(t, hk.Recovering())
+}
+
 func TestSecondFailureDuringRecoveryIsReported(t *testing.T) {
 	hk := newHopNet(t, 3, 4, "scmel").hooks[0]
 	require.NoError(t, hk.PeerFailed(1, 1, nil))

@@ -121,6 +121,17 @@ type Hook interface {
 	Witness() int
 }
 
+// Supplied is implemented by a hook whose recovery can tell which PEs
+// sent it everything it needs from them (their determinants, the
+// messages they logged for it). A PE lost once every PE recovering has
+// its part need not be recovered with them: the runtime may keep it down
+// and recover it once they caught up (see recovery.Supervisor).
+type Supplied interface {
+	// TakeSupplied returns the PEs that, since the last call, sent this
+	// PE, recovering, everything its recovery needs from them.
+	TakeSupplied() []int32
+}
+
 // OriginUser is implemented by a hook that names application messages by
 // their origin (pe.Origin) instead of by their place in their sender PE's
 // sequence. The runtime counts each element's messages only when the hook
@@ -377,6 +388,9 @@ func (h *CausalHook) Restart(ck *Counters, inc uint32, complete func(g, num uint
 func (h *CausalHook) Keep() *Kept { return h.s.Keep() }
 
 func (h *CausalHook) Recovering() bool { return h.s.Recovering() }
+
+// TakeSupplied implements Supplied.
+func (h *CausalHook) TakeSupplied() []int32 { return h.s.TakeSupplied() }
 
 func (h *CausalHook) PeerFailed(y int, inc uint32, with []int32) error {
 	acts, err := h.s.PeerFailed(int32(y), inc, with)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/recovery"
 	"github.com/stretchr/testify/require"
 )
 
@@ -113,36 +114,45 @@ func TestPessimistFailureWhileOthersRecover(t *testing.T) {
 	for _, prog := range []string{"mix", "chain"} {
 		t.Run(prog, func(t *testing.T) {
 			cfg := chare.Config{PEs: 5, FT: "pessimist", Branching: 2}
-			run := func(cfg chare.Config) chare.Result { return runMixOrChain(prog, cfg) }
-			free := run(cfg)
-			require.NoError(t, free.Err)
-			again, runs := 0, 0
-			for e := 1; e <= free.Stats.Events; e += stride {
-				for _, k := range []teamKills{{0, 2, 3}, {1, 3, 8}, {4, 1, 20}, {2, 2, 6}} {
-					c := cfg
-					c.Kills = []chare.Kill{{PE: k.first, Step: -1, Event: e}, {PE: k.second, Step: -1, Event: e + k.after}}
-					res := run(c)
-					if Unfired(res) {
-						continue
-					}
-					runs++
-					require.NoError(t, res.Err, "kills %v", c.Kills)
-					if prog == "mix" {
-						require.Equal(t, mixLogs(t, free), mixLogs(t, res), "kills %v", c.Kills)
-					} else {
-						require.NoError(t, checkChain(chainLogsOf(t, res), 6), "kills %v", c.Kills)
-					}
-					for _, r := range res.Stats.FT.Recoveries {
-						if len(r.Again) > 0 {
-							again++
-						}
-					}
-				}
-			}
+			runs, again := sweepPairs(t, prog, cfg, []teamKills{{0, 2, 3}, {1, 3, 8}, {4, 1, 20}, {2, 2, 6}}, stride,
+				func(r recovery.RecoveryStats) bool { return len(r.Again) > 0 })
 			require.Positive(t, again, "PEs restarted again with another's failure")
 			t.Logf("%d runs, %d with PEs restarted again", runs, again)
 		})
 	}
+}
+
+// sweepPairs runs prog (runMixOrChain) under cfg with each pair of kills
+// at every stride-th event of its failure-free run, checks each run's
+// result against the failure-free one (mix) or the chain's invariants
+// (chain), and counts the runs and the recoveries counts picks.
+func sweepPairs(t *testing.T, prog string, cfg chare.Config, kills []teamKills, stride int, counts func(recovery.RecoveryStats) bool) (runs, counted int) {
+	t.Helper()
+	free := runMixOrChain(prog, cfg)
+	require.NoError(t, free.Err)
+	for e := 1; e <= free.Stats.Events; e += stride {
+		for _, k := range kills {
+			c := cfg
+			c.Kills = []chare.Kill{{PE: k.first, Step: -1, Event: e}, {PE: k.second, Step: -1, Event: e + k.after}}
+			res := runMixOrChain(prog, c)
+			if Unfired(res) {
+				continue
+			}
+			runs++
+			require.NoError(t, res.Err, "kills %v", c.Kills)
+			if prog == "mix" {
+				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "kills %v", c.Kills)
+			} else {
+				require.NoError(t, checkChain(chainLogsOf(t, res), 6), "kills %v", c.Kills)
+			}
+			for _, r := range res.Stats.FT.Recoveries {
+				if counts(r) {
+					counted++
+				}
+			}
+		}
+	}
+	return runs, counted
 }
 
 // runMixOrChain runs Mix or the order-sensitive chain program ("mix",

@@ -72,7 +72,10 @@ type Host interface {
 	// LocalRestored runs on a failed PE's new incarnation when it restored
 	// checkpoint epoch (0: the start of the run) to recover alone.
 	LocalRestored(m *Manager, epoch uint64)
-	// LocalRecovered runs on it once it caught up with the others.
+	// LocalSupplied runs on it, under a hook that tells (ftlayer.Supplied),
+	// once the PEs by sent it everything its recovery needs from them;
+	// LocalRecovered, once it caught up with the others.
+	LocalSupplied(m *Manager, by []int32)
 	LocalRecovered(m *Manager)
 	// Unpack rebuilds e.Obj on its new PE and runs its arrival hook.
 	Unpack(m *Manager, e *Element, state []byte) error
@@ -418,6 +421,9 @@ func (m *Manager) Panicked(p *pe.PE, env *pe.Envelope, r any, stack []byte) {
 
 // handleReleased handles the envelopes the hook releases, one at a time.
 func (m *Manager) handleReleased() {
+	if m.rec.recovering {
+		m.checkSupplied()
+	}
 	if m.ftOn && m.ft.Next(&m.released) {
 		for ok := true; ok; ok = m.ft.Next(&m.released) {
 			if m.opt.FTVerify {

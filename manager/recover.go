@@ -382,6 +382,18 @@ func (m *Manager) completeUpTo(g, num uint64) {
 	}
 }
 
+// checkSupplied tells the host which PEs sent this one, recovering,
+// everything its recovery needs from them since the last call (a hook
+// that tells: ftlayer.Supplied). It runs before the hook's held messages
+// are handled: a loss during their re-execution may then wait for it.
+func (m *Manager) checkSupplied() {
+	if sp, ok := m.ft.(ftlayer.Supplied); ok {
+		if by := sp.TakeSupplied(); len(by) > 0 {
+			m.host.LocalSupplied(m, by)
+		}
+	}
+}
+
 // checkRecovered ends this PE's recovery once its hook is done.
 func (m *Manager) checkRecovered() {
 	if !m.rec.recovering || m.ft.Recovering() {

@@ -23,9 +23,13 @@ import (
 // PE does in one process, and under team a process that is one team;
 // under pessimist the PEs of the processes lost before any replacement
 // joined recover together, each alone (their events come back from the
-// ReplicatedEventLog). Otherwise (none, several PEs lost at once under
-// the others, a checkpoint's two copies lost, a loss while another
-// recovers) every PE rolls back to the last coordinated checkpoint.
+// ReplicatedEventLog). A loss while another recovers is queued under
+// scmel, camel and team (Supervisor.queues: the lost PEs stay down until
+// the recovery under way caught up) and combined under spmd and
+// pessimist (Supervisor.joinsRecovering), where they can. Otherwise
+// (none, several PEs lost at once under the others, a checkpoint's two
+// copies lost, a loss while another recovers that is neither) every PE
+// rolls back to the last coordinated checkpoint.
 type Processes struct {
 	sup  *Supervisor
 	job  *cluster.Job
@@ -67,6 +71,10 @@ type Processes struct {
 	// steers is a global rollback, which needs none of that.
 	informed bool
 	steward  int // the steward as this process last knew it
+	// deferred: the replacement of a lost process queued behind a
+	// recovery (Supervisor.queues) joined before that caught up; the
+	// steward decides its recovery then (drainQueued)
+	deferred bool
 }
 
 // ForJob makes s recover node's job from lost processes.
@@ -76,10 +84,11 @@ func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *
 	s.mu.Lock()
 	s.elsewhere = p.forward
 	if job.Rank() != 0 {
-		s.onRecovered, s.onRestored = p.recovered, p.restored
+		s.onRecovered, s.onRestored, s.onSupplied = p.recovered, p.restored, p.supplied
 	} else if s.logLimit {
 		s.onCaughtUp = p.thawAll
 	}
+	s.onDrained = p.drainQueued
 	s.sampleOff = true // a process knows its own PEs' channels only
 	s.mu.Unlock()
 	return p
@@ -89,6 +98,14 @@ func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *
 // next recoveries and checkpoints, so it must know.
 func (p *Processes) recovered(me int, c recoveryCounts) {
 	b, _ := msgpack.Marshal(&report{Recovered: int32(me), Counts: c})
+	p.job.Report(b)
+}
+
+// supplied: the PEs by sent PE me, of this process, incarnation inc,
+// what its recovery needs from them; the steward may then queue their
+// loss.
+func (p *Processes) supplied(me int, inc uint32, by []int32) {
+	b, _ := msgpack.Marshal(&report{Recovered: reportSupplied, Supplied: int32(me), By: by, Counts: recoveryCounts{Inc: inc}})
 	p.job.Report(b)
 }
 
@@ -123,9 +140,12 @@ func (p *Processes) restored(epoch uint64) {
 // -2), its PEs' channels not logged (Rows, by PE) or that it renewed its
 // PEs of the rollback set (Renewed); PE 0's process, when the steward is
 // another, that a global rollback chose checkpoint Restored (From; -3)
-// or that the program resumed (-4).
+// or that the program resumed (-4); that the PEs By sent PE Supplied,
+// incarnation Counts.Inc, what its recovery needs from them (-5).
 type report struct {
 	Recovered int32             `msgpack:"r"`
+	Supplied  int32             `msgpack:"su,omitempty"`
+	By        []int32           `msgpack:"by,omitempty"`
 	Counts    recoveryCounts    `msgpack:"c,omitempty"`
 	Restored  uint64            `msgpack:"e,omitempty"`
 	Rows      map[int32][]int32 `msgpack:"o,omitempty"`
@@ -141,6 +161,7 @@ const (
 	reportLimit       = -2
 	reportRollingBack = -3
 	reportResumed     = -4
+	reportSupplied    = -5
 )
 
 // Report implements cluster.Recovery (on the steward).
@@ -159,6 +180,9 @@ func (p *Processes) Report(from int, data []byte) {
 		return
 	case r.Recovered == reportResumed:
 		p.sup.Restored()
+		return
+	case r.Recovered == reportSupplied:
+		p.sup.suppliedBy(int(r.Supplied), r.Counts.Inc, r.By, false)
 		return
 	case r.Recovered < 0:
 		p.sup.mu.Lock()
@@ -261,12 +285,23 @@ func (p *Processes) ProcessLost(r int) bool {
 		// under spmd a process that is whole teams recovers together
 		// with those recovering, which restart again (combines says
 		// when it may)
-		combine := p.pending == nil && len(p.lost) == 1 && len(p.joined) == 0 && s.joinsRecovering(p.pesOf(r))
-		if !combine && ((len(p.lost) > 1 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil) {
+		alone := p.pending == nil && len(p.lost) == 1 && len(p.joined) == 0
+		combine := alone && s.joinsRecovering(p.pesOf(r))
+		// under the others, a process that is one team (or one PE) the
+		// recovery under way needs nothing of stays down until it caught
+		// up, and recovers then (queues)
+		queue := !combine && alone && p.informed && !p.overlapped && s.oneTeam(p.pesOf(r)) && s.queues(p.pesOf(r))
+		switch {
+		case queue:
+			s.down, s.downSince = p.pesOf(r), time.Now()
+			fmt.Fprintf(s.notices, "charmgo: %s; %s: its replacement recovers it once they caught up\n", describe(r, p.pesOf(r)), s.holdWhatTheyNeed())
+		case !combine && ((len(p.lost) > 1 || len(p.joined) > 0) && !atOnce || len(s.recovering) > 0 || s.rolling || p.pending != nil):
 			p.overlapped = true
 			p.pending = nil // a recovery under a log limit still gathering: every PE rolls back instead
+			fallthrough
+		default:
+			fmt.Fprintf(s.notices, "charmgo: %s; waiting for its replacement\n", describe(r, p.pesOf(r)))
 		}
-		fmt.Fprintf(s.notices, "charmgo: %s; waiting for its replacement\n", describe(r, p.pesOf(r)))
 	}
 	return true
 }
@@ -285,6 +320,39 @@ func (p *Processes) Rejoined(r int) {
 		s.mu.Unlock()
 		return // another lost process's replacement has not joined yet
 	}
+	if len(s.down) > 0 && len(s.recovering) > 0 && !p.overlapped {
+		// a loss queued behind the recovery under way (ProcessLost):
+		// decided once that caught up (drainQueued)
+		p.deferred = true
+		s.mu.Unlock()
+		return
+	}
+	p.decide()
+}
+
+// drainQueued: the recovery a lost process was queued behind caught up
+// (on the steward): its recovery is decided now, if its replacement
+// joined.
+func (p *Processes) drainQueued() {
+	s := p.sup
+	s.mu.Lock()
+	if !p.deferred || len(s.recovering) > 0 || len(p.lost) > 0 || !p.steers() {
+		s.mu.Unlock()
+		return
+	}
+	p.decide()
+}
+
+// decide decides how the processes lost and rejoined (p.joined) recover
+// and tells every process (the steward, s.mu held; it releases it).
+func (p *Processes) decide() {
+	s := p.sup
+	p.deferred = false
+	var queued time.Time // (zero: not queued)
+	if len(s.down) > 0 {
+		queued = s.downSince
+	}
+	s.down = nil
 	procs, overlapped := p.joined, p.overlapped
 	p.joined, p.overlapped = nil, false
 	slices.Sort(procs)
@@ -349,6 +417,9 @@ func (p *Processes) Rejoined(r int) {
 		}
 		for _, r := range s.startRecovery(set, len(procs), began) {
 			st.Incs = append(st.Incs, r.Inc)
+		}
+		if !queued.IsZero() {
+			s.ft.Recoveries[len(s.ft.Recoveries)-1].Queued = time.Since(queued)
 		}
 		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
 		what := describe(procs[0], p.pesOf(procs[0]))
@@ -423,7 +494,7 @@ func (p *Processes) Rejoined(r int) {
 	s.mu.Unlock()
 	b, err := msgpack.Marshal(&st)
 	if err != nil {
-		p.node.Fail(fmt.Errorf("recovery of process %d: %w", r, err))
+		p.node.Fail(fmt.Errorf("recovery of process %d: %w", procs[0], err))
 		return
 	}
 	p.job.Broadcast(b)

@@ -89,6 +89,10 @@ type RecoveryStats struct {
 	// when this one struck, which restarted again with it (the earlier
 	// recovery's Recovery is the time until then)
 	Again []int32
+	// Queued: how long the failed PEs stayed down, the failure queued
+	// behind a recovery under way, before their own recovery began
+	// (counted in Recovery too)
+	Queued time.Duration
 	// began: when the failure it recovers from struck
 	began time.Time
 }
@@ -154,6 +158,13 @@ type Supervisor struct {
 	recovering []int           // the PEs recovering (one team, or teams together), until each caught up
 	waiting    []int           // failures put off until they caught up
 	recovered  []int32         // PEs that recovered alone
+	// supplied: for each PE recovering, the PEs that sent it everything
+	// its recovery needs from them (LocalSupplied); down: a failure
+	// queued behind their recovery (queues), its PEs failed since
+	// downSince, which recovers once they caught up
+	supplied  map[int32][]int32
+	down      []int32
+	downSince time.Time
 	// restoredNoted: Restored has the checkpoint the recovering PEs went
 	// back to (each of a team's restores it)
 	restoredNoted bool
@@ -180,10 +191,15 @@ type Supervisor struct {
 	// lostWhat describes a lost process being rolled back for (several
 	// processes: Processes).
 	lostWhat string
-	// onRestored and onRecovered tell process 0 that a PE of this one
-	// restored a checkpoint and caught up.
+	// onRestored, onSupplied and onRecovered tell process 0 that a PE of
+	// this one restored a checkpoint, holds what its recovery needs from
+	// the others, and caught up.
 	onRestored  func(epoch uint64)
+	onSupplied  func(me int, inc uint32, by []int32)
 	onRecovered func(me int, c recoveryCounts)
+	// onDrained, on the steward of several processes: the recovery a lost
+	// process was queued behind caught up (Processes.drainQueued)
+	onDrained func()
 	// elsewhere hands RollingBack (epoch, from) or Restored (resumed) to
 	// the process that steers the job's recoveries, when that is not this
 	// one (Processes.forward), and reports whether it did
@@ -376,7 +392,9 @@ func (s *Supervisor) fireWhere(due func(Kill) bool) {
 // puts the checkpoint off until the PE caught up, and only that PE rolls
 // back. One PE recovers at a time: a failure due while one does (or while
 // every PE rolls back) is put off until it caught up (the program
-// resumed).
+// resumed). Put off, it strikes as soon as the PEs recovering have from
+// its PEs everything their recovery needs (queues): its PEs stay down
+// until they caught up, as a lost process's do.
 func (s *Supervisor) fire(node *pe.Node, due []int) {
 	s.mu.Lock()
 	if s.node != node {
@@ -404,7 +422,12 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 		return
 	}
 	if s.local && !s.window {
-		if s.rolling || len(s.recovering) > 0 && !s.joinsRecovering(s.teams.Members(int32(s.kills[now[0]].PE))) {
+		if team := s.teams.Members(int32(s.kills[now[0]].PE)); s.rolling || len(s.recovering) > 0 && !s.joinsRecovering(team) {
+			if len(s.waiting) == 0 && s.queues(team) && !slices.ContainsFunc(now, func(i int) bool { return !slices.Contains(team, int32(s.kills[i].PE)) }) {
+				// (the first failure waiting: the kills waiting fire in
+				// order once the recovery caught up, and it comes first)
+				s.goDown(node, team, now[0])
+			}
 			s.waiting = append(s.waiting, now...)
 			s.mu.Unlock()
 			return
@@ -527,19 +550,26 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		}
 	}
 	for _, p := range set {
-		if !node.FailPE(int(p)) {
+		if !slices.Contains(s.down, p) && !node.FailPE(int(p)) {
 			s.mu.Unlock()
 			return true // the run is ending
 		}
 	}
 	s.fired[now[0]] = true
 	began := time.Now()
+	queued := slices.Contains(s.down, int32(k.PE)) // (down is the first failure waiting's team)
+	if queued {
+		began = s.downSince // (the failure struck then)
+	}
 	if s.failed.IsZero() {
 		s.failed = began
 	}
 	revived := s.startRecovery(set, 1+len(also), began)
 	rc := &s.ft.Recoveries[len(s.ft.Recoveries)-1]
 	rc.Chain, rc.Off = chain, off
+	if queued {
+		rc.Queued, s.down = time.Since(s.downSince), nil
+	}
 	recovered, rolledBack := slices.Clone(s.recovered), s.rolledBack
 	f := &PEFailure{PE: k.PE, Kill: k, Also: also}
 	switch {
@@ -548,6 +578,8 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 			f, ftlayer.PEList(without(set, team)), ftlayer.PEList(set), s.ft.Protocol)
 	case len(team) == 1 && len(rc.Again) > 0:
 		fmt.Fprintf(s.notices, "charmgo: %v; it was recovering still, and recovers alone again (%s): the others replay its messages\n", f, s.ft.Protocol)
+	case len(team) == 1 && queued:
+		fmt.Fprintf(s.notices, "charmgo: %v; down since, it recovers alone now (%s): the others replay its messages\n", f, s.ft.Protocol)
 	case len(team) == 1:
 		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
 	case len(rc.Again) > 0:
@@ -556,6 +588,8 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s recover together, each alone (%s): the others replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	case joint:
 		fmt.Fprintf(s.notices, "charmgo: %v; its team and the others failing with it, PEs %s, roll back and recover together (%s): the other teams replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
+	case queued:
+		fmt.Fprintf(s.notices, "charmgo: %v; down since, its team, PEs %s, rolls back and recovers now (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	default:
 		fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	}
@@ -590,7 +624,7 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 	if s.events != nil {
 		s.events.Reset() // every PE's deliveries start afresh
 	}
-	s.window, s.recovering, s.recovered = false, nil, nil
+	s.window, s.recovering, s.recovered, s.supplied, s.down = false, nil, nil, nil, nil
 	s.mu.Unlock()
 	node.RollBack(func(p *pe.PE, prev pe.Handler, failed bool) pe.Handler {
 		failed = failed || lost[p.ID()]
@@ -624,6 +658,7 @@ func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) [
 		} else {
 			s.recovering = append(s.recovering, int(p))
 		}
+		delete(s.supplied, p)
 	}
 	for _, p := range again {
 		if rc := s.recoveryOf(p); rc != nil {
@@ -661,6 +696,68 @@ func (s *Supervisor) joinsRecovering(pes []int32) bool {
 		}
 	}
 	return s.copiesLost(len(s.inc), set) == ""
+}
+
+// queues reports whether pes (a PE, or a team), failing while other PEs
+// recover, stay down until those caught up and recover then, alone (s.mu
+// held). It holds when their recovery needs nothing more of pes: every
+// PE recovering has from each of pes everything it needs
+// (LocalSupplied: determinants and replay), and the holder of no
+// checkpoint copy of pes came back empty with them (the copy it held
+// comes back to it from its owner, maybe not yet). None of pes may be
+// recovering, nor another failure queued already (its recovery would
+// need pes); and no log limit (a rollback set is computed as a failure
+// strikes, from channels the recovery under way changes).
+func (s *Supervisor) queues(pes []int32) bool {
+	if len(pes) == 0 || len(s.recovering) == 0 || s.rolling || s.logLimit || len(s.down) > 0 {
+		return false
+	}
+	b := ftlayer.NewBuddies(len(s.inc), s.buddyStride)
+	for _, p := range pes {
+		if slices.Contains(s.recovering, int(p)) || slices.Contains(s.recovering, int(b.Of(p))) {
+			return false
+		}
+	}
+	for _, r := range s.recovering {
+		for _, p := range pes {
+			if !slices.Contains(s.supplied[int32(r)], p) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// goDown fails pes now, their failure (kill first) queued behind the
+// recovery under way (queues; s.mu held): they recover once it caught up
+// (caughtUp fires the kills waiting then).
+func (s *Supervisor) goDown(node *pe.Node, pes []int32, first int) {
+	for _, p := range pes {
+		if !node.FailPE(int(p)) {
+			return // the run is ending
+		}
+	}
+	s.down, s.downSince = slices.Clone(pes), time.Now()
+	who := "it stays down and recovers"
+	if len(pes) > 1 {
+		who = fmt.Sprintf("its team, PEs %s, stays down and recovers", ftlayer.PEList(pes))
+	}
+	fmt.Fprintf(s.notices, "charmgo: %v; %s: %s once they caught up (%s)\n",
+		&PEFailure{PE: s.kills[first].PE, Kill: s.kills[first]}, s.holdWhatTheyNeed(), who, s.ft.Protocol)
+}
+
+// holdWhatTheyNeed says that the PEs recovering have what their recovery
+// needs from a PE failing now (s.mu held).
+func (s *Supervisor) holdWhatTheyNeed() string {
+	if len(s.recovering) == 1 {
+		return fmt.Sprintf("PE %d, recovering, holds everything it needs from it", s.recovering[0])
+	}
+	pes := make([]int32, len(s.recovering))
+	for i, r := range s.recovering {
+		pes[i] = int32(r)
+	}
+	slices.Sort(pes)
+	return fmt.Sprintf("PEs %s, recovering, hold everything they need from it", ftlayer.PEList(pes))
 }
 
 // without is set less the PEs of less (both in increasing order).
@@ -738,7 +835,7 @@ func (s *Supervisor) CheckpointStarting(epoch uint64) bool {
 	s.fireWhere(func(k Kill) bool { return k.Checkpoint == epoch })
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.recovering) > 0 {
+	if len(s.recovering) > 0 || len(s.down) > 0 {
 		return false
 	}
 	s.window = true
@@ -794,6 +891,37 @@ func (s *Supervisor) restoredAt(epoch uint64) {
 	}
 }
 
+// LocalSupplied: the PEs by sent PE me, incarnation inc, recovering,
+// everything its recovery needs from them (ftlayer.Supplied).
+func (s *Supervisor) LocalSupplied(me int, inc uint32, by []int32) { s.suppliedBy(me, inc, by, true) }
+
+// suppliedBy notes LocalSupplied's news, here (its process tells the
+// steward, if that is another) or from another process.
+func (s *Supervisor) suppliedBy(me int, inc uint32, by []int32, here bool) {
+	s.mu.Lock()
+	tell := s.onSupplied
+	if me < 0 || me >= len(s.inc) || inc < s.inc[me] {
+		s.mu.Unlock()
+		return // an incarnation replaced since
+	}
+	if slices.Contains(s.recovering, me) {
+		if s.supplied == nil {
+			s.supplied = map[int32][]int32{}
+		}
+		s.supplied[int32(me)] = append(s.supplied[int32(me)], by...)
+	}
+	if len(s.waiting) > 0 && s.node != nil && s.local && !s.window {
+		// the failure put off first may strike now, queued (one process)
+		if first := s.waiting[0]; s.queues(s.teams.Members(int32(s.kills[first].PE))) {
+			s.goDown(s.node, s.teams.Members(int32(s.kills[first].PE)), first)
+		}
+	}
+	s.mu.Unlock()
+	if here && tell != nil {
+		tell(me, inc, by)
+	}
+}
+
 // LocalRecovered: PE me caught up with the others; st is its protocol's
 // statistics (of its incarnation since it restarted).
 func (s *Supervisor) LocalRecovered(me int, inc uint32, st ftlayer.Stats) {
@@ -823,6 +951,7 @@ func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 	if !slices.Contains(s.recovered, int32(me)) {
 		s.recovered = append(s.recovered, int32(me))
 	}
+	delete(s.supplied, int32(me))
 	if i := slices.Index(s.recovering, me); i >= 0 {
 		s.recovering = slices.Delete(s.recovering, i, i+1)
 		if rc := s.recoveryOf(int32(me)); rc != nil && !s.failed.IsZero() {
@@ -848,6 +977,9 @@ func (s *Supervisor) caughtUp(me int, here bool, c recoveryCounts) {
 	s.gate.thaw()
 	if s.onCaughtUp != nil {
 		defer s.onCaughtUp()
+	}
+	if s.onDrained != nil && len(s.down) > 0 {
+		defer s.onDrained()
 	}
 	s.ft.Recovery += time.Since(s.failed)
 	s.ft.CaughtUp += time.Since(s.failed)

@@ -73,3 +73,51 @@ func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 		})
 	}
 }
+
+// Under camel and team, a process lost while another recovers, once the
+// recovering PEs have everything they need from its PEs (the replays of
+// its PEs are in), stays down until they caught up, and its replacement
+// recovers it then, alone: no global rollback. The job ends bitwise as
+// without failures. The second loss may come too early (a global
+// rollback, also bitwise) or too late (two recoveries in turn); each case
+// runs until it came in time, five times at most.
+func TestProcessLostQueuedBehindARecovery(t *testing.T) {
+	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
+	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
+	for _, c := range []struct {
+		name, ft string
+		layout   []string
+		pes      int
+		when     string // the notice after which the second process is lost
+		notice   string
+	}{
+		{"camel", "camel", []string{"++n", "4", "++ppn", "1"}, 4, "PE 1 restored checkpoint",
+			"charmgo: process 3 (PE 3) was lost; PE 1, recovering, holds everything it needs from it: its replacement recovers it once they caught up"},
+		{"team", "team", []string{"++n", "4", "++ppn", "2", "--teams", "process"}, 8, "PE 3 restored checkpoint",
+			"charmgo: process 3 (PEs 6..7) was lost; PEs {2-3}, recovering, hold everything they need from it: its replacement recovers it once they caught up"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want := failureFree(t, leanmd, c.pes, params)
+			for try := 1; ; try++ {
+				js := filepath.Join(t.TempDir(), "summary.json")
+				args := slices.Concat(c.layout, []string{"--ft", c.ft, "--watchdog", "20s", "--summary-json", js})
+				j := startJob(t, cr, leanmd, args, params, "Step 15 Benchmark")
+				j.signal(t, 1, syscall.SIGKILL)
+				j.err.waitFor(t, c.when, 20*time.Second)
+				j.findKids(t) // process 1's replacement
+				j.signal(t, 3, syscall.SIGKILL)
+				require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
+				require.Equal(t, want, energies(t, j.out.String()))
+				ft := readSummary(t, js).FaultTolerance
+				if len(ft.Recoveries) != 2 || ft.Recoveries[1].QueuedMs == 0 {
+					t.Logf("try %d: the second loss was not queued (%d recoveries):\n%s", try, len(ft.Recoveries), j.err.String())
+					require.Less(t, try, 5, "the second loss was never queued")
+					continue
+				}
+				require.Contains(t, j.err.String(), c.notice)
+				require.Equal(t, 2, ft.Failures)
+				return
+			}
+		})
+	}
+}

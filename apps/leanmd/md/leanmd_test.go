@@ -834,3 +834,34 @@ func TestFailuresOfTeamsOfThreeThroughBalancing(t *testing.T) {
 
 // builtinStrategies are the built-in strategies' names.
 var builtinStrategies = []string{"greedy", "refine", "greedyrefine", "graph", "random", "rotate", "dummy"}
+
+// Under camel and team, a PE (team) failing while another recovers goes
+// down as soon as the recovering PEs have everything they need from it,
+// and recovers once they caught up: the run ends bitwise as without
+// failures. Both kills strike at step 7 (on goroutines, not simulated):
+// the first's recovery starts, and the second waits for it.
+func TestFailureQueuedBehindARecovery(t *testing.T) {
+	notUnderRace(t)
+	p, bases := spmdBases(t, 2)
+	for _, c := range []struct {
+		cfg   chare.Config
+		kills []chare.Kill
+		set   []int32
+	}{
+		{chare.Config{PEs: 4, Branching: 2, FT: "camel"}, []chare.Kill{{PE: 1, Step: 7}, {PE: 3, Step: 7}}, []int32{3}},
+		{chare.Config{PEs: 8, Branching: 2, FT: "team", Teams: "2"}, []chare.Kill{{PE: 1, Step: 7}, {PE: 5, Step: 7}}, []int32{4, 5}},
+	} {
+		t.Run(c.cfg.FT, func(t *testing.T) {
+			cfg := c.cfg
+			cfg.Kills = c.kills
+			r := run(t, p, cfg)
+			requireSameEnergies(t, bases[cfg.PEs], r, "two failures, the second queued")
+			rcs := r.Ops.FT.Recoveries
+			require.Len(t, rcs, 2)
+			require.Zero(t, rcs[0].Queued)
+			require.Positive(t, rcs[1].Queued, "the second failure was queued")
+			require.Equal(t, c.set, rcs[1].Set)
+			require.GreaterOrEqual(t, rcs[1].Recovery, rcs[1].Queued, "a recovery counts from its failure")
+		})
+	}
+}

@@ -90,7 +90,11 @@ func (h *host) CheckpointCommitted(m *manager.Manager, epoch uint64, teams *ftla
 }
 
 func (h *host) LocalRestored(m *manager.Manager, epoch uint64) {
-	h.run.sup.LocalRestored(m.Me(), epoch)
+	h.run.sup.LocalRestored(m.Me(), m.Incarnation(), epoch)
+}
+
+func (h *host) LocalHolds(m *manager.Manager, owner int32) {
+	h.run.sup.LocalHolds(m.Me(), m.Incarnation(), owner)
 }
 
 func (h *host) LocalSupplied(m *manager.Manager, by []int32) {

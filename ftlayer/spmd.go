@@ -63,8 +63,11 @@ type SPMD struct {
 	rolled []bool
 
 	// as a restarted PE: the PEs that rolled back with it (itself
-	// included; nil: it never restarted)
-	set []bool
+	// included; nil: it never restarted), and the incarnation each
+	// restarted as then (setInc: one that restarts again later, without
+	// this PE, leaves the set: see failedAgain)
+	set    []bool
+	setInc []uint32
 	// redoing: this PE restarted since the checkpoint
 	redoing    bool
 	recovering bool
@@ -237,7 +240,7 @@ func restartSPMD(s *SPMD, ck Counters, inc uint32, set []int32) *SPMD {
 	s.inc = inc
 	s.incMap[s.me] = inc
 	s.redoing, s.repeating = true, true
-	s.set = make([]bool, s.n)
+	s.set, s.setInc = make([]bool, s.n), make([]uint32, s.n)
 	s.set[s.me] = true
 	for _, p := range set {
 		if p >= 0 && int(p) < s.n {
@@ -974,7 +977,14 @@ func (s *SPMD) PeerFailed(y int32, inc uint32, _ []int32) ([]Action, error) {
 func (s *SPMD) failedAgain(y int32, inc uint32) {
 	s.newIncarnation(y, inc)
 	if s.set != nil && s.set[y] {
-		return
+		if s.setInc[y] == 0 || inc <= s.setInc[y] {
+			s.setInc[y] = max(s.setInc[y], inc)
+			return // restarting with this PE
+		}
+		// it restarted again since, without this PE (teams that
+		// recovered together, one failing later): from now on it is a PE
+		// of another rollback, which this PE answers as a survivor
+		s.set[y] = false
 	}
 	if s.recovering && s.survivor[y] {
 		s.survivor[y] = false

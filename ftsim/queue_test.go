@@ -24,9 +24,10 @@ func TestFailureQueuedBehindARecovery(t *testing.T) {
 	}{
 		{"scmel", chare.Config{PEs: 5, FT: "scmel", Branching: 2}, []teamKills{{0, 2, 6}, {1, 3, 12}, {4, 1, 25}, {2, 4, 40}}},
 		{"camel", chare.Config{PEs: 5, FT: "camel", Branching: 2}, []teamKills{{0, 2, 6}, {1, 3, 12}, {4, 1, 25}, {2, 4, 40}}},
-		// (the teams next to a team hold its checkpoint's copies: a team
-		// failing while one of those recovers waits for it)
-		{"team", chare.Config{PEs: 8, FT: "team", Teams: "2", Branching: 2}, []teamKills{{0, 4, 6}, {2, 6, 12}, {5, 1, 25}, {6, 3, 40}}},
+		// (the team after a team holds its checkpoint's copies: a team
+		// failing while the holder of its copies recovers waits until
+		// they are back there)
+		{"team", chare.Config{PEs: 8, FT: "team", Teams: "2", Branching: 2}, []teamKills{{0, 4, 6}, {2, 1, 12}, {5, 7, 25}, {6, 3, 40}}},
 	} {
 		for _, prog := range []string{"mix", "chain"} {
 			t.Run(c.name+"/"+prog, func(t *testing.T) {

@@ -124,6 +124,70 @@ func TestSPMDTeamFailingWhileAnotherRecovers(t *testing.T) {
 	t.Logf("%d runs, %d with a team restarted again", runs, again)
 }
 
+// So too where the teams hold each other's checkpoint copies (the team
+// after a team holds its copies): a team recovering that restored its
+// snapshots keeps them, and the copies its owners sent it again, as it
+// restarts again; where it has not, or the copy is not back yet, the
+// failure waits (in one process; across processes every PE rolls back).
+func TestSPMDTeamFailingWhileItsCopyHolderRecovers(t *testing.T) {
+	// found by the random trials: PE 4 (a team of one) restarted again
+	// with PEs 0-1, keeping its memory (it holds the copy of PE 2's
+	// checkpoint, PE 1 holds its); when PEs 0-1 failed again, without
+	// it, it took them for PEs restarting with it and never answered them
+	cfg := chare.Config{PEs: 5, FT: "spmd", Teams: "2", Branching: 4, CheckpointDir: t.TempDir(),
+		Kills: []chare.Kill{{PE: 0, Step: -1, HandOver: 93}, {PE: 1, Step: -1, HandOver: 38}, {PE: 4, Step: -1, HandOver: 30}}}
+	free := Run(Mix, MixArgs{Steps: 8, Ckpt: 3}, chare.Config{PEs: 5, FT: "spmd", Teams: "2", Branching: 4}, 55526573379941699)
+	res := Run(Mix, MixArgs{Steps: 8, Ckpt: 3}, cfg, 55526573379941699)
+	require.NoError(t, res.Err)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+	require.Len(t, res.Stats.FT.Recoveries, 3)
+	require.Equal(t, []int32{4}, res.Stats.FT.Recoveries[1].Again)
+
+	runs, again := twoTeams(t, []teamKills{{0, 3, 20}, {2, 1, 20}, {5, 7, 40}}, func(r recovery.RecoveryStats) bool {
+		return len(r.Again) > 0
+	})
+	require.Positive(t, again, "a team restarted again with the holder of its copies, or the team whose copies it holds")
+	t.Logf("%d runs, %d with a team restarted again", runs, again)
+}
+
+// Teams that restarted together recover as one team until the next
+// checkpoint: their re-execution exchanged messages as teammates do,
+// with phases of its own, and one of them re-executing alone later would
+// hold those messages behind orphans that need them (found by the random
+// trials on 6 PEs: PEs 4-5 waited for ever). A team of 6 PEs fails (PE
+// 3's), the team after it (PE 5's) while it recovers, so both restart
+// together; then PE 5 again, after it handed over a message: the first
+// team restarts with it, every seventh moment of the run.
+func TestSPMDTeamsThatRecoveredTogetherFailAgainTogether(t *testing.T) {
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	merged, runs := 0, 0
+	for _, branching := range []int{2, 4} {
+		cfg := chare.Config{PEs: 6, FT: "spmd", Teams: "2", Branching: branching}
+		free := Run(Mix, args, cfg, 7)
+		require.NoError(t, free.Err)
+		for e := 1; e < free.Stats.Events; e += sweepStride(7, 61) {
+			for _, h := range []uint64{5, 15} {
+				c := cfg
+				c.Kills = []chare.Kill{{PE: 3, Step: -1, Event: e}, {PE: 5, Step: -1, Event: e + 20}, {PE: 5, Step: -1, HandOver: h}}
+				res := Run(Mix, args, c, 7)
+				if Unfired(res) {
+					continue
+				}
+				runs++
+				require.NoError(t, res.Err, "branching %d, kills %v", branching, c.Kills)
+				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "branching %d, kills %v", branching, c.Kills)
+				for _, r := range res.Stats.FT.Recoveries {
+					if len(r.Merged) > 0 {
+						merged++
+					}
+				}
+			}
+		}
+	}
+	require.Positive(t, merged, "teams that recovered together restarted together again")
+	t.Logf("%d runs, %d with merged teams restarted together", runs, merged)
+}
+
 // teamKills: PE first fails, and PE second after more events (0: at the
 // same moment).
 type teamKills struct{ first, second, after int }

@@ -72,6 +72,9 @@ type Host interface {
 	// LocalRestored runs on a failed PE's new incarnation when it restored
 	// checkpoint epoch (0: the start of the run) to recover alone.
 	LocalRestored(m *Manager, epoch uint64)
+	// LocalHolds runs on a PE when it holds PE owner's checkpoint copy
+	// again (a restarted PE, which came back empty: its owner sent it).
+	LocalHolds(m *Manager, owner int32)
 	// LocalSupplied runs on it, under a hook that tells (ftlayer.Supplied),
 	// once the PEs by sent it everything its recovery needs from them;
 	// LocalRecovered, once it caught up with the others.

@@ -37,13 +37,17 @@ import (
 // Recovered lists the PEs that recovered before: their own notice may
 // still be on its way. Set is every PE rolling back with it (the
 // failure's rollback set); Keeps says PE did not fail: it restores its
-// own copy of its snapshot, and nobody sends it one.
+// own copy of its snapshot, and nobody sends it one. Again says it was
+// recovering still, keeping the memory of an incarnation that came back
+// empty: the copy it held of a neighbour's snapshot may not be back yet,
+// and its owner sends it again.
 type PEFailedMsg struct {
 	PE        int32
 	Inc       uint32
 	Recovered []int32 `msgpack:",omitempty"`
 	Set       []int32 `msgpack:",omitempty"`
 	Keeps     bool    `msgpack:",omitempty"`
+	Again     bool    `msgpack:",omitempty"`
 }
 
 // RecoverMsg hands a failed PE its snapshot of checkpoint Epoch. Base
@@ -203,7 +207,7 @@ func (m *Manager) onPEFailed(msg *PEFailedMsg) {
 		rm.For = msg.Inc
 		m.sendCtl(y, tRecover, rm)
 	}
-	if int(m.Buddies().Of(int32(m.Me()))) == y && !msg.Keeps {
+	if int(m.Buddies().Of(int32(m.Me()))) == y && (!msg.Keeps || msg.Again) {
 		if s := ck.Committed(int32(m.Me())); s != nil && s.App != nil {
 			m.sendCtl(y, tHeldCopy, &HeldCopyMsg{Epoch: s.Epoch, Owner: int32(m.Me()), Snap: s.App})
 		}
@@ -339,6 +343,7 @@ func (m *Manager) restoreLocal(s *PESnapshot, raw []byte) error {
 
 func (m *Manager) onHeldCopy(msg *HeldCopyMsg) {
 	m.checkpointer().Hold(&ftlayer.Snapshot{Owner: msg.Owner, Epoch: msg.Epoch, App: msg.Snap})
+	m.host.LocalHolds(m, msg.Owner)
 }
 
 // completeBefore: reductions up to num of group g are complete at their

@@ -84,7 +84,7 @@ func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *
 	s.mu.Lock()
 	s.elsewhere = p.forward
 	if job.Rank() != 0 {
-		s.onRecovered, s.onRestored, s.onSupplied = p.recovered, p.restored, p.supplied
+		s.onRecovered, s.onRestored, s.onSupplied, s.onHolds = p.recovered, p.restored, p.supplied, p.holds
 	} else if s.logLimit {
 		s.onCaughtUp = p.thawAll
 	}
@@ -105,7 +105,7 @@ func (p *Processes) recovered(me int, c recoveryCounts) {
 // what its recovery needs from them; the steward may then queue their
 // loss.
 func (p *Processes) supplied(me int, inc uint32, by []int32) {
-	b, _ := msgpack.Marshal(&report{Recovered: reportSupplied, Supplied: int32(me), By: by, Counts: recoveryCounts{Inc: inc}})
+	b, _ := msgpack.Marshal(&report{Recovered: reportSupplied, PE: int32(me), By: by, Counts: recoveryCounts{Inc: inc}})
 	p.job.Report(b)
 }
 
@@ -128,23 +128,32 @@ func (p *Processes) forward(epoch uint64, from string, resumed bool) bool {
 
 func (p *Processes) steers() bool { return p.job.Steward() == p.job.Rank() }
 
-// restored: a PE of this process restored checkpoint epoch.
-func (p *Processes) restored(epoch uint64) {
-	b, _ := msgpack.Marshal(&report{Recovered: -1, Restored: epoch})
+// restored: PE me of this process, incarnation inc, restored checkpoint
+// epoch.
+func (p *Processes) restored(me int, inc uint32, epoch uint64) {
+	b, _ := msgpack.Marshal(&report{Recovered: -1, Restored: epoch, PE: int32(me), Counts: recoveryCounts{Inc: inc}})
+	p.job.Report(b)
+}
+
+// holds: PE me of this process, incarnation inc, holds PE owner's
+// checkpoint copy again.
+func (p *Processes) holds(me int, inc uint32, owner int32) {
+	b, _ := msgpack.Marshal(&report{Recovered: reportHolds, PE: int32(me), By: []int32{owner}, Counts: recoveryCounts{Inc: inc}})
 	p.job.Report(b)
 }
 
 // report is what a process tells the steward of its recovery: a PE
 // caught up (Recovered; Counts, what its protocol says of its recovery),
-// or restored a checkpoint (Recovered -1); under a log limit (Recovered
+// or PE restored a checkpoint (Recovered -1); under a log limit (Recovered
 // -2), its PEs' channels not logged (Rows, by PE) or that it renewed its
 // PEs of the rollback set (Renewed); PE 0's process, when the steward is
 // another, that a global rollback chose checkpoint Restored (From; -3)
-// or that the program resumed (-4); that the PEs By sent PE Supplied,
-// incarnation Counts.Inc, what its recovery needs from them (-5).
+// or that the program resumed (-4); that the PEs By sent PE PE,
+// incarnation Counts.Inc, what its recovery needs from them (-5), or that
+// it holds the checkpoint copy of By[0] again (-6).
 type report struct {
 	Recovered int32             `msgpack:"r"`
-	Supplied  int32             `msgpack:"su,omitempty"`
+	PE        int32             `msgpack:"pe,omitempty"`
 	By        []int32           `msgpack:"by,omitempty"`
 	Counts    recoveryCounts    `msgpack:"c,omitempty"`
 	Restored  uint64            `msgpack:"e,omitempty"`
@@ -162,6 +171,7 @@ const (
 	reportRollingBack = -3
 	reportResumed     = -4
 	reportSupplied    = -5
+	reportHolds       = -6
 )
 
 // Report implements cluster.Recovery (on the steward).
@@ -182,11 +192,17 @@ func (p *Processes) Report(from int, data []byte) {
 		p.sup.Restored()
 		return
 	case r.Recovered == reportSupplied:
-		p.sup.suppliedBy(int(r.Supplied), r.Counts.Inc, r.By, false)
+		p.sup.suppliedBy(int(r.PE), r.Counts.Inc, r.By, false)
+		return
+	case r.Recovered == reportHolds && len(r.By) == 1:
+		p.sup.mu.Lock()
+		p.sup.holdsCopy(int(r.PE), r.Counts.Inc, r.By[0])
+		p.sup.mu.Unlock()
 		return
 	case r.Recovered < 0:
 		p.sup.mu.Lock()
 		p.sup.restoredAt(r.Restored)
+		p.sup.holdsCopy(int(r.PE), r.Counts.Inc, r.PE)
 		p.sup.mu.Unlock()
 		return
 	}
@@ -210,6 +226,9 @@ type step struct {
 	// Dead the lost PEs among them.
 	Phase uint8   `msgpack:"p,omitempty"`
 	Set   []int32 `msgpack:"s,omitempty"`
+	// Again: the PEs of Set recovering still from an earlier loss
+	// (manager.PEFailedMsg.Again)
+	Again []int32 `msgpack:"ag,omitempty"`
 }
 
 // The steps of a recovery under a log limit.
@@ -376,9 +395,10 @@ func (p *Processes) decide() {
 	}
 	// set: the PEs that restart, dead and (spmd) those recovering still
 	// from an earlier loss, which restart again with them (again), if
-	// the lost processes are whole teams
+	// the lost processes are whole teams, and the teams that recovered
+	// together with theirs since the last checkpoint (merged)
 	set, joins := dead, s.joinsRecovering(dead)
-	var again []int32
+	var again, merged []int32
 	if joins {
 		for _, y := range s.recovering {
 			if !slices.Contains(dead, int32(y)) {
@@ -389,6 +409,14 @@ func (p *Processes) decide() {
 		set = append(slices.Clone(dead), again...)
 		slices.Sort(set)
 	}
+	if s.jointTeams {
+		for _, y := range s.withMerged(set) {
+			if !slices.Contains(set, y) {
+				merged = append(merged, y)
+			}
+		}
+		set = slices.Sorted(slices.Values(slices.Concat(set, merged)))
+	}
 	quiet := p.informed && !overlapped && s.local && !s.window && !s.rolling && (len(s.recovering) == 0 || joins)
 	// under a protocol that recovers any set of PEs (pessimist), the
 	// lost processes' PEs recover together unless a checkpoint's two
@@ -398,7 +426,7 @@ func (p *Processes) decide() {
 	// do the lost processes' teams, if they lost whole teams
 	joint := s.jointTeams && quiet && s.wholeTeams(set) && (len(procs) > 1 || !s.oneTeam(set))
 	if anySet || joint {
-		copyLost = s.copiesLost(p.node.NumPEs(), set)
+		copyLost = s.copiesLost(p.node.NumPEs(), set, s.fresh(set, dead))
 	}
 	if len(procs) == 1 && quiet && s.oneTeam(dead) && s.logLimit {
 		// the rollback set is computed once every process froze its
@@ -407,20 +435,24 @@ func (p *Processes) decide() {
 		p.pending, p.rows, p.rowsFrom, p.renewed = &st, map[int32][]int32{}, map[int]bool{}, map[int]bool{}
 		s.failed = time.Now()
 	} else if len(procs) == 1 && quiet && s.oneTeam(dead) || (anySet || joint) && copyLost == "" {
-		if again != nil {
-			// the PEs recovering still restart again, keeping their
-			// memory: every process renews its PEs of the set before any
-			// PE hears of it (two steps, as under a log limit: a holder
-			// must not hand a snapshot to an incarnation about to go)
-			st.Set, st.Phase = set, phaseRenew
+		if len(set) > len(dead) {
+			// the PEs recovering still restart again, and those merged
+			// with them, keeping their memory: every process renews its
+			// PEs of the set before any PE hears of it (two steps, as
+			// under a log limit: a holder must not hand a snapshot to an
+			// incarnation about to go)
+			st.Set, st.Phase, st.Again = set, phaseRenew, again
 			p.pending, p.renewed = &st, map[int]bool{}
 		}
+		fresh := s.fresh(set, dead)
 		for _, r := range s.startRecovery(set, len(procs), began) {
 			st.Incs = append(st.Incs, r.Inc)
 		}
+		s.emptied(fresh)
 		if !queued.IsZero() {
 			s.ft.Recoveries[len(s.ft.Recoveries)-1].Queued = time.Since(queued)
 		}
+		s.ft.Recoveries[len(s.ft.Recoveries)-1].Merged = merged
 		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
 		what := describe(procs[0], p.pesOf(procs[0]))
 		for _, q := range procs[1:] {
@@ -437,6 +469,8 @@ func (p *Processes) decide() {
 				how = "together, each alone"
 			}
 			who = fmt.Sprintf("%s PEs and PEs %s, which were recovering still and restart again, recover %s", reps, ftlayer.PEList(again), how)
+		case merged != nil:
+			who = fmt.Sprintf("its PEs and PEs %s, which recovered together with them since the last checkpoint, roll back and recover together from it", ftlayer.PEList(merged))
 		case joint && len(procs) > 1:
 			who = "their PEs are whole teams: their replacements recover them together from the last checkpoint"
 		case joint:
@@ -586,14 +620,24 @@ func (p *Processes) Action(data []byte) {
 	}
 }
 
-// copiesLost says which PE's checkpoint went with dead, a set of PEs
-// lost at once, with both of its copies (its own, and the one its buddy
-// holds), or "" when none did.
-func (s *Supervisor) copiesLost(n int, dead []int32) string {
+// copiesLost says which PE's checkpoint is gone when set restarts at
+// once, fresh among them coming back empty (Supervisor.fresh), or "" when
+// none is (s.mu held). A PE that comes back empty takes its snapshot from
+// its buddy, which must not come back empty with it, and must hold the
+// copy: a PE that came back empty since the checkpoint holds it once its
+// owner sent it again (holds), the others hold it still.
+func (s *Supervisor) copiesLost(n int, set, fresh []int32) string {
 	b := ftlayer.NewBuddies(n, s.buddyStride)
-	for _, y := range dead {
-		if h := b.Of(y); h != y && slices.Contains(dead, h) {
+	for _, y := range fresh {
+		h := b.Of(y)
+		if h == y {
+			continue
+		}
+		if slices.Contains(fresh, h) {
 			return fmt.Sprintf("PE %d and PE %d, which holds the second copy of its checkpoint, were lost at once", y, h)
+		}
+		if hs, ok := s.holds[h]; ok && !slices.Contains(hs, y) {
+			return fmt.Sprintf("PE %d restarts, and PE %d, which holds the second copy of its checkpoint, came back empty since and does not have it back yet", y, h)
 		}
 	}
 	return ""
@@ -726,7 +770,7 @@ func (p *Processes) limitedStep(st *step) {
 			for q := first; q < first+count; q++ {
 				if int32(q) != r {
 					p.node.InjectControl(q, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
-						Payload: &manager.PEFailedMsg{PE: r, Inc: st.Incs[i], Recovered: st.Recovered, Set: st.Set, Keeps: !slices.Contains(st.Dead, r)}})
+						Payload: &manager.PEFailedMsg{PE: r, Inc: st.Incs[i], Recovered: st.Recovered, Set: st.Set, Keeps: !slices.Contains(st.Dead, r), Again: slices.Contains(st.Again, r)}})
 				}
 			}
 		}
@@ -775,6 +819,7 @@ func (p *Processes) limitReport(from int, r report) {
 			break
 		}
 		revived := s.startRecovery(set, 1, s.failed)
+		s.emptied(team)
 		s.ft.Recoveries[len(s.ft.Recoveries)-1].Chain = chain
 		s.ft.Recoveries[len(s.ft.Recoveries)-1].Off = off
 		st.Set, st.Incs, st.Phase = set, nil, phaseRenew
@@ -796,6 +841,7 @@ func (p *Processes) limitReport(from int, r report) {
 				st.Dead = append(st.Dead, y) // (its holder hands it its snapshot)
 			}
 		}
+		s.emptied(r.Fresh)
 		slices.Sort(st.Dead)
 		if len(p.renewed) < procs {
 			break

@@ -89,6 +89,9 @@ type RecoveryStats struct {
 	// when this one struck, which restarted again with it (the earlier
 	// recovery's Recovery is the time until then)
 	Again []int32
+	// Merged (spmd): the PEs that had recovered together with the failed
+	// team since the last checkpoint, which restart with it
+	Merged []int32
 	// Queued: how long the failed PEs stayed down, the failure queued
 	// behind a recovery under way, before their own recovery began
 	// (counted in Recovery too)
@@ -165,6 +168,18 @@ type Supervisor struct {
 	supplied  map[int32][]int32
 	down      []int32
 	downSince time.Time
+	// holds: for each PE that came back empty since the last checkpoint
+	// (emptied), the PEs whose checkpoint snapshot it holds again: its own
+	// once restored (LocalRestored), the copies their owners sent it
+	// again (LocalHolds), which may come after it caught up. A PE with no
+	// entry holds all it held at the checkpoint. A PE that restarts again
+	// after it restored keeps them (copiesLost).
+	holds map[int32][]int32
+	// merged (spmd): the sets of several teams that restarted together
+	// since the last checkpoint. Their re-execution exchanged messages as
+	// teammates do, with phases of its own, so until the next checkpoint
+	// they recover as one team: a failure of one restarts all (withMerged)
+	merged [][]int32
 	// restoredNoted: Restored has the checkpoint the recovering PEs went
 	// back to (each of a team's restores it)
 	restoredNoted bool
@@ -194,7 +209,8 @@ type Supervisor struct {
 	// onRestored, onSupplied and onRecovered tell process 0 that a PE of
 	// this one restored a checkpoint, holds what its recovery needs from
 	// the others, and caught up.
-	onRestored  func(epoch uint64)
+	onRestored  func(me int, inc uint32, epoch uint64)
+	onHolds     func(me int, inc uint32, owner int32)
 	onSupplied  func(me int, inc uint32, by []int32)
 	onRecovered func(me int, c recoveryCounts)
 	// onDrained, on the steward of several processes: the recovery a lost
@@ -500,6 +516,17 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 			}
 		}
 	}
+	failing := slices.Clone(team) // (the PEs failing now)
+	var merged []int32
+	if s.jointTeams {
+		// with the teams that recovered together with theirs since the
+		// last checkpoint (withMerged)
+		for _, p := range s.withMerged(team) {
+			if !slices.Contains(team, p) {
+				team, joint, merged = append(team, p), true, append(merged, p)
+			}
+		}
+	}
 	if s.anySet || s.jointTeams {
 		// and the PEs recovering still (joinsRecovering): they restart
 		// again with them (startRecovery counts them in Again)
@@ -513,26 +540,18 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	if (s.anySet || joint) && len(team) > 1 {
 		// a PE and the holder of its checkpoint's copy, at once: its
 		// snapshot is gone with both, and every PE rolls back (to the
-		// checkpoint directory's copy, if there is one); teams failing
-		// together need each failed PE's copy held outside them (one
-		// rolling back does not hand copies on)
-		failing := []int32{int32(k.PE)}
-		for _, i := range now[1:] {
-			failing = append(failing, int32(s.kills[i].PE))
-		}
-		lost := failing
-		if joint {
-			lost, failing = team, team // (each comes back empty)
-		}
-		b := ftlayer.NewBuddies(node.NumPEs(), s.buddyStride)
-		for _, p := range failing {
-			if h := b.Of(p); h != p && slices.Contains(lost, h) {
-				fmt.Fprintf(s.notices, "charmgo: %v; PEs %d and %d, which holds the second copy of PE %d's checkpoint, fail at once: every PE rolls back\n",
-					&PEFailure{PE: k.PE, Kill: k}, p, h, p)
-				return false
-			}
+		// checkpoint directory's copy, if there is one). Each PE of the
+		// set needs its copy held outside it, or by a PE that keeps its
+		// memory and holds it (copiesLost).
+		if lost := s.copiesLost(node.NumPEs(), team, s.fresh(team, failing)); lost != "" {
+			fmt.Fprintf(s.notices, "charmgo: %v; %s: every PE rolls back\n", &PEFailure{PE: k.PE, Kill: k}, lost)
+			return false
 		}
 	}
+	// the PEs that come back empty: those failing now, and those
+	// recovering still without their snapshot back (the others keep their
+	// memory, as across processes)
+	empty := s.fresh(team, failing)
 	set, chain, off := s.gate.freeze(team, s.teams)
 	if len(set) == node.NumPEs() && len(set) > len(team) {
 		s.everyPE = &RecoveryStats{Set: set, Chain: chain, Off: off}
@@ -565,8 +584,9 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		s.failed = began
 	}
 	revived := s.startRecovery(set, 1+len(also), began)
+	s.emptied(empty)
 	rc := &s.ft.Recoveries[len(s.ft.Recoveries)-1]
-	rc.Chain, rc.Off = chain, off
+	rc.Chain, rc.Off, rc.Merged = chain, off, merged
 	if queued {
 		rc.Queued, s.down = time.Since(s.downSince), nil
 	}
@@ -584,6 +604,8 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		fmt.Fprintf(s.notices, "charmgo: %v; it recovers alone (%s): the others replay its messages\n", f, s.ft.Protocol)
 	case len(rc.Again) > 0:
 		fmt.Fprintf(s.notices, "charmgo: %v; with PEs %s, which were recovering still and restart again, PEs %s recover together (%s): the others replay their messages\n", f, ftlayer.PEList(rc.Again), ftlayer.PEList(team), s.ft.Protocol)
+	case len(merged) > 0:
+		fmt.Fprintf(s.notices, "charmgo: %v; with PEs %s, which recovered together with its team since the last checkpoint, PEs %s roll back and recover together (%s): the other teams replay their messages\n", f, ftlayer.PEList(merged), ftlayer.PEList(team), s.ft.Protocol)
 	case s.anySet:
 		fmt.Fprintf(s.notices, "charmgo: %v; PEs %s recover together, each alone (%s): the others replay their messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	case joint:
@@ -594,7 +616,8 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	}
 	s.mu.Unlock()
-	node.Later(func() { s.replace(node, revived, team, recovered, rolledBack) })
+	again := slices.Clone(rc.Again)
+	node.Later(func() { s.replace(node, revived, empty, again, recovered, rolledBack) })
 	return true
 }
 
@@ -624,7 +647,7 @@ func (s *Supervisor) rollBackWith(node *pe.Node, start *manager.RollbackMsg, los
 	if s.events != nil {
 		s.events.Reset() // every PE's deliveries start afresh
 	}
-	s.window, s.recovering, s.recovered, s.supplied, s.down = false, nil, nil, nil, nil
+	s.window, s.recovering, s.recovered, s.supplied, s.down, s.holds, s.merged = false, nil, nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	node.RollBack(func(p *pe.PE, prev pe.Handler, failed bool) pe.Handler {
 		failed = failed || lost[p.ID()]
@@ -673,6 +696,9 @@ func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) [
 	}
 	s.ft.Failures += failures
 	s.ft.PEsRolledBack += len(pes)
+	if s.jointTeams && s.teams.On() && !s.oneTeam(pes) {
+		s.merge(pes)
+	}
 	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: len(pes), Set: slices.Clone(pes), Again: again, began: began})
 	return revived
 }
@@ -681,30 +707,83 @@ func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) [
 // recover together with them (s.mu held): under spmd (pes whole teams),
 // whose teams failing at once recover together, and pessimist, whose PEs
 // failing at once do, those recovering restart again with pes, as one
-// set, provided no PE of the set has the copy of its checkpoint held
-// inside it (each comes back empty and takes its snapshot from its
-// holder). Otherwise pes wait for them (one process) or every PE rolls
-// back (a lost process).
+// set, provided every PE of the set finds its snapshot (copiesLost: those
+// recovering that restored theirs keep their memory; the others come
+// back empty and take it from its holder). Otherwise pes wait for them
+// (one process) or every PE rolls back (a lost process).
 func (s *Supervisor) joinsRecovering(pes []int32) bool {
 	if len(pes) == 0 || len(s.recovering) == 0 || s.rolling || !s.anySet && !(s.jointTeams && s.wholeTeams(pes)) {
 		return false
 	}
-	set := slices.Clone(pes)
+	set := s.withMerged(pes)
 	for _, r := range s.recovering {
 		if !slices.Contains(set, int32(r)) {
 			set = append(set, int32(r))
 		}
 	}
-	return s.copiesLost(len(s.inc), set) == ""
+	return s.copiesLost(len(s.inc), set, s.fresh(set, pes)) == ""
+}
+
+// fresh lists the PEs of set that come back empty when it restarts (s.mu
+// held): those failing now (failing), and those recovering still that
+// have not restored their snapshot; the others (recovering that restored
+// it, or survivors restarting with a team they recovered with since the
+// last checkpoint) keep their memory.
+func (s *Supervisor) fresh(set, failing []int32) []int32 {
+	var out []int32
+	for _, p := range set {
+		if slices.Contains(failing, p) || slices.Contains(s.recovering, int(p)) && !s.keepsMemory(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// withMerged is pes with the PEs of every set merged with one of them
+// since the last checkpoint (spmd: teams that restarted together), in
+// increasing order (s.mu held).
+func (s *Supervisor) withMerged(pes []int32) []int32 {
+	out := slices.Clone(pes)
+	for _, m := range s.merged {
+		if slices.ContainsFunc(m, func(p int32) bool { return slices.Contains(pes, p) }) {
+			for _, p := range m {
+				if !slices.Contains(out, p) {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// merge records that the teams of pes restarted together (s.mu held):
+// the merged sets it meets become one with it.
+func (s *Supervisor) merge(pes []int32) {
+	union := slices.Clone(pes)
+	var keep [][]int32
+	for _, m := range s.merged {
+		if slices.ContainsFunc(m, func(p int32) bool { return slices.Contains(union, p) }) {
+			for _, p := range m {
+				if !slices.Contains(union, p) {
+					union = append(union, p)
+				}
+			}
+			continue
+		}
+		keep = append(keep, m)
+	}
+	slices.Sort(union)
+	s.merged = append(keep, union)
 }
 
 // queues reports whether pes (a PE, or a team), failing while other PEs
 // recover, stay down until those caught up and recover then, alone (s.mu
 // held). It holds when their recovery needs nothing more of pes: every
 // PE recovering has from each of pes everything it needs
-// (LocalSupplied: determinants and replay), and the holder of no
-// checkpoint copy of pes came back empty with them (the copy it held
-// comes back to it from its owner, maybe not yet). None of pes may be
+// (LocalSupplied: determinants and replay), and the holder of each of
+// pes' checkpoint copies, if it recovers, holds it again (LocalHolds: it
+// came back empty, and the copy's owner sends it again). None of pes may be
 // recovering, nor another failure queued already (its recovery would
 // need pes); and no log limit (a rollback set is computed as a failure
 // strikes, from channels the recovery under way changes).
@@ -714,8 +793,11 @@ func (s *Supervisor) queues(pes []int32) bool {
 	}
 	b := ftlayer.NewBuddies(len(s.inc), s.buddyStride)
 	for _, p := range pes {
-		if slices.Contains(s.recovering, int(p)) || slices.Contains(s.recovering, int(b.Of(p))) {
+		if slices.Contains(s.recovering, int(p)) {
 			return false
+		}
+		if hs, ok := s.holds[b.Of(p)]; ok && !slices.Contains(hs, p) {
+			return false // its copy is not back yet where it lives
 		}
 	}
 	for _, r := range s.recovering {
@@ -775,7 +857,7 @@ func without(set, less []int32) []int32 {
 // PE, or a team, and those a log limit adds) and tells the others. Those
 // that failed come back empty; the others keep their checkpoint memory
 // and what their hooks keep (Hook.Keep), and restore themselves.
-func (s *Supervisor) replace(node *pe.Node, revived []manager.Incarnation, failed []int32, recovered []int32, rolledBack bool) {
+func (s *Supervisor) replace(node *pe.Node, revived []manager.Incarnation, failed, again []int32, recovered []int32, rolledBack bool) {
 	set := make([]int32, len(revived))
 	for i, r := range revived {
 		set[i] = r.PE
@@ -821,7 +903,7 @@ func (s *Supervisor) replace(node *pe.Node, revived []manager.Incarnation, faile
 		for p := 0; p < node.NumPEs(); p++ {
 			if p != int(r.PE) {
 				node.InjectControl(p, pe.Envelope{Type: manager.PEFailedType(), Kind: pe.KindSystem,
-					Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: recovered, Set: set, Keeps: !slices.Contains(failed, r.PE)}})
+					Payload: &manager.PEFailedMsg{PE: r.PE, Inc: r.Inc, Recovered: recovered, Set: set, Keeps: !slices.Contains(failed, r.PE), Again: slices.Contains(again, r.PE)}})
 			}
 		}
 	}
@@ -851,7 +933,7 @@ func (s *Supervisor) CheckpointCommitted(epoch uint64, teams *ftlayer.Teams) {
 		fmt.Fprintf(s.notices, "charmgo: checkpoint %d puts the PEs in teams %v (chosen from the traffic measured before it)\n", epoch, *teams)
 	}
 	s.mu.Lock()
-	s.window = false
+	s.window, s.merged, s.holds = false, nil, nil // (a failure rolls back to this checkpoint from now on, every copy of it held)
 	s.lastCommitted = max(s.lastCommitted, epoch)
 	s.mu.Unlock()
 }
@@ -871,15 +953,58 @@ func (s *Supervisor) Teams() ftlayer.Teams {
 	return s.teams
 }
 
-// LocalRestored: PE me, recovering alone, restored checkpoint epoch.
-func (s *Supervisor) LocalRestored(me int, epoch uint64) {
+// LocalRestored: PE me, incarnation inc, recovering alone, restored
+// checkpoint epoch.
+func (s *Supervisor) LocalRestored(me int, inc uint32, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.onRestored != nil {
-		defer s.onRestored(epoch)
+		defer s.onRestored(me, inc, epoch)
 	}
 	s.restoredAt(epoch)
+	s.holdsCopy(me, inc, int32(me))
 	fmt.Fprintf(s.notices, "charmgo: PE %d restored checkpoint %d and replays\n", me, epoch)
+}
+
+// LocalHolds: PE me, incarnation inc, holds PE owner's checkpoint copy
+// again (its owner sent it).
+func (s *Supervisor) LocalHolds(me int, inc uint32, owner int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.onHolds != nil {
+		defer s.onHolds(me, inc, owner)
+	}
+	s.holdsCopy(me, inc, owner)
+}
+
+// holdsCopy notes that PE me, incarnation inc, recovering, holds PE
+// owner's snapshot (s.mu held).
+func (s *Supervisor) holdsCopy(me int, inc uint32, owner int32) {
+	hs, ok := s.holds[int32(me)]
+	if !ok || me >= len(s.inc) || inc < s.inc[me] {
+		return // it never came back empty, or an incarnation replaced since
+	}
+	if !slices.Contains(hs, owner) {
+		s.holds[int32(me)] = append(hs, owner)
+	}
+}
+
+// emptied notes that the PEs of fresh come back empty (s.mu held): until
+// the next checkpoint they hold only what they are told they hold again
+// (holds).
+func (s *Supervisor) emptied(fresh []int32) {
+	if s.holds == nil {
+		s.holds = map[int32][]int32{}
+	}
+	for _, p := range fresh {
+		s.holds[p] = []int32{}
+	}
+}
+
+// keepsMemory reports whether PE z, restarting again while it recovers,
+// keeps its checkpoint memory: it restored its snapshot (s.mu held).
+func (s *Supervisor) keepsMemory(z int32) bool {
+	return slices.Contains(s.recovering, int(z)) && slices.Contains(s.holds[z], z)
 }
 
 // restoredAt notes the checkpoint a failure rolled back to, once for a

@@ -30,17 +30,21 @@ func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		ft     string
-		when   string // the notice after which the second process is lost
+		when   []string // the notices after which the second process is lost
 		second int
 		// again: the PEs that may restart again (under pessimist, those
 		// of them not caught up yet); notice's %s: the ones that did
 		again  []int32
 		notice string
 	}{
-		{"spmd, another process", "spmd", "PE 2 restored checkpoint", 3, []int32{2, 3},
+		{"spmd, another process", "spmd", []string{"PE 2 restored checkpoint"}, 3, []int32{2, 3},
 			"charmgo: process 3 (PEs 6..7) was lost; its replacement's PEs and PEs %s, which were recovering still and restart again, recover together from the last checkpoint (spmd): the others replay its messages"},
-		{"spmd, the replacement", "spmd", "PE 2 restored checkpoint", 1, []int32{2, 3}, ""},
-		{"pessimist, another process", "pessimist", "its replacement's PEs recover together, each alone", 3, []int32{2, 3},
+		{"spmd, the replacement", "spmd", []string{"PE 2 restored checkpoint"}, 1, []int32{2, 3}, ""},
+		// process 2's PEs hold the copies of process 1's checkpoint: the
+		// PEs recovering restored theirs, and keep them as they restart
+		{"spmd, the holder of its copies", "spmd", []string{"PE 2 restored checkpoint", "PE 3 restored checkpoint"}, 2, []int32{2, 3},
+			"charmgo: process 2 (PEs 4..5) was lost; its replacement's PEs and PEs %s, which were recovering still and restart again, recover together from the last checkpoint (spmd): the others replay its messages"},
+		{"pessimist, another process", "pessimist", []string{"its replacement's PEs recover together, each alone"}, 3, []int32{2, 3},
 			"charmgo: process 3 (PEs 6..7) was lost; its replacement's PEs and PEs %s, which were recovering still and restart again, recover together, each alone (pessimist): the others replay its messages"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -49,7 +53,9 @@ func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 				js := filepath.Join(t.TempDir(), "summary.json")
 				j := startJob(t, cr, leanmd, []string{"++n", "4", "++ppn", "2", "--ft", c.ft, "--watchdog", "20s", "--summary-json", js}, params, "Step 15 Benchmark")
 				j.signal(t, 1, syscall.SIGKILL)
-				j.err.waitFor(t, c.when, 20*time.Second)
+				for _, w := range c.when {
+					j.err.waitFor(t, w, 20*time.Second)
+				}
 				j.findKids(t) // process 1's replacement
 				j.signal(t, c.second, syscall.SIGKILL)
 				require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
@@ -80,21 +86,24 @@ func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 // recovers it then, alone: no global rollback. The job ends bitwise as
 // without failures. The second loss may come too early (a global
 // rollback, also bitwise) or too late (two recoveries in turn); each case
-// runs until it came in time, five times at most.
+// runs until it came in time, five times at most. Under team the lost
+// process's checkpoint copies live in the one recovering (PE 4 holds PE
+// 2's): they wait until they are back there.
 func TestProcessLostQueuedBehindARecovery(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
 	for _, c := range []struct {
-		name, ft string
-		layout   []string
-		pes      int
-		when     string // the notice after which the second process is lost
-		notice   string
+		name, ft      string
+		layout        []string
+		pes           int
+		first, second int    // the processes lost
+		when          string // the notice after which the second is lost
+		notice        string
 	}{
-		{"camel", "camel", []string{"++n", "4", "++ppn", "1"}, 4, "PE 1 restored checkpoint",
+		{"camel", "camel", []string{"++n", "4", "++ppn", "1"}, 4, 1, 3, "PE 1 restored checkpoint",
 			"charmgo: process 3 (PE 3) was lost; PE 1, recovering, holds everything it needs from it: its replacement recovers it once they caught up"},
-		{"team", "team", []string{"++n", "4", "++ppn", "2", "--teams", "process"}, 8, "PE 3 restored checkpoint",
-			"charmgo: process 3 (PEs 6..7) was lost; PEs {2-3}, recovering, hold everything they need from it: its replacement recovers it once they caught up"},
+		{"team", "team", []string{"++n", "4", "++ppn", "2", "--teams", "process"}, 8, 2, 1, "PE 5 restored checkpoint",
+			"charmgo: process 1 (PEs 2..3) was lost; PEs {4-5}, recovering, hold everything they need from it: its replacement recovers it once they caught up"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want := failureFree(t, leanmd, c.pes, params)
@@ -102,10 +111,10 @@ func TestProcessLostQueuedBehindARecovery(t *testing.T) {
 				js := filepath.Join(t.TempDir(), "summary.json")
 				args := slices.Concat(c.layout, []string{"--ft", c.ft, "--watchdog", "20s", "--summary-json", js})
 				j := startJob(t, cr, leanmd, args, params, "Step 15 Benchmark")
-				j.signal(t, 1, syscall.SIGKILL)
+				j.signal(t, c.first, syscall.SIGKILL)
 				j.err.waitFor(t, c.when, 20*time.Second)
-				j.findKids(t) // process 1's replacement
-				j.signal(t, 3, syscall.SIGKILL)
+				j.findKids(t) // the first's replacement
+				j.signal(t, c.second, syscall.SIGKILL)
 				require.Equal(t, 0, j.waitWithin(t, 60*time.Second), j.err.String())
 				require.Equal(t, want, energies(t, j.out.String()))
 				ft := readSummary(t, js).FaultTolerance

@@ -254,6 +254,9 @@ type SummaryRecovery struct {
 	// Again (spmd): the PEs still recovering from an earlier failure
 	// when this one struck, which restarted again with it
 	Again []int32 `json:"restarted_again,omitempty"`
+	// Merged (spmd): the PEs that had recovered together with the failed
+	// team since the last checkpoint, which restarted with it
+	Merged []int32 `json:"restarted_merged,omitempty"`
 	// QueuedMs: how long the failed PEs stayed down, the failure queued
 	// behind a recovery under way, before their own recovery began
 	// (counted in RecoveryMs)
@@ -426,7 +429,7 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 	}
 	for _, rc := range ft.Recoveries {
 		sr := SummaryRecovery{Failures: rc.Failures, PEs: rc.PEs, RecoveryMs: ms(rc.Recovery), Set: rc.Set, Chain: rc.Chain,
-			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors, Orphans: rc.Orphans, Again: rc.Again, QueuedMs: ms(rc.Queued)}
+			Replayed: rc.Replayed, Dropped: rc.Dropped, Held: rc.Held, Survivors: rc.Survivors, Orphans: rc.Orphans, Again: rc.Again, Merged: rc.Merged, QueuedMs: ms(rc.Queued)}
 		for _, c := range rc.CaughtUp {
 			sr.CaughtUp = append(sr.CaughtUp, SummaryCaughtUp{PE: c.PE, Ms: ms(c.After)})
 		}
@@ -583,6 +586,9 @@ func (s *Summary) WriteRuntime(w io.Writer) {
 				}
 				if len(rc.Again) > 0 {
 					set += fmt.Sprintf(" (%s recovering still, again)", ftlayer.PEList(rc.Again))
+				}
+				if len(rc.Merged) > 0 {
+					set += fmt.Sprintf(" (%s recovered with it since the checkpoint)", ftlayer.PEList(rc.Merged))
 				}
 				if rc.QueuedMs > 0 {
 					set += fmt.Sprintf(" (down %.1f ms, queued behind the recovery before)", rc.QueuedMs)

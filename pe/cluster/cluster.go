@@ -489,11 +489,22 @@ func (j *Job) awaitOr(deadline time.Time, want ctlKind, what string, moved <-cha
 
 // connect makes the data plane: this process dials every lower rank and
 // waits for every higher one to dial it.
+//
+// A replacement whose dial is refused by a process the steward listed
+// (lost since: two processes lost close together, the other not yet
+// noticed when this one was admitted) takes that process for lost once
+// the job runs, as it would have noticed it: its link is down meanwhile,
+// and its replacement's comes as any other's (rejoined).
 func (j *Job) connect(deadline time.Time) error {
 	cfg := j.cfg
 	for r := 0; r < cfg.Rank; r++ {
 		if err := j.dial(r, deadline); err != nil {
-			return err
+			if cfg.Incarnation == 0 || !errors.Is(err, syscall.ECONNREFUSED) {
+				return err
+			}
+			j.log.Info("a process the steward listed refused the connection: taken for lost", zap.Int("process", r), zap.Error(err))
+			j.downLink(r)
+			j.early = append(j.early, control{Kind: ctlLost, From: r, Inc: j.member(r).Inc, Err: "its data port refused this replacement's connection (the process is gone)"})
 		}
 	}
 	t := time.NewTimer(time.Until(deadline))
@@ -530,6 +541,21 @@ func (j *Job) dial(r int, deadline time.Time) error {
 	}
 	j.attach(r, c)
 	return nil
+}
+
+// downLink makes the link to process r one that is down: what is sent to
+// r is dropped until its replacement's link takes its place (attach).
+func (j *Job) downLink(r int) {
+	c, other := net.Pipe()
+	other.Close()
+	l := newLink(r, c, &j.gen, j.first, j.count)
+	l.down.Store(true)
+	j.mu.Lock()
+	l.inc = j.members[r].Inc
+	j.mu.Unlock()
+	if old := j.links[r].Swap(l); old != nil {
+		old.shut()
+	}
 }
 
 // attach makes c the data connection to process r: a new link, running
@@ -711,7 +737,7 @@ func (j *Job) Run(node *pe.Node) {
 	j.node = node
 	j.mu.Unlock()
 	for r := range j.links {
-		if l := j.links[r].Load(); l != nil {
+		if l := j.links[r].Load(); l != nil && !l.down.Load() {
 			j.runLink(l)
 		}
 	}

@@ -91,11 +91,11 @@ func TestDeterministicRunsRepeatAndEndLikeRealOnes(t *testing.T) {
 
 // Every protocol, a PE failing before every event of a run: each run
 // ends with the failure-free results. The 5 PEs take the events in turn,
-// three by three (every PE before every event under FT_LONG; CI's budget
+// four by four (every PE before every event under FT_LONG; CI's budget
 // has no room for more).
 func TestFailuresAtEveryEvent(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride := sweepStride(3, 17)
+	stride := sweepStride(4, 17) // (CI's budget: every event under FT_LONG)
 	for _, pc := range protocols {
 		ft := pc.FT
 		name := protoName(pc)
@@ -151,12 +151,12 @@ func mainOf[M any](t *testing.T, r chare.Result) M {
 }
 
 // The order-sensitive program: a PE failing before every event (the 4
-// PEs in turn, three by three; every PE before every event under
+// PEs in turn, four by four; every PE before every event under
 // FT_LONG; a stride of them under -race), and random failures, each
 // run's logs consistent.
 func TestFailuresReplayTheOrderThatHappened(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride, trials := sweepStride(3, 17), 100 // (CI's budget)
+	stride, trials := sweepStride(4, 17), 100 // (CI's budget)
 	if long() > 0 {
 		trials = 150 * (1 + long())
 	}

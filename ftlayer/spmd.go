@@ -523,8 +523,7 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 			}
 		}
 		if !s.madeHere(h.Name) && !s.deliverable(from, h.SSN) {
-			s.hold(env)
-			s.held[len(s.held)-1].elem = true
+			s.hold(env).elem = true
 			return Held, nil
 		}
 		s.phase = max(s.phase, h.SSN+1)
@@ -706,12 +705,23 @@ func (s *SPMD) heldCopy(h *pe.FTHeader) bool {
 	return false
 }
 
-func (s *SPMD) hold(env *pe.Envelope) {
+// hold keeps env until its turn (Next), and returns its copy.
+func (s *SPMD) hold(env *pe.Envelope) *Message {
 	cp := &hopMsg{}
 	cp.fill(env, kindOf(env))
 	cp.env.FT = &cp.FTHeader
-	s.held = append(s.held, &cp.Message)
+	s.insertHeld(&cp.Message)
 	s.stats.Held++
+	return &cp.Message
+}
+
+// insertHeld puts m among the held messages, which are kept in order of
+// phase, and of arrival within a phase: Next takes the first that is
+// ready, without looking at every one each time (a recovery holds
+// hundreds).
+func (s *SPMD) insertHeld(m *Message) {
+	i, _ := slices.BinarySearchFunc(s.held, m.SSN+1, func(h *Message, ph uint64) int { return cmp.Compare(h.SSN, ph) })
+	s.held = slices.Insert(s.held, i, m)
 }
 
 // deliverable says whether a message of phase phase from PE from, of
@@ -767,7 +777,7 @@ func (s *SPMD) newIncarnation(p int32, inc uint32) {
 // delivery: the lowest phase first.
 func (s *SPMD) Next() (*Message, bool) {
 	best := -1
-	for i := 0; i < len(s.held); i++ {
+	for i := 0; i < len(s.held); i++ { // (in order of phase: insertHeld)
 		m := s.held[i]
 		if m.Inc < s.incMap[m.Sender] || s.recv[m.Sender].has(m.CSN) {
 			// its other copy was taken meanwhile
@@ -776,8 +786,9 @@ func (s *SPMD) Next() (*Message, bool) {
 			i--
 			continue
 		}
-		if (best < 0 || m.SSN < s.held[best].SSN) && s.ready(m) {
+		if s.ready(m) {
 			best = i
+			break
 		}
 	}
 	if best < 0 {
@@ -1070,9 +1081,13 @@ func (s *SPMD) lowerLogged(to int32, n pe.MsgName, ph uint64) {
 // lowerHeld gives the message named n from PE from, held here or still
 // to come, the lower phase ph (its sender's log has it).
 func (s *SPMD) lowerHeld(from int32, n pe.MsgName, ph uint64) {
-	for _, m := range s.held {
+	for i, m := range s.held {
 		if m.Sender == from && m.Name != nil && m.Name.Key() == n {
-			m.SSN = min(m.SSN, ph)
+			if ph < m.SSN {
+				s.held = slices.Delete(s.held, i, i+1)
+				m.SSN = ph
+				s.insertHeld(m) // (its place in the order)
+			}
 			return
 		}
 	}

@@ -61,7 +61,7 @@ func (r *rollbackShapes) note(t *testing.T, c chare.Config, f Failure) {
 	}
 }
 
-// Every PE failing before every event (every 4th; under FT_LONG every
+// Every PE failing before every event (every 5th; under FT_LONG every
 // one; a stride under -race) of a run whose PEs stop logging on
 // channels: each run ends with the failure-free results, and among the
 // failures are rollback sets larger than the failed PE (its channel's
@@ -69,7 +69,7 @@ func (r *rollbackShapes) note(t *testing.T, c chare.Config, f Failure) {
 // back alone (logging on again after a checkpoint).
 func TestLogLimitFailuresAtEveryEvent(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	stride := sweepStride(4, 29)
+	stride := sweepStride(5, 29) // (CI's budget)
 	for _, c := range limited {
 		t.Run(limitName(c), func(t *testing.T) {
 			c.PEs, c.Branching = 5, 2

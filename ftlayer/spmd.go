@@ -993,8 +993,9 @@ func (s *SPMD) failedAgain(y int32, inc uint32) {
 			return // restarting with this PE
 		}
 		// it restarted again since, without this PE (teams that
-		// recovered together, one failing later): from now on it is a PE
-		// of another rollback, which this PE answers as a survivor
+		// recovered together, one failing alone after the next
+		// checkpoint): from now on it is a PE of another rollback, which
+		// this PE answers as a survivor
 		s.set[y] = false
 	}
 	if s.recovering && s.survivor[y] {

@@ -244,10 +244,7 @@ func TestRecoveryEndsOnlyOnceTheReplaysAreIn(t *testing.T) {
 // their snapshots any more, and the checkpoint directory has it (or the
 // run starts again, before the first checkpoint).
 func TestAPEAndItsBuddyFailingTogether(t *testing.T) {
-	stride := 8 // (CI's budget)
-	if raceOn {
-		stride = 37
-	}
+	stride := sweepStride(8, 37) // (CI's budget: every event under FT_LONG)
 	for _, pc := range protocols {
 		ft := pc.FT
 		name := protoName(pc)
@@ -280,10 +277,9 @@ func TestAPEAndItsBuddyFailingTogether(t *testing.T) {
 // the failed teams alone — unless a failure struck while a checkpoint was
 // being taken, when every PE rolls back.
 func TestTwoFailuresInTeams(t *testing.T) {
-	stride := 5 // (CI's budget; TestFailureQueuedBehindARecovery sweeps teams failing while another recovers too)
-	if raceOn {
-		stride = 41
-	}
+	// (CI's budget, every event under FT_LONG; TestFailureQueuedBehindARecovery
+	// sweeps teams failing while another recovers too)
+	stride := sweepStride(5, 41)
 	args := MixArgs{Steps: 6, Ckpt: 3}
 	for _, ft := range []string{"team", "camel"} {
 		cfg := chare.Config{PEs: 6, FT: ft, Teams: "2", Branching: 2}

@@ -400,12 +400,11 @@ func (p *Processes) decide() {
 	set, joins := dead, s.joinsRecovering(dead)
 	var again, merged []int32
 	if joins {
-		for _, y := range s.recovering {
-			if !slices.Contains(dead, int32(y)) {
-				again = append(again, int32(y))
+		for _, y := range s.recoveringTeams() {
+			if !slices.Contains(dead, y) {
+				again = append(again, y)
 			}
 		}
-		slices.Sort(again)
 		set = append(slices.Clone(dead), again...)
 		slices.Sort(set)
 	}
@@ -453,6 +452,9 @@ func (p *Processes) decide() {
 			s.ft.Recoveries[len(s.ft.Recoveries)-1].Queued = time.Since(queued)
 		}
 		s.ft.Recoveries[len(s.ft.Recoveries)-1].Merged = merged
+		if again != nil {
+			s.ft.Recoveries[len(s.ft.Recoveries)-1].Again = again // (whole teams: recoveringTeams)
+		}
 		st.Recovered, st.RolledBack = slices.Clone(s.recovered), s.rolledBack
 		what := describe(procs[0], p.pesOf(procs[0]))
 		for _, q := range procs[1:] {

@@ -529,9 +529,10 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	}
 	if s.anySet || s.jointTeams {
 		// and the PEs recovering still (joinsRecovering): they restart
-		// again with them (startRecovery counts them in Again)
-		for _, r := range s.recovering {
-			if p := int32(r); !slices.Contains(team, p) {
+		// again with them (startRecovery counts them in Again), under spmd
+		// with their whole teams (recoveringTeams)
+		for _, p := range s.recoveringTeams() {
+			if !slices.Contains(team, p) {
 				team, joint = append(team, p), s.jointTeams
 			}
 		}
@@ -583,10 +584,21 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 	if s.failed.IsZero() {
 		s.failed = began
 	}
+	var again []int32 // (the teams recovering still, whole: their PEs that caught up restart too)
+	if s.jointTeams {
+		for _, p := range s.recoveringTeams() {
+			if slices.Contains(set, p) && !slices.Contains(failing, p) {
+				again = append(again, p)
+			}
+		}
+	}
 	revived := s.startRecovery(set, 1+len(also), began)
 	s.emptied(empty)
 	rc := &s.ft.Recoveries[len(s.ft.Recoveries)-1]
 	rc.Chain, rc.Off, rc.Merged = chain, off, merged
+	if again != nil {
+		rc.Again = again
+	}
 	if queued {
 		rc.Queued, s.down = time.Since(s.downSince), nil
 	}
@@ -616,7 +628,7 @@ func (s *Supervisor) recoverAlone(node *pe.Node, now []int) bool {
 		fmt.Fprintf(s.notices, "charmgo: %v; its team, PEs %s, rolls back and recovers (%s): the other teams replay its messages\n", f, ftlayer.PEList(team), s.ft.Protocol)
 	}
 	s.mu.Unlock()
-	again := slices.Clone(rc.Again)
+	again = slices.Clone(rc.Again)
 	node.Later(func() { s.replace(node, revived, empty, again, recovered, rolledBack) })
 	return true
 }
@@ -716,12 +728,32 @@ func (s *Supervisor) joinsRecovering(pes []int32) bool {
 		return false
 	}
 	set := s.withMerged(pes)
-	for _, r := range s.recovering {
-		if !slices.Contains(set, int32(r)) {
-			set = append(set, int32(r))
+	for _, p := range s.recoveringTeams() {
+		if !slices.Contains(set, p) {
+			set = append(set, p)
 		}
 	}
 	return s.copiesLost(len(s.inc), set, s.fresh(set, pes)) == ""
+}
+
+// recoveringTeams lists the PEs recovering still, and under spmd the rest
+// of their teams (s.mu held): a team restarts whole, and a PE of it that
+// caught up already restarts again with the others, keeping its memory.
+func (s *Supervisor) recoveringTeams() []int32 {
+	var out []int32
+	for _, r := range s.recovering {
+		pes := []int32{int32(r)}
+		if s.jointTeams {
+			pes = s.teams.Members(int32(r))
+		}
+		for _, p := range pes {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // fresh lists the PEs of set that come back empty when it restarts (s.mu

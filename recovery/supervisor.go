@@ -439,12 +439,8 @@ func (s *Supervisor) fire(node *pe.Node, due []int) {
 	}
 	if s.local && !s.window {
 		if team := s.teams.Members(int32(s.kills[now[0]].PE)); s.rolling || len(s.recovering) > 0 && !s.joinsRecovering(team) {
-			if len(s.waiting) == 0 && s.queues(team) && !slices.ContainsFunc(now, func(i int) bool { return !slices.Contains(team, int32(s.kills[i].PE)) }) {
-				// (the first failure waiting: the kills waiting fire in
-				// order once the recovery caught up, and it comes first)
-				s.goDown(node, team, now[0])
-			}
 			s.waiting = append(s.waiting, now...)
+			s.queueFirstWaiting(node)
 			s.mu.Unlock()
 			return
 		}
@@ -792,21 +788,11 @@ func (s *Supervisor) withMerged(pes []int32) []int32 {
 // merge records that the teams of pes restarted together (s.mu held):
 // the merged sets it meets become one with it.
 func (s *Supervisor) merge(pes []int32) {
-	union := slices.Clone(pes)
-	var keep [][]int32
-	for _, m := range s.merged {
-		if slices.ContainsFunc(m, func(p int32) bool { return slices.Contains(union, p) }) {
-			for _, p := range m {
-				if !slices.Contains(union, p) {
-					union = append(union, p)
-				}
-			}
-			continue
-		}
-		keep = append(keep, m)
-	}
-	slices.Sort(union)
-	s.merged = append(keep, union)
+	union := s.withMerged(pes)
+	s.merged = slices.DeleteFunc(s.merged, func(m []int32) bool {
+		return slices.ContainsFunc(m, func(p int32) bool { return slices.Contains(pes, p) })
+	})
+	s.merged = append(s.merged, union)
 }
 
 // queues reports whether pes (a PE, or a team), failing while other PEs
@@ -840,6 +826,20 @@ func (s *Supervisor) queues(pes []int32) bool {
 		}
 	}
 	return true
+}
+
+// queueFirstWaiting makes the first failure put off for a recovery strike
+// now, queued (goDown), if its team queues (s.mu held; one process). Only
+// the first: the kills waiting fire in order once the recovery caught up
+// (caughtUp), and the one down must come first.
+func (s *Supervisor) queueFirstWaiting(node *pe.Node) {
+	if len(s.waiting) == 0 || len(s.down) > 0 {
+		return
+	}
+	first := s.waiting[0]
+	if team := s.teams.Members(int32(s.kills[first].PE)); s.queues(team) {
+		s.goDown(node, team, first)
+	}
 }
 
 // goDown fails pes now, their failure (kill first) queued behind the
@@ -1067,11 +1067,8 @@ func (s *Supervisor) suppliedBy(me int, inc uint32, by []int32, here bool) {
 		}
 		s.supplied[int32(me)] = append(s.supplied[int32(me)], by...)
 	}
-	if len(s.waiting) > 0 && s.node != nil && s.local && !s.window {
-		// the failure put off first may strike now, queued (one process)
-		if first := s.waiting[0]; s.queues(s.teams.Members(int32(s.kills[first].PE))) {
-			s.goDown(s.node, s.teams.Members(int32(s.kills[first].PE)), first)
-		}
+	if s.node != nil && s.local && !s.window {
+		s.queueFirstWaiting(s.node)
 	}
 	s.mu.Unlock()
 	if here && tell != nil {

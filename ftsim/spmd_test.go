@@ -157,35 +157,43 @@ func TestSPMDTeamFailingWhileItsCopyHolderRecovers(t *testing.T) {
 // trials on 6 PEs: PEs 4-5 waited for ever). A team of 6 PEs fails (PE
 // 3's), the team after it (PE 5's) while it recovers, so both restart
 // together; then PE 5 again, after it handed over a message: the first
-// team restarts with it, every seventh moment of the run.
+// team restarts with it, every seventh moment of the run. The same with
+// teams of one PE (4 PEs, PE 1 then PE 3): each PE is a team, and the
+// two join and merge as teams do.
 func TestSPMDTeamsThatRecoveredTogetherFailAgainTogether(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
-	merged, runs := 0, 0
-	for _, branching := range []int{2, 4} {
-		cfg := chare.Config{PEs: 6, FT: "spmd", Teams: "2", Branching: branching}
-		free := Run(Mix, args, cfg, 7)
-		require.NoError(t, free.Err)
-		for e := 1; e < free.Stats.Events; e += sweepStride(7, 61) {
-			for _, h := range []uint64{5, 15} {
-				c := cfg
-				c.Kills = []chare.Kill{{PE: 3, Step: -1, Event: e}, {PE: 5, Step: -1, Event: e + 20}, {PE: 5, Step: -1, HandOver: h}}
-				res := Run(Mix, args, c, 7)
-				if Unfired(res) {
-					continue
-				}
-				runs++
-				require.NoError(t, res.Err, "branching %d, kills %v", branching, c.Kills)
-				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "branching %d, kills %v", branching, c.Kills)
-				for _, r := range res.Stats.FT.Recoveries {
-					if len(r.Merged) > 0 {
-						merged++
+	for _, tc := range []struct {
+		pes           int
+		teams         string
+		first, second int
+	}{{6, "2", 3, 5}, {4, "1", 1, 3}} {
+		merged, runs := 0, 0
+		for _, branching := range []int{2, 4} {
+			cfg := chare.Config{PEs: tc.pes, FT: "spmd", Teams: tc.teams, Branching: branching}
+			free := Run(Mix, args, cfg, 7)
+			require.NoError(t, free.Err)
+			for e := 1; e < free.Stats.Events; e += sweepStride(7, 61) {
+				for _, h := range []uint64{5, 15} {
+					c := cfg
+					c.Kills = []chare.Kill{{PE: tc.first, Step: -1, Event: e}, {PE: tc.second, Step: -1, Event: e + 20}, {PE: tc.second, Step: -1, HandOver: h}}
+					res := Run(Mix, args, c, 7)
+					if Unfired(res) {
+						continue
+					}
+					runs++
+					require.NoError(t, res.Err, "teams %s, branching %d, kills %v", tc.teams, branching, c.Kills)
+					require.Equal(t, mixLogs(t, free), mixLogs(t, res), "teams %s, branching %d, kills %v", tc.teams, branching, c.Kills)
+					for _, r := range res.Stats.FT.Recoveries {
+						if len(r.Merged) > 0 {
+							merged++
+						}
 					}
 				}
 			}
 		}
+		require.Positive(t, merged, "teams of %s: teams that recovered together restarted together again", tc.teams)
+		t.Logf("teams of %s: %d runs, %d with merged teams restarted together", tc.teams, runs, merged)
 	}
-	require.Positive(t, merged, "teams that recovered together restarted together again")
-	t.Logf("%d runs, %d with merged teams restarted together", runs, merged)
 }
 
 // teamKills: PE first fails, and PE second after more events (0: at the

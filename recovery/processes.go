@@ -646,9 +646,9 @@ func (s *Supervisor) copiesLost(n int, set, fresh []int32) string {
 }
 
 // wholeTeams reports whether dead, the PEs of lost processes, are whole
-// teams (teams on).
+// teams (with teams off, every PE is a team of its own).
 func (s *Supervisor) wholeTeams(dead []int32) bool {
-	if len(dead) == 0 || !s.teams.On() {
+	if len(dead) == 0 {
 		return false
 	}
 	for _, y := range dead {

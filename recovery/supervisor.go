@@ -704,7 +704,7 @@ func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) [
 	}
 	s.ft.Failures += failures
 	s.ft.PEsRolledBack += len(pes)
-	if s.jointTeams && s.teams.On() && !s.oneTeam(pes) {
+	if s.jointTeams && !s.oneTeam(pes) {
 		s.merge(pes)
 	}
 	s.ft.Recoveries = append(s.ft.Recoveries, RecoveryStats{Failures: failures, PEs: len(pes), Set: slices.Clone(pes), Again: again, began: began})

@@ -78,6 +78,22 @@ type SPMD struct {
 	markOf   []uint64
 	replayed []bool
 	held     []*Message
+	// heldNames counts the held messages a PE recognises by name (not an
+	// element's, not a hint), by key: heldCopy looks through held only
+	// when one is there. A survivor's log comes in a burst of hundreds,
+	// and looking at every held message for each was quadratic.
+	heldNames map[pe.MsgName]int
+	// gateEpoch counts the changes, besides marks, sealing and the end
+	// of a recovery, that may make a held message ready: an incarnation,
+	// a PE into or out of the rolled-back set or the survivors, teams, a
+	// phase lowered. blocked: the last Next found none ready, under
+	// blockedAt; unseen: the messages held since it looked. Next is
+	// called after every message handled, and while a recovering PE
+	// waits for marks it found nothing each time, looking at all of them.
+	gateEpoch uint64
+	blocked   bool
+	blockedAt heldGate
+	unseen    []*Message
 
 	// as a survivor: the rolled-back PEs recovering, which hear of its
 	// orphans; the orphans not had again, by phase; the mark sent last
@@ -492,7 +508,7 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 	}
 	if s.teams.Same(from, s.me) {
 		if s.sealed {
-			s.hold(env)
+			s.hold(env, false)
 			return Held, nil
 		}
 		s.phase = max(s.phase, h.SSN)
@@ -523,7 +539,7 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 			}
 		}
 		if !s.madeHere(h.Name) && !s.deliverable(from, h.SSN) {
-			s.hold(env).elem = true
+			s.hold(env, true)
 			return Held, nil
 		}
 		s.phase = max(s.phase, h.SSN+1)
@@ -542,7 +558,7 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 		return Dropped, nil
 	}
 	if !s.deliverable(from, s.phaseToWait(h)) {
-		s.hold(env)
+		s.hold(env, false)
 		return Held, nil
 	}
 	s.deliver(from, h, env.Type)
@@ -691,6 +707,9 @@ func (s *SPMD) rolledBackHere(p int32) bool { return s.set != nil && s.set[p] }
 // processed (as had counts one).
 func (s *SPMD) heldCopy(h *pe.FTHeader) bool {
 	key := h.Name.Key()
+	if s.heldNames[key] == 0 {
+		return false
+	}
 	for _, m := range s.held {
 		if !m.elem && m.Name != nil && m.Name.Key() == key {
 			s.stats.Dropped++
@@ -705,14 +724,53 @@ func (s *SPMD) heldCopy(h *pe.FTHeader) bool {
 	return false
 }
 
-// hold keeps env until its turn (Next), and returns its copy.
-func (s *SPMD) hold(env *pe.Envelope) *Message {
+// hold keeps env until its turn (Next); elem: an element recognises it
+// again, not the PE.
+func (s *SPMD) hold(env *pe.Envelope, elem bool) {
 	cp := &hopMsg{}
 	cp.fill(env, kindOf(env))
 	cp.env.FT = &cp.FTHeader
-	s.insertHeld(&cp.Message)
+	m := &cp.Message
+	m.elem = elem
+	s.insertHeld(m)
+	if key, ok := heldName(m); ok {
+		if s.heldNames == nil {
+			s.heldNames = map[pe.MsgName]int{}
+		}
+		s.heldNames[key]++
+	}
+	s.unseen = append(s.unseen, m)
 	s.stats.Held++
-	return &cp.Message
+}
+
+// heldName is the key heldNames counts m by, if it counts it.
+func heldName(m *Message) (pe.MsgName, bool) {
+	if m.elem || m.Name == nil || m.Name.Kind == pe.NameHint {
+		return pe.MsgName{}, false
+	}
+	return m.Name.Key(), true
+}
+
+// removeHeld takes held message i out.
+func (s *SPMD) removeHeld(i int) *Message {
+	m := s.held[i]
+	s.held = slices.Delete(s.held, i, i+1)
+	if key, ok := heldName(m); ok {
+		if s.heldNames[key]--; s.heldNames[key] <= 0 {
+			delete(s.heldNames, key)
+		}
+	}
+	return m
+}
+
+// countHeldNames counts heldNames again (held lost messages otherwise).
+func (s *SPMD) countHeldNames() {
+	clear(s.heldNames)
+	for _, m := range s.held {
+		if key, ok := heldName(m); ok {
+			s.heldNames[key]++ // (not nil: it counted them)
+		}
+	}
 }
 
 // insertHeld puts m among the held messages, which are kept in order of
@@ -771,32 +829,63 @@ func (s *SPMD) newIncarnation(p int32, inc uint32) {
 	s.delta -= int64(s.processedFrom[p])
 	s.processedFrom[p] = 0
 	s.held = dropOlder(s.held, p, inc, &s.stats.Dropped)
+	s.countHeldNames()
+	s.gateEpoch++
 }
 
 // Next hands back a held message whose turn has come, counting its
 // delivery: the lowest phase first.
 func (s *SPMD) Next() (*Message, bool) {
-	best := -1
+	g := s.gate()
+	unseen := s.unseen
+	s.unseen = s.unseen[:0] // (unseen keeps its elements until the next append)
+	if s.blocked && g == s.blockedAt {
+		// nothing held before the last call was ready, and nothing
+		// changed that would make it so: only what came since may be
+		var best *Message
+		for _, m := range unseen {
+			if !s.stale(m) && s.readyUnder(&g, m) && (best == nil || m.SSN < best.SSN) {
+				best = m // (the first of the lowest phase: held's order)
+			}
+		}
+		if best == nil {
+			s.endRecovery()
+			return nil, false
+		}
+		s.blocked = false
+		i, _ := slices.BinarySearchFunc(s.held, best.SSN, func(h *Message, ph uint64) int { return cmp.Compare(h.SSN, ph) })
+		for s.held[i] != best {
+			i++
+		}
+		return s.take(s.removeHeld(i)), true
+	}
 	for i := 0; i < len(s.held); i++ { // (in order of phase: insertHeld)
 		m := s.held[i]
-		if m.Inc < s.incMap[m.Sender] || s.recv[m.Sender].has(m.CSN) {
+		if s.stale(m) {
 			// its other copy was taken meanwhile
-			s.held = slices.Delete(s.held, i, i+1)
+			s.removeHeld(i)
 			s.stats.Dropped++
 			i--
 			continue
 		}
-		if s.ready(m) {
-			best = i
-			break
+		if s.readyUnder(&g, m) {
+			s.blocked = false
+			return s.take(s.removeHeld(i)), true
 		}
 	}
-	if best < 0 {
-		s.endRecovery()
-		return nil, false
-	}
-	m := s.held[best]
-	s.held = slices.Delete(s.held, best, best+1)
+	s.blocked, s.blockedAt = true, g
+	s.endRecovery()
+	return nil, false
+}
+
+// stale reports whether held message m's other copy was taken meanwhile,
+// or its sender rolled back since.
+func (s *SPMD) stale(m *Message) bool {
+	return m.Inc < s.incMap[m.Sender] || s.recv[m.Sender].has(m.CSN)
+}
+
+// take counts the delivery of held message m.
+func (s *SPMD) take(m *Message) *Message {
 	switch {
 	case s.teams.Same(m.Sender, s.me):
 		s.phase = max(s.phase, m.SSN)
@@ -807,14 +896,50 @@ func (s *SPMD) Next() (*Message, bool) {
 	default:
 		s.deliver(m.Sender, &m.FTHeader, m.Env.Type)
 	}
-	return m, true
+	return m
 }
 
-func (s *SPMD) ready(m *Message) bool {
-	if s.teams.Same(m.Sender, s.me) || m.elem && m.Name != nil && s.madeHere(m.Name) {
-		return !s.sealed
+// heldGate is what decides, besides the message itself, whether a held
+// message is ready: a survivor's message waits while this PE recovers
+// unless every survivor's mark came (open) and its phase is at most
+// limit, the lowest mark less one (deliverable).
+type heldGate struct {
+	sealed, recovering, open bool
+	limit                    uint64
+	epoch                    uint64
+}
+
+func (s *SPMD) gate() heldGate {
+	g := heldGate{sealed: s.sealed, recovering: s.recovering, open: true, limit: math.MaxUint64, epoch: s.gateEpoch}
+	if !s.recovering {
+		return g
 	}
-	return s.deliverable(m.Sender, s.phaseToWait(&m.FTHeader))
+	for p, sv := range s.survivor {
+		if !sv {
+			continue
+		}
+		mark := s.markOfSurvivor(p)
+		if mark == noMark {
+			g.open, g.limit = false, 0
+			break
+		}
+		g.limit = min(g.limit, mark-1)
+	}
+	return g
+}
+
+// readyUnder reports whether held message m may be delivered now, under
+// gate g (ready's test, deliverable's loop done once).
+func (s *SPMD) readyUnder(g *heldGate, m *Message) bool {
+	switch {
+	case g.sealed:
+		return false
+	case s.teams.Same(m.Sender, s.me) || m.elem && m.Name != nil && s.madeHere(m.Name):
+		return true
+	case !g.recovering || !s.survivor[m.Sender]:
+		return true
+	}
+	return g.open && s.phaseToWait(&m.FTHeader) <= g.limit
 }
 
 // allReplayed reports whether every survivor's replay is in.
@@ -1006,6 +1131,7 @@ func (s *SPMD) failedAgain(y int32, inc uint32) {
 	if !slices.Contains(s.failing, y) {
 		s.failing = append(s.failing, y)
 	}
+	s.gateEpoch++ // (its set and survivors)
 }
 
 // answer is what this PE sends PE y's incarnation inc, restarted (not
@@ -1088,6 +1214,7 @@ func (s *SPMD) lowerHeld(from int32, n pe.MsgName, ph uint64) {
 				s.held = slices.Delete(s.held, i, i+1)
 				m.SSN = ph
 				s.insertHeld(m) // (its place in the order)
+				s.gateEpoch++
 			}
 			return
 		}
@@ -1255,6 +1382,7 @@ func (s *SPMD) Checkpoint() {
 	clear(s.processedFrom)
 	s.failing = s.failing[:0]
 	s.sentMark, s.phase, s.sealed, s.redoing = allDone, 0, false, false
+	s.gateEpoch++
 }
 
 // TakeVolume returns the payload bytes sent to each PE since the last
@@ -1522,7 +1650,7 @@ func (h *SPMDHook) PeerRecovered(y int)                  { h.s.Recovered(int32(y
 func (h *SPMDHook) LogsSent() bool                       { return true }
 func (h *SPMDHook) OnRelease(func(env *pe.Envelope))     {}
 func (h *SPMDHook) Releases() bool                       { return false }
-func (h *SPMDHook) Regroup(t Teams)                      { h.s.teams = t }
+func (h *SPMDHook) Regroup(t Teams)                      { h.s.teams, h.s.gateEpoch = t, h.s.gateEpoch+1 }
 func (h *SPMDHook) Recluster(*mcml.Dendrogram)           {}
 func (h *SPMDHook) TakeVolume() []uint64                 { return h.s.TakeVolume() }
 func (h *SPMDHook) Describe(w io.Writer)                 { h.s.Describe(w) }

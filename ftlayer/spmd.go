@@ -836,6 +836,11 @@ func (s *SPMD) newIncarnation(p int32, inc uint32) {
 // Next hands back a held message whose turn has come, counting its
 // delivery: the lowest phase first.
 func (s *SPMD) Next() (*Message, bool) {
+	if len(s.held) == 0 { // (after every message handled, mostly)
+		s.unseen = s.unseen[:0]
+		s.endRecovery()
+		return nil, false
+	}
 	g := s.gate()
 	unseen := s.unseen
 	s.unseen = s.unseen[:0] // (unseen keeps its elements until the next append)

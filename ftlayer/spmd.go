@@ -859,10 +859,14 @@ func (s *SPMD) Next() (*Message, bool) {
 		}
 		s.blocked = false
 		i, _ := slices.BinarySearchFunc(s.held, best.SSN, func(h *Message, ph uint64) int { return cmp.Compare(h.SSN, ph) })
-		for s.held[i] != best {
+		for i < len(s.held) && s.held[i] != best {
 			i++
 		}
-		return s.take(s.removeHeld(i)), true
+		if i < len(s.held) {
+			return s.take(s.removeHeld(i)), true
+		}
+		// (not held: taken out by a change that did not count in
+		// gateEpoch — look at them all)
 	}
 	for i := 0; i < len(s.held); i++ { // (in order of phase: insertHeld)
 		m := s.held[i]

@@ -407,3 +407,43 @@ func BenchmarkSPMDRecoveryHeld(b *testing.B) {
 		}
 	}
 }
+
+// A held message whose phase its survivor lowers (PktPhase: its log
+// sends the lower phase once it hears of it) is taken as soon as that
+// puts it below the marks, though no mark moved and nothing else came:
+// Next, which found none ready before, looks again.
+func TestSPMDHeldMessageLoweredBelowTheMarks(t *testing.T) {
+	s := recoveringPE0(t)
+	a, err := s.Arrive(survivorHop(2, 1, 11, 7), false, false)
+	require.NoError(t, err)
+	require.Equal(t, Held, a)
+	for p, covered := range map[int32]uint64{2: 6, 3: allDone} {
+		require.NoError(t, s.Receive(&Packet{Kind: PktMark, From: p, To: 0, Inc: 1, Covered: covered}))
+	}
+	_, ok := s.Next()
+	require.False(t, ok, "phase 7 waits for PE 2's orphan of phase 5")
+	name := pe.MsgName{Kind: pe.NameContents, From: 2, Hash: 11}
+	require.NoError(t, s.Receive(&Packet{Kind: PktPhase, From: 2, To: 0, Inc: 1, Names: []pe.MsgName{name}, Phases: []uint64{4}}))
+	m, ok := s.Next()
+	require.True(t, ok, "lowered to phase 4, below PE 2's mark")
+	require.Equal(t, uint64(4), m.SSN)
+}
+
+// An element's message made by a teammate's incarnation this PE has not
+// heard of yet waits (a survivor's, before any mark); once this PE hears
+// of that incarnation, restarting with it, the message is its team's and
+// is taken at once, though no mark came: Next looks again.
+func TestSPMDHeldMessageOfATeammatesNewIncarnation(t *testing.T) {
+	s := recoveringPE0(t)
+	n := pe.MsgName{Kind: pe.NameOrigin, Origin: pe.Origin{Coll: 1, Index: pe.Index{Dims: 1}, K: 3}, At: 1, AtInc: 1}
+	a, err := s.Arrive(elemHop(2, 0, 1, 0, 5, n), true, false)
+	require.NoError(t, err)
+	require.Equal(t, Held, a)
+	_, ok := s.Next()
+	require.False(t, ok, "a survivor's, and no mark yet")
+	_, err = s.PeerFailed(1, 1, []int32{0, 1})
+	require.NoError(t, err)
+	m, ok := s.Next()
+	require.True(t, ok, "made by PE 1's incarnation 1, which restarted with this PE")
+	require.Equal(t, int32(2), m.Sender)
+}

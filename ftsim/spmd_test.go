@@ -158,15 +158,16 @@ func TestSPMDTeamFailingWhileItsCopyHolderRecovers(t *testing.T) {
 // 3's), the team after it (PE 5's) while it recovers, so both restart
 // together; then PE 5 again, after it handed over a message: the first
 // team restarts with it, every seventh moment of the run. The same with
-// teams of one PE (4 PEs, PE 1 then PE 3): each PE is a team, and the
-// two join and merge as teams do.
+// teams of one PE (4 PEs, PEs 1 and 3 at once, then PE 3 again): each PE
+// is a team, and the two merge as teams do.
 func TestSPMDTeamsThatRecoveredTogetherFailAgainTogether(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
 	for _, tc := range []struct {
 		pes           int
 		teams         string
 		first, second int
-	}{{6, "2", 3, 5}, {4, "1", 1, 3}} {
+		after         int // the second's failure, events after the first's
+	}{{6, "2", 3, 5, 20}, {4, "1", 1, 3, 0}} {
 		merged, runs := 0, 0
 		for _, branching := range []int{2, 4} {
 			cfg := chare.Config{PEs: tc.pes, FT: "spmd", Teams: tc.teams, Branching: branching}
@@ -175,7 +176,7 @@ func TestSPMDTeamsThatRecoveredTogetherFailAgainTogether(t *testing.T) {
 			for e := 1; e < free.Stats.Events; e += sweepStride(7, 61) {
 				for _, h := range []uint64{5, 15} {
 					c := cfg
-					c.Kills = []chare.Kill{{PE: tc.first, Step: -1, Event: e}, {PE: tc.second, Step: -1, Event: e + 20}, {PE: tc.second, Step: -1, HandOver: h}}
+					c.Kills = []chare.Kill{{PE: tc.first, Step: -1, Event: e}, {PE: tc.second, Step: -1, Event: e + tc.after}, {PE: tc.second, Step: -1, HandOver: h}}
 					res := Run(Mix, args, c, 7)
 					if Unfired(res) {
 						continue

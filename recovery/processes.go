@@ -629,7 +629,7 @@ func (p *Processes) Action(data []byte) {
 // copy: a PE that came back empty since the checkpoint holds it once its
 // owner sent it again (holds), the others hold it still.
 func (s *Supervisor) copiesLost(n int, set, fresh []int32) string {
-	b := ftlayer.NewBuddies(n, s.buddyStride)
+	b := s.buddies(n)
 	for _, y := range fresh {
 		h := b.Of(y)
 		if h == y {

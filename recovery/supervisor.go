@@ -242,8 +242,11 @@ type Supervisor struct {
 	jointTeams bool
 	// buddyStride pairs each PE with the holder of its checkpoint's
 	// second copy (ftlayer.NewBuddies): PEs failing at once with the
-	// holders of their copies cannot recover alone
+	// holders of their copies cannot recover alone; chosenTeams: the last
+	// checkpoint put the PEs in teams (--teams auto), and the managers
+	// pair the copies by them since (ftlayer.TeamBuddies: buddies)
 	buddyStride int
+	chosenTeams bool
 }
 
 // Config is what a Supervisor needs to know of its run.
@@ -288,6 +291,19 @@ func New(cfg Config) *Supervisor {
 // Events is the event logger of a protocol that needs one (nil for the
 // others): it outlives every PE's failure.
 func (s *Supervisor) Events() ftlayer.EventLog { return s.events }
+
+// buddies pairs each of n PEs with the holder of its checkpoint's second
+// copy, as the managers do (manager.Manager.Buddies; s.mu held): so that
+// each copy lives in another team once a checkpoint chose teams, stride
+// apart before.
+func (s *Supervisor) buddies(n int) ftlayer.Buddies {
+	if s.chosenTeams && s.teams.On() {
+		if b, err := ftlayer.TeamBuddies(s.teams); err == nil {
+			return b
+		}
+	}
+	return ftlayer.NewBuddies(n, s.buddyStride)
+}
 
 // SetBuddyStride says how the PEs' checkpoint copies are paired
 // (ftlayer.NewBuddies; before Begin).
@@ -720,7 +736,12 @@ func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) [
 // back empty and take it from its holder). Otherwise pes wait for them
 // (one process) or every PE rolls back (a lost process).
 func (s *Supervisor) joinsRecovering(pes []int32) bool {
-	if len(pes) == 0 || len(s.recovering) == 0 || s.rolling || !s.anySet && !(s.jointTeams && s.wholeTeams(pes)) {
+	if len(pes) == 0 || len(s.recovering) == 0 || s.rolling || !s.anySet && !(s.jointTeams && s.teams.On() && s.wholeTeams(pes)) {
+		// (without teams, spmd's PEs fail together as teams do, but one
+		// failing while others recover waits, or rolls every PE back
+		// across processes: joining them stalled ftsim's random trials,
+		// 1 run in 1,500, the re-execution's phases holding what the
+		// orphans needed)
 		return false
 	}
 	set := s.withMerged(pes)
@@ -809,7 +830,7 @@ func (s *Supervisor) queues(pes []int32) bool {
 	if len(pes) == 0 || len(s.recovering) == 0 || s.rolling || s.logLimit || len(s.down) > 0 {
 		return false
 	}
-	b := ftlayer.NewBuddies(len(s.inc), s.buddyStride)
+	b := s.buddies(len(s.inc))
 	for _, p := range pes {
 		if slices.Contains(s.recovering, int(p)) {
 			return false
@@ -965,6 +986,9 @@ func (s *Supervisor) CheckpointCommitted(epoch uint64, teams *ftlayer.Teams) {
 		fmt.Fprintf(s.notices, "charmgo: checkpoint %d puts the PEs in teams %v (chosen from the traffic measured before it)\n", epoch, *teams)
 	}
 	s.mu.Lock()
+	if teams != nil {
+		s.chosenTeams = true
+	}
 	s.window, s.merged, s.holds = false, nil, nil // (a failure rolls back to this checkpoint from now on, every copy of it held)
 	s.lastCommitted = max(s.lastCommitted, epoch)
 	s.mu.Unlock()

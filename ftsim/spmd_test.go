@@ -158,8 +158,8 @@ func TestSPMDTeamFailingWhileItsCopyHolderRecovers(t *testing.T) {
 // 3's), the team after it (PE 5's) while it recovers, so both restart
 // together; then PE 5 again, after it handed over a message: the first
 // team restarts with it, every seventh moment of the run. The same with
-// teams of one PE (4 PEs, PEs 1 and 3 at once, then PE 3 again): each PE
-// is a team, and the two merge as teams do.
+// teams of one PE (4 PEs, PE 1 then PE 3): each PE is a team, and the
+// two join and merge as teams do.
 func TestSPMDTeamsThatRecoveredTogetherFailAgainTogether(t *testing.T) {
 	args := MixArgs{Steps: 6, Ckpt: 3}
 	for _, tc := range []struct {
@@ -167,7 +167,7 @@ func TestSPMDTeamsThatRecoveredTogetherFailAgainTogether(t *testing.T) {
 		teams         string
 		first, second int
 		after         int // the second's failure, events after the first's
-	}{{6, "2", 3, 5, 20}, {4, "1", 1, 3, 0}} {
+	}{{6, "2", 3, 5, 20}, {4, "1", 1, 3, 20}} {
 		merged, runs := 0, 0
 		for _, branching := range []int{2, 4} {
 			cfg := chare.Config{PEs: tc.pes, FT: "spmd", Teams: tc.teams, Branching: branching}

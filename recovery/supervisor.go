@@ -736,12 +736,7 @@ func (s *Supervisor) startRecovery(pes []int32, failures int, began time.Time) [
 // back empty and take it from its holder). Otherwise pes wait for them
 // (one process) or every PE rolls back (a lost process).
 func (s *Supervisor) joinsRecovering(pes []int32) bool {
-	if len(pes) == 0 || len(s.recovering) == 0 || s.rolling || !s.anySet && !(s.jointTeams && s.teams.On() && s.wholeTeams(pes)) {
-		// (without teams, spmd's PEs fail together as teams do, but one
-		// failing while others recover waits, or rolls every PE back
-		// across processes: joining them stalled ftsim's random trials,
-		// 1 run in 1,500, the re-execution's phases holding what the
-		// orphans needed)
+	if len(pes) == 0 || len(s.recovering) == 0 || s.rolling || !s.anySet && !(s.jointTeams && s.wholeTeams(pes)) {
 		return false
 	}
 	set := s.withMerged(pes)

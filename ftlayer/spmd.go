@@ -347,6 +347,12 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 		k := occurKey{to, nm.Hash}
 		s.occur[k]++
 		nm.Num = s.occur[k]
+		if len(s.firstPhase) > 0 {
+			// its number is part of the name the survivors listed
+			if ph, ok := s.firstPhase[messageOf(nm)]; ok && ph < hm.SSN {
+				hm.SSN = ph
+			}
+		}
 	}
 	hm.Name = &nm
 	if s.tracksMade() {
@@ -546,16 +552,25 @@ func (s *SPMD) Arrive(env *pe.Envelope, elemLevel, relay bool) (Arrival, error) 
 		s.took(from, h.CSN)
 		return Handle, nil
 	}
-	if h.Name.Kind != pe.NameHint && (s.had(h) || s.heldCopy(h)) {
+	if h.Name.Kind != pe.NameHint {
 		// (a hint is not recognised again: a copy does no harm, and one
 		// an incarnation rolled back since made, which a PE passes on
 		// late, has its re-execution's name)
-		if relay && s.incMap[from] > 0 && h.Inc == s.incMap[from] && s.rolled[from] {
-			// the broadcast again from a rolled-back root (or a PE on
-			// its way): the PEs below that rolled back need it
-			return Relay, nil
+		if s.had(h) {
+			if relay && s.incMap[from] > 0 && h.Inc == s.incMap[from] && s.rolled[from] {
+				// the broadcast again from a rolled-back root (or a PE
+				// on its way): the PEs below that rolled back need it
+				return Relay, nil
+			}
+			return Dropped, nil
 		}
-		return Dropped, nil
+		if s.heldCopy(h) {
+			// not handled yet: its held copy goes down the tree when
+			// its turn comes, after the broadcasts before it (sent on
+			// now, it overtook one held, and a PE below rolled back
+			// had them out of order)
+			return Dropped, nil
+		}
 	}
 	if !s.deliverable(from, s.phaseToWait(h)) {
 		s.hold(env, false)
@@ -602,6 +617,9 @@ func (s *SPMD) DeliverTo(names *ElementNames, h *pe.FTHeader) bool {
 		if owner == s.me {
 			if ok {
 				s.hadAgain(&key, g, owner, makerInc(h))
+				if h.SSN < g.phase {
+					s.lowerGot(&key, h.SSN)
+				}
 			}
 		} else {
 			if s.again == nil {
@@ -644,7 +662,27 @@ func (s *SPMD) had(h *pe.FTHeader) bool {
 	s.took(h.Sender, h.CSN)
 	s.lowerPhase(h, key, g.phase)
 	s.hadAgain(&key, g, h.Sender, h.Inc) // (a PE-level record: the hop's sender made it)
+	if h.SSN < g.phase {
+		s.lowerGot(&key, h.SSN)
+	}
 	return true
+}
+
+// lowerGot gives the message had here as key the lower phase ph of a
+// copy that came since (a re-execution's, made in another order): the
+// phase this PE tells a restarted PE it had the message with
+// (orphanList), so that the re-execution sends it no higher than the
+// copy this PE passed on may have been had with. A PE below it in a
+// broadcast's tree had the lower copy, made orphans of lower phases
+// from it, and failed: stamped again with the higher phase, the
+// broadcast waited at its next incarnation behind those orphans.
+func (s *SPMD) lowerGot(key *pe.MsgName, ph uint64) {
+	g, ok := s.got.get(key)
+	if !ok || g.orphan || ph >= g.phase {
+		return // (an orphan keeps its phase: the mark sent never falls)
+	}
+	g.phase = ph
+	s.got.put(key, g)
 }
 
 // lowerPhase tells the sender of h, a copy of the message key had here
@@ -710,7 +748,7 @@ func (s *SPMD) heldCopy(h *pe.FTHeader) bool {
 	if s.heldNames[key] == 0 {
 		return false
 	}
-	for _, m := range s.held {
+	for i, m := range s.held {
 		if !m.elem && m.Name != nil && m.Name.Key() == key {
 			s.stats.Dropped++
 			if m.Sender == h.Sender && m.Inc == h.Inc && m.CSN == h.CSN {
@@ -718,6 +756,17 @@ func (s *SPMD) heldCopy(h *pe.FTHeader) bool {
 			}
 			s.delta++
 			s.took(h.Sender, h.CSN)
+			if h.SSN < m.SSN {
+				// the copy held waits with the lower phase of the two: a
+				// survivor's log replays the hop an earlier incarnation
+				// of this PE had, with its phase then, after a later
+				// relay came with a re-execution's higher one, and the
+				// orphans this PE must make again were made from it
+				s.held = slices.Delete(s.held, i, i+1)
+				m.SSN = h.SSN
+				s.insertHeld(m)
+				s.gateEpoch++
+			}
 			return true
 		}
 	}
@@ -1013,6 +1062,7 @@ func (s *SPMD) Receive(p *Packet) error {
 		}
 	case PktOrphans:
 		if s.set != nil && p.Inc == s.inc {
+			var early map[pe.MsgName]uint64 // made before the list came
 			if s.firstPhase == nil {
 				s.firstPhase = map[pe.MsgName]uint64{}
 			}
@@ -1028,9 +1078,15 @@ func (s *SPMD) Receive(p *Packet) error {
 				}
 				switch st := s.made[n]; {
 				case st == madeByTeammate:
-					// its maker tells p
+					// its maker tells p, and lowers its copy's phase
 				case st != notMade:
 					s.tellMade([]listing{{p.From, ph}}, n)
+					if i < len(p.Phases) {
+						if early == nil {
+							early = map[pe.MsgName]uint64{}
+						}
+						early[n] = s.firstPhase[n]
+					}
 					if st == madeNotListed {
 						s.made[n] = madeCounted
 						s.stats.OrphansMade++
@@ -1045,6 +1101,9 @@ func (s *SPMD) Receive(p *Packet) error {
 					}
 					s.pendingOf[p.From][ph]++
 				}
+			}
+			if early != nil {
+				s.lowerMade(early)
 			}
 			if !s.listIn[p.From] {
 				s.listIn[p.From] = true
@@ -1186,31 +1245,58 @@ func (s *SPMD) Announce() []Action {
 }
 
 // lowerLogged gives the logged message named n to PE to the lower phase
-// ph (PktPhase). If to rolled back since and may have had it replayed
-// already, it is told too.
+// ph (PktPhase).
 func (s *SPMD) lowerLogged(to int32, n pe.MsgName, ph uint64) {
 	for _, e := range s.msgLog {
-		if m := e.m; m.Recver == to && m.Name != nil && m.Name.Key() == n && ph < m.SSN {
-			if s.lowered == nil {
-				s.lowered = map[*Message]uint64{}
-			}
-			if old, ok := s.lowered[m]; !ok || ph < old {
-				s.lowered[m] = ph
-			}
-			if s.rolled[to] {
-				if s.lower == nil {
-					s.lower = map[int32]*Packet{}
-				}
-				k := -1 - to // apart from the packets to the senders (lowerPhase)
-				p := s.lower[k]
-				if p == nil {
-					p = &Packet{Kind: PktPhase, From: s.me, To: to, Inc: s.incMap[to]}
-					s.lower[k] = p
-				}
-				p.Names = append(p.Names, n)
-				p.Phases = append(p.Phases, ph)
+		if m := e.m; m.Recver == to && m.Name != nil && m.Name.Key() == n {
+			s.lowerEntry(m, ph)
+		}
+	}
+}
+
+// lowerMade gives the orphans this restarted PE made again before a
+// survivor's list named them (PktOrphans: their first execution's
+// phases, by messageOf) those phases in its log, as Send gives them to
+// the orphans it makes after. The survivor drops the copy and tells
+// (lowerPhase), but it may fail first, and its next incarnation would
+// be replayed the copy with the re-execution's higher phase, held
+// behind orphans it can make only from it.
+func (s *SPMD) lowerMade(first map[pe.MsgName]uint64) {
+	for _, e := range s.msgLog {
+		if m := e.m; m.Name != nil {
+			if ph, ok := first[messageOf(*m.Name)]; ok {
+				s.lowerEntry(m, ph)
 			}
 		}
+	}
+}
+
+// lowerEntry replays logged message m with phase ph from now on, if
+// lower than its own. If its receiver rolled back since and may have had
+// it replayed already, it is told too.
+func (s *SPMD) lowerEntry(m *Message, ph uint64) {
+	if ph >= m.SSN {
+		return
+	}
+	if s.lowered == nil {
+		s.lowered = map[*Message]uint64{}
+	}
+	if old, ok := s.lowered[m]; ok && old <= ph {
+		return
+	}
+	s.lowered[m] = ph
+	if to := m.Recver; s.rolled[to] {
+		if s.lower == nil {
+			s.lower = map[int32]*Packet{}
+		}
+		k := -1 - to // apart from the packets to the senders (lowerPhase)
+		p := s.lower[k]
+		if p == nil {
+			p = &Packet{Kind: PktPhase, From: s.me, To: to, Inc: s.incMap[to]}
+			s.lower[k] = p
+		}
+		p.Names = append(p.Names, m.Name.Key())
+		p.Phases = append(p.Phases, ph)
 	}
 }
 

@@ -1261,9 +1261,11 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		}
 	}
 	rs.sup.Begin(node, initial)
+	var procs *recovery.Processes
 	if job != nil {
 		// charmrun replaces a lost process; under srun or mpirun nothing does
-		job.SetRecovery(rs.sup.ForJob(job, node, os.Getenv(cluster.CharmrunEnv) != ""))
+		procs = rs.sup.ForJob(job, node, os.Getenv(cluster.CharmrunEnv) != "")
+		job.SetRecovery(procs)
 		job.Run(node)
 	}
 	if node.IsLocal(0) && !cfg.Deterministic && progressLine(cfg.ProgressLine, rs.stdout) {
@@ -1335,7 +1337,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			f, c := cluster.Block(cfg.PEs, cfg.Procs, m.Rank)
 			res.Processes = append(res.Processes, Process{Rank: m.Rank, FirstPE: f, PEs: c, Host: m.Host})
 		}
-		if job.Steward() == job.Rank() && job.Rank() != 0 {
+		if job.Rank() != 0 && procs.Steered() {
+			// (since process 0 was lost; it may have handed the steering
+			// back since)
 			st := rs.sup.Steered()
 			mine.Steered = &st
 		}

@@ -17,8 +17,9 @@ import (
 // Processes recovers a job of several processes from a lost process
 // (cluster.Recovery): once the launcher's replacement joined, the
 // steward's supervisor decides (process 0's; the successor's once process
-// 0 was lost, see cluster.Job.Steward), and every process takes the step
-// it broadcasts.
+// 0 was lost, see cluster.Job.Steward, until it hands the steering back
+// to process 0's replacement), and every process takes the step it
+// broadcasts.
 // Under scmel and camel a process of one PE recovers alone, as a failed
 // PE does in one process, and under team a process that is one team;
 // under pessimist the PEs of the processes lost before any replacement
@@ -68,9 +69,15 @@ type Processes struct {
 	// and every checkpoint PE 0 took (process 0 as it started). A
 	// successor did not: what process 0 knew of recoveries under way,
 	// teams and checkpoint windows went with it, so every recovery it
-	// steers is a global rollback, which needs none of that.
+	// steers is a global rollback, which needs none of that, until the
+	// program resumed from one with nothing else under way: then it
+	// hands the steering back to process 0's replacement, which knows
+	// from there (resumed).
 	informed bool
 	steward  int // the steward as this process last knew it
+	// steered: this process, not process 0, steered the job for a while
+	// (its recoveries are in the summary: Steered)
+	steered bool
 	// deferred: the replacement of a lost process queued behind a
 	// recovery (Supervisor.queues) joined before that caught up; the
 	// steward decides its recovery then (drainQueued)
@@ -88,7 +95,7 @@ func (s *Supervisor) ForJob(job *cluster.Job, node *pe.Node, replaceable bool) *
 	} else if s.logLimit {
 		s.onCaughtUp = p.thawAll
 	}
-	s.onDrained = p.drainQueued
+	s.onDrained, s.onResumed = p.drainQueued, p.resumed
 	s.sampleOff = true // a process knows its own PEs' channels only
 	s.mu.Unlock()
 	return p
@@ -229,6 +236,12 @@ type step struct {
 	// Again: the PEs of Set recovering still from an earlier loss
 	// (manager.PEFailedMsg.Again)
 	Again []int32 `msgpack:"ag,omitempty"`
+	// HandBack: process Process, which steered the job since process 0
+	// was lost, hands the steering back to process 0's replacement
+	// (Processes.handBack), with the recoveries it steered (Steered),
+	// which process 0 reports from then on
+	HandBack bool   `msgpack:"hb,omitempty"`
+	Steered  *Stats `msgpack:"st,omitempty"`
 }
 
 // The steps of a recovery under a log limit.
@@ -289,7 +302,7 @@ func (p *Processes) ProcessLost(r int) bool {
 	case took:
 		// what the lost steward knew went with it: every process lost and
 		// not yet recovered is one failure, recovered by a global rollback
-		p.informed, p.overlapped, p.pending = false, true, nil
+		p.informed, p.overlapped, p.pending, p.steered = false, true, nil, true
 		for q := range p.lost {
 			if !p.job.IsLost(q) {
 				delete(p.lost, q) // recovered, or its replacement is in
@@ -549,11 +562,98 @@ func intsOf(v []int32) []int {
 	return out
 }
 
+// resumed: the program resumed after a global rollback this process
+// decided (on the steward). A steward that took over from a lost one
+// knew nothing of what it knew (informed); once nothing is under way,
+// it knows all there is to know, if it runs PE 0 (process 0's
+// replacement, which took over from a lost successor: it sees every
+// checkpoint begin and end), and recovers the job's later losses as
+// process 0 did before its loss (alone, or by teams), not by global
+// rollbacks. Another hands the steering back to process 0 (handBack).
+func (p *Processes) resumed() {
+	s := p.sup
+	s.mu.Lock()
+	quiet := p.steers() && !p.informed && len(p.lost) == 0 && len(p.joined) == 0 && p.pending == nil && !p.deferred &&
+		len(s.recovering) == 0 && len(s.down) == 0 && !s.rolling
+	if quiet && p.job.Rank() == 0 {
+		p.informed = true
+		s.failed = time.Time{}
+		quiet = false
+	}
+	s.mu.Unlock()
+	if quiet {
+		p.handBack()
+	}
+}
+
+// handBack, on a successor of process 0 that steers the job, once the
+// global rollback it decided resumed and nothing else is under way
+// (resumed): it hands the steering back to process 0's replacement,
+// which runs PE 0 and so sees every checkpoint begin and end, and from
+// then on every recovery.
+func (p *Processes) handBack() {
+	s := p.sup
+	steered := s.Steered()
+	b, err := msgpack.Marshal(&step{Process: p.job.Rank(), HandBack: true, Steered: &steered})
+	if err != nil {
+		p.node.Fail(fmt.Errorf("handing the steering back to process 0: %w", err))
+		return
+	}
+	if p.job.HandBack(b) { // (not if a process is lost or joining meanwhile: it steers that recovery, and hands back after it)
+		s.handSteered()
+	}
+}
+
+// steerBack: process st.Process handed the steering of the job back to
+// process 0's replacement (handBack), on every process. Process 0 knows
+// the job's state from here: no recovery is under way, and PE 0's
+// checkpoints are its own — unless a loss it noticed came meanwhile,
+// which it recovers then by a global rollback, as a successor would.
+func (p *Processes) steerBack(st step) {
+	back, err := p.job.StewardBack()
+	if err != nil {
+		p.node.Fail(err)
+		return
+	}
+	if !back {
+		return // process 0 was lost again: its successor steers
+	}
+	s := p.sup
+	s.mu.Lock()
+	p.steward = 0
+	if p.job.Rank() == 0 {
+		if st.Steered != nil {
+			s.mu.Unlock()
+			s.AddSteered(*st.Steered) // (its summary's, should the successor be lost)
+			s.mu.Lock()
+		}
+		p.informed = len(p.lost) == 0
+		if p.informed {
+			s.failed = time.Time{} // (set by losses noticed while another steered)
+		}
+		fmt.Fprintf(s.notices, "charmgo: process 0 steers the job again (process %d handed it back once the rollback was done)\n", st.Process)
+	}
+	s.mu.Unlock()
+}
+
+// Steered reports whether this process, not process 0, steered the
+// job for a while: the recoveries it decided are its to report
+// (Supervisor.Steered).
+func (p *Processes) Steered() bool {
+	p.sup.mu.Lock()
+	defer p.sup.mu.Unlock()
+	return p.steered
+}
+
 // Action implements cluster.Recovery: every process takes the steward's step.
 func (p *Processes) Action(data []byte) {
 	var st step
 	if err := pe.UnmarshalMsgpack(data, &st); err != nil {
 		p.node.Fail(fmt.Errorf("a recovery step from the steward does not decode: %w", err))
+		return
+	}
+	if st.HandBack {
+		p.steerBack(st)
 		return
 	}
 	s := p.sup

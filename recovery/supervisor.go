@@ -214,8 +214,11 @@ type Supervisor struct {
 	onSupplied  func(me int, inc uint32, by []int32)
 	onRecovered func(me int, c recoveryCounts)
 	// onDrained, on the steward of several processes: the recovery a lost
-	// process was queued behind caught up (Processes.drainQueued)
+	// process was queued behind caught up (Processes.drainQueued);
+	// onResumed, there too: the program resumed after a global rollback
+	// (Processes.resumed)
 	onDrained func()
+	onResumed func()
 	// elsewhere hands RollingBack (epoch, from) or Restored (resumed) to
 	// the process that steers the job's recoveries, when that is not this
 	// one (Processes.forward), and reports whether it did
@@ -1289,11 +1292,14 @@ func (s *Supervisor) Restored() {
 		s.failed = time.Time{}
 	}
 	s.rolling = false
-	waiting, node := s.waiting, s.node
+	waiting, node, resumed := s.waiting, s.node, s.onResumed
 	s.waiting = nil
 	s.mu.Unlock()
 	if len(waiting) > 0 {
 		s.fire(node, waiting)
+	}
+	if resumed != nil {
+		resumed()
 	}
 }
 
@@ -1327,6 +1333,18 @@ func (s *Supervisor) AddSteered(o Stats) {
 	s.ft.CaughtUp += o.CaughtUp
 	s.ft.Restored = append(s.ft.Restored, o.Restored...)
 	s.ft.Recoveries = append(s.ft.Recoveries, o.Recoveries...)
+}
+
+// handSteered returns what Steered returns and forgets it: the
+// recoveries a successor steered go to process 0 with the steering
+// (Processes.handBack), and are counted there once.
+func (s *Supervisor) handSteered() Stats {
+	o := s.Steered()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ft.Failures, s.ft.PEsRolledBack, s.ft.Recovery, s.ft.CaughtUp = 0, 0, 0, 0
+	s.ft.Restored, s.ft.Recoveries = nil, nil
+	return o
 }
 
 // recovered1 notes the recovery time of the last recovery.

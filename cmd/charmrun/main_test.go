@@ -546,10 +546,12 @@ func TestAHungProcessIsReplaced(t *testing.T) {
 // job recovers); when it is lost, the lowest rank left takes over, tells
 // charmrun's rendezvous, admits process 0's replacement and rolls every
 // PE back to the last checkpoint (it does not know what process 0 knew
-// of recoveries under way: a global rollback needs none of it). The run
-// ends with the failure-free energies, bitwise, under every protocol; so
-// does one whose successor is lost in turn, once the first recovery is
-// done (process 0's replacement steers then). Lost close together,
+// of recoveries under way: a global rollback needs none of it), then
+// hands the steering back to process 0's replacement, which recovers
+// the job's later losses as process 0 did: alone, or by teams, not by a
+// global rollback. The run ends with the failure-free energies,
+// bitwise, under every protocol; so does one whose successor, or
+// another process, is lost in turn once process 0 steers again. Lost close together,
 // process 0 and its successor leave the next process to steer: with
 // --ckpt-dir the job recovers from there, without it, PE 0's snapshot
 // went with both copies and the job ends with a line saying so.
@@ -565,28 +567,37 @@ func TestTheStewardsLossIsReplaced(t *testing.T) {
 		after  string // what the second kill waits for, on charmrun's standard error (or output: "out:…")
 		code   int
 		lines  []string
+		// summary: in the summary, if not "" (the successor's recoveries
+		// and process 0's replacement's, together)
+		summary string
 	}
 	threeByOne := []string{"++n", "3", "++ppn", "1"}
+	const handedBack = "charmgo: process 0 steers the job again (process 1 handed it back once the rollback was done)"
 	cases := []stewardCase{
 		{"camel", threeByOne, []string{"--ft", "camel"}, -1, "", 0, []string{
 			"charmgo: process 0 (PE 0) was lost; waiting for its replacement (process 1 steers the job from now on)",
 			"charmrun: process 0 was killed by SIGKILL; starting its replacement",
-			"charmgo: process 0 (PE 0) was lost (process 1 steers the job in place of a lost one, which took what it knew of the job's recoveries with it: every PE rolls back); every PE rolls back to checkpoint"}},
+			"charmgo: process 0 (PE 0) was lost (process 1 steers the job in place of a lost one, which took what it knew of the job's recoveries with it: every PE rolls back); every PE rolls back to checkpoint",
+			handedBack}, ""},
 		// (once the run goes on: until process 0's replacement restored
 		// PE 0, PE 1 holds the one copy of its snapshot left)
 		{"the successor lost in turn", threeByOne, []string{"--ft", "pessimist"}, 1, "out:CHECKPOINT at step 30", 0, []string{
-			"charmgo: process 1 (PE 1) was lost; waiting for its replacement (process 0 steers the job from now on)"}},
+			handedBack, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (pessimist)"}, "fault tolerance: pessimist, 2 failures, 4 PEs rolled back"},
+		{"another process lost once process 0 steers again", threeByOne, []string{"--ft", "camel"}, 2, "out:CHECKPOINT at step 30", 0, []string{
+			handedBack, "charmgo: process 2 (PE 2) was lost; its replacement recovers alone (camel)"}, "fault tolerance: camel, 2 failures, 4 PEs rolled back"},
+		{"another process lost once process 0 steers again, spmd", threeByOne, []string{"--ft", "spmd"}, 2, "out:CHECKPOINT at step 30", 0, []string{
+			handedBack, "charmgo: process 2 (PE 2) was lost; its replacement recovers alone (spmd)"}, "fault tolerance: spmd, 2 failures, 4 PEs rolled back"},
 		{"process 0 and its successor close together, from the checkpoint directory", threeByOne, []string{"--ft", "team", "--ckpt-dir", t.TempDir()}, 1, "process 0 was killed", 0, []string{
-			"(process 2 steers the job from now on)"}},
+			"(process 2 steers the job from now on)"}, ""},
 		{"process 0 and its successor close together", threeByOne, []string{"--ft", "scmel"}, 1, "process 0 was killed", 1, []string{
-			"no copy of PE 0's snapshot of checkpoint 2 survives"}},
+			"no copy of PE 0's snapshot of checkpoint 2 survives"}, ""},
 	}
 	if os.Getenv("FT_LONG") != "" {
 		for _, ft := range []string{"none", "scmel", "team", "pessimist"} {
-			cases = append(cases, stewardCase{ft + ", 3×1", threeByOne, []string{"--ft", ft}, -1, "", 0, nil})
+			cases = append(cases, stewardCase{ft + ", 3×1", threeByOne, []string{"--ft", ft}, -1, "", 0, nil, ""})
 		}
 		for _, ft := range []string{"none", "camel", "team", "pessimist"} {
-			cases = append(cases, stewardCase{ft + ", 2×2", []string{"++n", "2", "++ppn", "2"}, []string{"--ft", ft}, -1, "", 0, nil})
+			cases = append(cases, stewardCase{ft + ", 2×2", []string{"++n", "2", "++ppn", "2"}, []string{"--ft", ft}, -1, "", 0, nil, ""})
 		}
 	}
 	for _, c := range cases {
@@ -607,6 +618,7 @@ func TestTheStewardsLossIsReplaced(t *testing.T) {
 			}
 			if c.code == 0 {
 				require.Contains(t, j.out.String(), "fault tolerance: "+c.ft[1])
+				require.Contains(t, j.out.String(), c.summary)
 				require.Equal(t, want, energies(t, j.out.String()))
 			}
 		})

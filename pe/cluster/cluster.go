@@ -1183,6 +1183,69 @@ func (j *Job) Broadcast(data []byte) {
 // Report tells the steward how a recovery goes here (Recovery.Report).
 func (j *Job) Report(data []byte) { j.send(j.stewardRank(), control{Kind: ctlReport, Data: data}) }
 
+// onReport is ctlReport: the steward takes it; another process passes
+// it on, once, to the steward it knows (its sender's step went past a
+// hand-back: StewardBack), its sender named in Code (plus one).
+func (j *Job) onReport(m control) {
+	from := m.From
+	if m.Code > 0 {
+		from = m.Code - 1
+	}
+	if st := j.stewardRank(); st == j.cfg.Rank {
+		j.recovery.Report(from, m.Data)
+	} else if m.Code == 0 && st != m.From {
+		j.send(st, control{Kind: ctlReport, Data: m.Data, Code: from + 1})
+	}
+}
+
+// HandBack, on the successor of a lost process 0 that steers the job,
+// hands the steering back to process 0's replacement, if no process is
+// lost or joining: it stops steering at once (a replacement that asks
+// it to join from now on is told where process 0 is by the rendezvous,
+// once process 0 took over) and broadcasts step, a recovery step that
+// says so (every process then calls StewardBack, in the order of the
+// steps). It reports whether it did.
+func (j *Job) HandBack(step []byte) bool {
+	j.mu.Lock()
+	quiet := j.steward == j.cfg.Rank && j.cfg.Rank != 0 && len(j.joining) == 0 && len(j.admitted) == 0
+	for _, lost := range j.lost {
+		quiet = quiet && !lost
+	}
+	if quiet {
+		j.steward = 0
+	}
+	j.mu.Unlock()
+	if quiet {
+		j.log.Info("handing the steering of the job back to process 0")
+		j.Broadcast(step)
+	}
+	return quiet
+}
+
+// StewardBack: the successor of a lost process 0 handed the steering of
+// the job back to process 0's replacement (HandBack). Process 0 steers
+// from now on, and points the rendezvous at itself, so that a
+// replacement finds it there — unless it was lost again meanwhile: then
+// the process that took over from it steers (succeed). It reports
+// whether process 0 steers.
+func (j *Job) StewardBack() (bool, error) {
+	j.mu.Lock()
+	back := !j.lost[0]
+	if back {
+		j.steward = 0
+	}
+	j.mu.Unlock()
+	rv, ok := j.cfg.Rendezvous.(Succession)
+	if !back || j.cfg.Rank != 0 || !ok {
+		return back, nil
+	}
+	if err := rv.Succeed(j.sys.Address()); err != nil {
+		return true, fmt.Errorf("process 0 steers the job again, and could not tell the rendezvous: %w", err)
+	}
+	j.log.Info("the steering of the job came back to this process")
+	return true, nil
+}
+
 // RollBack runs rollback (which rolls the node back: pe.Node.RollBack)
 // as the job's generation gen: frames sent before it, by any process,
 // are dropped wherever they arrive after it; frames of gen that arrive
@@ -1318,8 +1381,8 @@ func (j *Job) handle(m control) {
 		default: // nobody waits any more
 		}
 	case ctlReport:
-		if j.recovery != nil && j.stewardRank() == j.cfg.Rank {
-			j.recovery.Report(m.From, m.Data)
+		if j.recovery != nil {
+			j.onReport(m)
 		}
 	case ctlResult:
 		j.mu.Lock()

@@ -109,6 +109,13 @@ func (m *Manager) deliverBcast(e *Element, env *pe.Envelope) {
 			typ, payload = env.Type, env.Payload
 		} else if r, ok := c.historyAt(next); ok {
 			typ, payload = r.typ, r.payload
+		} else if next > c.bcastDelivered {
+			// a broadcast passed on after the element, by another way
+			// than the one before it, came first; this PE has not had
+			// the one before yet: it comes down the tree, this one
+			// after it, and each reaches the element then, wherever it
+			// is (onBcastHop, catchUpBroadcasts)
+			return
 		} else {
 			m.failf("%s%v on PE %d missed broadcast %d and it is no longer kept", c.Name, e.Index, m.Me(), next)
 			return

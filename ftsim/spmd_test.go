@@ -232,3 +232,39 @@ func twoTeams(t *testing.T, kills []teamKills, counts func(recovery.RecoveryStat
 	}
 	return runs, counted
 }
+
+// Runs of the random trials that once stalled or failed (each a message
+// held behind an orphan it depends on, or a broadcast overtaking one
+// held: see ftlayer's TestSPMDOrphanNamedByItsContentsKeepsItsFirstPhase,
+// TestSPMDSurvivorListsAnOrphanWithTheLowestPhaseItHad and
+// TestSPMDBroadcastAgainIsRelayedOnlyOnceHandled) end with the
+// failure-free logs.
+func TestSPMDRandomTrialsThatOnceStalled(t *testing.T) {
+	ev := func(pe, event int) chare.Kill { return chare.Kill{PE: pe, Step: -1, Event: event} }
+	ho := func(pe int, n uint64) chare.Kill { return chare.Kill{PE: pe, Step: -1, HandOver: n} }
+	for _, c := range []struct {
+		name          string
+		teams         string
+		pes, branches int
+		seed          uint64
+		kills         []chare.Kill
+	}{
+		{"trials seed 808", "2", 5, 4, 14304224994937111232, []chare.Kill{ev(1, 28), ho(2, 18), ev(0, 440)}},
+		{"trials seed 111", "1", 7, 3, 4782113849504771900, []chare.Kill{ev(4, 283), ev(1, 488), ev(5, 197)}},
+		{"trials seed 606", "1", 6, 3, 1558228300059218436, []chare.Kill{ev(2, 785), ev(0, 300), ev(5, 744)}},
+		{"trials seed 15", "2", 6, 2, 7008080731784583512, []chare.Kill{ev(0, 638), ev(4, 168), ev(1, 241)}},
+		{"trials seed 10", "1", 4, 2, 2388570117555020301, []chare.Kill{ho(3, 35), ev(1, 467), ho(0, 65)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := MixArgs{Steps: 8, Ckpt: 3}
+			cfg := chare.Config{PEs: c.pes, FT: "spmd", Teams: c.teams, Branching: c.branches}
+			free := Run(Mix, args, cfg, c.seed)
+			require.NoError(t, free.Err)
+			cfg.Kills, cfg.Seed, cfg.CheckpointDir = c.kills, c.seed, t.TempDir()
+			res := Run(Mix, args, cfg, c.seed)
+			require.False(t, Unfired(res), "every failure happens")
+			require.NoError(t, res.Err)
+			require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+		})
+	}
+}

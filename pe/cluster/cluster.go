@@ -509,10 +509,15 @@ func (j *Job) connect(deadline time.Time) error {
 	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
+	var ctl chan control // a replacement's: a peer lost meanwhile will not dial
+	if cfg.Incarnation > 0 {
+		ctl = j.ctl
+	}
+	gone := map[int]bool{}
 	for {
 		missing := []string{}
 		for r := cfg.Rank + 1; r < cfg.Procs; r++ {
-			if l := j.links[r].Load(); l == nil || l.down.Load() {
+			if l := j.links[r].Load(); !gone[r] && (l == nil || l.down.Load()) {
 				missing = append(missing, j.member(r).String())
 			}
 		}
@@ -521,6 +526,20 @@ func (j *Job) connect(deadline time.Time) error {
 		}
 		select {
 		case <-j.linkUp:
+		case m := <-ctl:
+			// (every control message read here is the run loop's, in
+			// order: early)
+			j.early = append(j.early, m)
+			if m.Kind == ctlLost && m.From > cfg.Rank && m.From < cfg.Procs && m.Inc == j.member(m.From).Inc {
+				// lost after the steward listed it (the steward itself,
+				// when it is lost as it admits this process): taken for
+				// lost once the job runs, as a refused dial is
+				j.log.Info("a process the steward listed was lost before it connected: taken for lost", zap.Int("process", m.From))
+				gone[m.From] = true
+				if l := j.links[m.From].Load(); l == nil {
+					j.downLink(m.From)
+				}
+			}
 		case <-t.C:
 			return fmt.Errorf("data plane: %s did not connect within %v", strings.Join(missing, ", "), cfg.ConnectTimeout)
 		}

@@ -307,3 +307,38 @@ func TestAReplacementTakesARefusingPeerForLost(t *testing.T) {
 	err := job(0).connect(time.Now().Add(5 * time.Second))
 	require.ErrorIs(t, err, syscall.ECONNREFUSED, "at the first start")
 }
+
+// A replacement waiting for a higher rank to dial it stops waiting once
+// that process is lost (the steward that admitted it, lost as it did):
+// it takes it for lost once the job runs, its link down meanwhile,
+// instead of ending the job when the connect timeout runs out (seen
+// with process 0 and its successor SIGKILLed within 50 ms). Every
+// control message read meanwhile is the run loop's, in order. A process
+// of the first start still waits for all.
+func TestAReplacementStopsWaitingForALostPeer(t *testing.T) {
+	job := func(inc int) *Job {
+		cfg := Config{Procs: 3, PEs: 3, Rank: 0, Incarnation: inc}
+		j := &Job{cfg: cfg, log: zap.NewNop(), links: make([]atomic.Pointer[link], 3), linkUp: make(chan int, 12), lost: map[int]bool{}, ctl: make(chan control, 8)}
+		j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
+		j.members = []Member{{Rank: 0, Inc: inc}, {Rank: 1, Inc: 2}, {Rank: 2, Inc: 0}}
+		j.ctl <- control{Kind: ctlLost, From: 1, Inc: 2}
+		j.ctl <- control{Kind: ctlBeat, From: 2}
+		j.ctl <- control{Kind: ctlLost, From: 1, Inc: 1} // (an earlier incarnation's: not this one)
+		j.ctl <- control{Kind: ctlLost, From: 2, Inc: 0}
+		return j
+	}
+	j := job(1)
+	require.NoError(t, j.connect(time.Now().Add(5*time.Second)))
+	for r := 1; r < 3; r++ {
+		l := j.links[r].Load()
+		require.NotNil(t, l, "process %d's link", r)
+		require.True(t, l.down.Load(), "process %d's link is down", r)
+	}
+	require.Equal(t, []ctlKind{ctlLost, ctlBeat, ctlLost, ctlLost}, []ctlKind{j.early[0].Kind, j.early[1].Kind, j.early[2].Kind, j.early[3].Kind})
+	require.Len(t, j.early, 4)
+
+	first := job(0)
+	err := first.connect(time.Now().Add(100 * time.Millisecond))
+	require.ErrorContains(t, err, "did not connect within", "at the first start")
+	require.Len(t, first.ctl, 4, "nothing read")
+}

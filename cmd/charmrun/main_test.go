@@ -581,11 +581,11 @@ func TestTheStewardsLossIsReplaced(t *testing.T) {
 			handedBack}, ""},
 		// (once the run goes on: until process 0's replacement restored
 		// PE 0, PE 1 holds the one copy of its snapshot left)
-		{"the successor lost in turn", threeByOne, []string{"--ft", "pessimist"}, 1, "out:CHECKPOINT at step 30", 0, []string{
+		{"the successor lost in turn", threeByOne, []string{"--ft", "pessimist"}, 1, "out:Step 33 Benchmark", 0, []string{
 			handedBack, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (pessimist)"}, "fault tolerance: pessimist, 2 failures, 4 PEs rolled back"},
-		{"another process lost once process 0 steers again", threeByOne, []string{"--ft", "camel"}, 2, "out:CHECKPOINT at step 30", 0, []string{
+		{"another process lost once process 0 steers again", threeByOne, []string{"--ft", "camel"}, 2, "out:Step 33 Benchmark", 0, []string{
 			handedBack, "charmgo: process 2 (PE 2) was lost; its replacement recovers alone (camel)"}, "fault tolerance: camel, 2 failures, 4 PEs rolled back"},
-		{"another process lost once process 0 steers again, spmd", threeByOne, []string{"--ft", "spmd"}, 2, "out:CHECKPOINT at step 30", 0, []string{
+		{"another process lost once process 0 steers again, spmd", threeByOne, []string{"--ft", "spmd"}, 2, "out:Step 33 Benchmark", 0, []string{
 			handedBack, "charmgo: process 2 (PE 2) was lost; its replacement recovers alone (spmd)"}, "fault tolerance: spmd, 2 failures, 4 PEs rolled back"},
 		{"process 0 and its successor close together, from the checkpoint directory", threeByOne, []string{"--ft", "team", "--ckpt-dir", t.TempDir()}, 1, "process 0 was killed", 0, []string{
 			"(process 2 steers the job from now on)"}, ""},

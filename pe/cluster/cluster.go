@@ -351,12 +351,25 @@ func (j *Job) join(deadline time.Time) error {
 			j.pids[r] = actor.NewPID(mm.Control, actorName)
 		}
 		j.steward = m.From
+		if m.Code > 0 && m.Code <= cfg.Procs {
+			// the list from a process that took this one for the steward
+			// of a lost one, which admitted it and was lost before its
+			// list came (succeed)
+			j.steward = m.Code - 1
+		}
 		j.gen.Store(m.Gen)
 	}
 	j.sys.Root.Send(j.pids[cfg.Rank], watchPeers{j})
 	go j.acceptLoop()
 	if err := j.connect(deadline); err != nil {
 		return err
+	}
+	if rv, ok := cfg.Rendezvous.(Succession); ok && cfg.Incarnation > 0 && j.steward == cfg.Rank {
+		// (succeed: replacements look the steward up there)
+		if err := rv.Succeed(j.sys.Address()); err != nil {
+			return fmt.Errorf("rendezvous: %w", err)
+		}
+		j.log.Info("the others took this replacement for the steward of a lost one: it steers")
 	}
 	if cfg.Incarnation > 0 {
 		// A replacement: the job runs already. The steward starts its
@@ -1035,9 +1048,16 @@ func (j *Job) succeed(r int) bool {
 		return false
 	}
 	j.steward = next
+	members := slices.Clone(j.members)
 	j.mu.Unlock()
 	if next != j.cfg.Rank {
 		j.log.Info("the steward was lost; another takes over", zap.Int("lost", r), zap.Int("steward", next))
+		if next < len(members) && members[next].Inc > 0 {
+			// a replacement the lost steward admitted may not have had
+			// its list yet (the steward was lost as it sent it): from
+			// here, with who steers (one that has it ignores it)
+			j.send(next, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: next + 1})
+		}
 		return true
 	}
 	if err := rv.Succeed(j.sys.Address()); err != nil {
@@ -1109,6 +1129,19 @@ func (j *Job) rejoin(m control) {
 	members := slices.Clone(j.members)
 	j.mu.Unlock()
 	j.sys.Root.Send(j.pids[j.cfg.Rank], watchPeers{j})
+	// the others hear of the replacements first: if this process is lost
+	// in between, they take a replacement for in, and send it the list
+	// it did not get (succeed); the other way round, a replacement with
+	// the list would take itself for this one's successor while the
+	// others took it for lost
+	for r := range j.cfg.Procs {
+		if r == j.cfg.Rank || slices.ContainsFunc(joining, func(o Member) bool { return o.Rank == r }) {
+			continue // it has the list
+		}
+		for _, w := range joining {
+			j.send(r, control{Kind: ctlRejoin, Member: &w})
+		}
+	}
 	rv, _ := j.cfg.Rendezvous.(Succession)
 	for _, w := range joining {
 		j.send(w.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load()})
@@ -1125,14 +1158,6 @@ func (j *Job) rejoin(m control) {
 					j.peerFailed(w.Rank, err.Error(), true)
 				}
 			}()
-		}
-	}
-	for r := range j.cfg.Procs {
-		if r == j.cfg.Rank || slices.ContainsFunc(joining, func(o Member) bool { return o.Rank == r }) {
-			continue // it has the list
-		}
-		for _, w := range joining {
-			j.send(r, control{Kind: ctlRejoin, Member: &w})
 		}
 	}
 }

@@ -131,7 +131,10 @@ type Job struct {
 	dataGate, ctlGate gate
 	ctl               chan control
 	early             []control // taken during the start, for the run loop
-	gen               atomic.Uint64
+	// lostAtJoin: the processes the list this replacement joined with
+	// says are lost (control.Lost): connect does not wait for them
+	lostAtJoin []int
+	gen        atomic.Uint64
 	// linkUp tells connect and rejoin that a peer's data connection came.
 	linkUp chan int
 
@@ -238,6 +241,10 @@ type control struct {
 	// (its PEs ran entry methods), for the others' watchdogs
 	// (pe.Node.Progress)
 	Progress uint64 `msgpack:"pg,omitempty"`
+	// Lost (ctlMembers, from a process that took the replacement it is
+	// sent to for the steward: succeed): the processes it knows are
+	// lost, which will not dial the replacement
+	Lost []int `msgpack:"lo,omitempty"`
 }
 
 // actorName is every process's control actor.
@@ -356,6 +363,11 @@ func (j *Job) join(deadline time.Time) error {
 			// of a lost one, which admitted it and was lost before its
 			// list came (succeed)
 			j.steward = m.Code - 1
+			for _, r := range m.Lost {
+				if r >= 0 && r < cfg.Procs && r != cfg.Rank {
+					j.lostAtJoin = append(j.lostAtJoin, r)
+				}
+			}
 		}
 		j.gen.Store(m.Gen)
 	}
@@ -527,6 +539,14 @@ func (j *Job) connect(deadline time.Time) error {
 		ctl = j.ctl
 	}
 	gone := map[int]bool{}
+	for _, r := range j.lostAtJoin {
+		if r > cfg.Rank && !gone[r] {
+			// (its actor system may take seconds to be found gone)
+			gone[r] = true
+			j.downLink(r)
+			j.early = append(j.early, control{Kind: ctlLost, From: r, Inc: j.member(r).Inc, Err: "lost before this replacement joined, as the process that sent its list said"})
+		}
+	}
 	for {
 		missing := []string{}
 		for r := cfg.Rank + 1; r < cfg.Procs; r++ {
@@ -1049,6 +1069,12 @@ func (j *Job) succeed(r int) bool {
 	}
 	j.steward = next
 	members := slices.Clone(j.members)
+	var lost []int
+	for q, l := range j.lost {
+		if l {
+			lost = append(lost, q)
+		}
+	}
 	j.mu.Unlock()
 	if next != j.cfg.Rank {
 		j.log.Info("the steward was lost; another takes over", zap.Int("lost", r), zap.Int("steward", next))
@@ -1056,7 +1082,7 @@ func (j *Job) succeed(r int) bool {
 			// a replacement the lost steward admitted may not have had
 			// its list yet (the steward was lost as it sent it): from
 			// here, with who steers (one that has it ignores it)
-			j.send(next, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: next + 1})
+			j.send(next, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: next + 1, Lost: lost})
 		}
 		return true
 	}

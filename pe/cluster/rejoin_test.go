@@ -342,3 +342,22 @@ func TestAReplacementStopsWaitingForALostPeer(t *testing.T) {
 	require.ErrorContains(t, err, "did not connect within", "at the first start")
 	require.Len(t, first.ctl, 4, "nothing read")
 }
+
+// A replacement whose list came from a process that took it for the
+// steward says which processes are lost: it does not wait for them to
+// dial it (their actor systems may take seconds to be found gone).
+func TestAReplacementDoesNotWaitForProcessesItsListSaysAreLost(t *testing.T) {
+	cfg := Config{Procs: 3, PEs: 3, Rank: 0, Incarnation: 1}
+	j := &Job{cfg: cfg, log: zap.NewNop(), links: make([]atomic.Pointer[link], 3), linkUp: make(chan int, 12), lost: map[int]bool{}, ctl: make(chan control, 8)}
+	j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
+	j.members = []Member{{Rank: 0, Inc: 1}, {Rank: 1, Inc: 2}, {Rank: 2, Inc: 0}}
+	j.lostAtJoin = []int{1, 2}
+	require.NoError(t, j.connect(time.Now().Add(100*time.Millisecond)))
+	require.Len(t, j.early, 2)
+	for i, r := range []int{1, 2} {
+		require.Equal(t, ctlLost, j.early[i].Kind)
+		require.Equal(t, r, j.early[i].From)
+		require.Equal(t, j.members[r].Inc, j.early[i].Inc)
+		require.True(t, j.links[r].Load().down.Load())
+	}
+}

@@ -1191,12 +1191,16 @@ func (s *Supervisor) RollingBack(epoch uint64, from string) {
 	}
 	s.mu.Lock()
 	var f any = lostProcess(s.lostWhat)
-	if s.lostWhat == "" {
-		f = &PEFailure{PE: s.dead[0], Kill: s.deadKills[0], Also: slices.Clone(s.deadKills[1:])}
-	}
 	failures := 1 // a lost process
-	if s.lostWhat == "" {
+	switch {
+	case s.lostWhat != "":
+	case len(s.dead) > 0 && len(s.deadKills) > 0:
+		f = &PEFailure{PE: s.dead[0], Kill: s.deadKills[0], Also: slices.Clone(s.deadKills[1:])}
 		failures = len(s.deadKills)
+	default:
+		// decided by a steward lost since, which this process took
+		// over from as PE 0's rolled back (it knows no more of it)
+		f = lostProcess("a process was lost (the process that steered the job, lost since, rolled every PE back)")
 	}
 	s.dead, s.deadKills, s.lostWhat = nil, nil, ""
 	s.ft.PEsRolledBack += s.node.NumPEs()

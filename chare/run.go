@@ -975,8 +975,15 @@ type Result struct {
 const CheckEnv = "CHARMGO_CHECK"
 
 // finishTimeout bounds how long the processes of a job that ended wait
-// for each other's statistics.
-const finishTimeout = 30 * time.Second
+// for each other's statistics; failedFinishTimeout, of one that failed:
+// its line matters more than the others' figures, and charmrun kills
+// every process 10 s after the first failed (cluster's exitGrace), which
+// killed process 0 before it said why once, waiting for a replacement
+// that would never send its statistics.
+const (
+	finishTimeout       = 30 * time.Second
+	failedFinishTimeout = 3 * time.Second
+)
 
 func hostname() string {
 	h, _ := os.Hostname()
@@ -1343,7 +1350,11 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 			st := rs.sup.Steered()
 			mine.Steered = &st
 		}
-		all, err := job.Finish(encodeResult(mine), finishTimeout)
+		wait := finishTimeout
+		if res.Err != nil {
+			wait = failedFinishTimeout
+		}
+		all, err := job.Finish(encodeResult(mine), wait)
 		if err != nil && res.Err == nil {
 			res.Code, res.Err = 1, err
 		}

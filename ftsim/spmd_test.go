@@ -39,12 +39,18 @@ func TestSPMDRandomFailuresInOneRun(t *testing.T) {
 	if raceOn {
 		trials = 20
 	}
-	ran, err := RandomFailures(Mix, MixArgs{Steps: 8, Ckpt: 3}, chare.Config{FT: "spmd", Teams: "2", CheckpointDir: t.TempDir()}, trials, rand.New(rand.NewPCG(38, 3)), func(free, res chare.Result, cfg chare.Config) {
-		require.NoError(t, res.Err, "%d PEs, branching %d, seed %d, kills %v", cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
-		require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%d PEs, branching %d, seed %d, kills %v", cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
-	})
-	require.NoError(t, err)
-	t.Logf("%d runs with every failure, of %d", ran, trials)
+	// teams of two, of one PE (every PE a team of its own) and chosen at
+	// checkpoints: each has had failures of its own
+	for i, teams := range []string{"2", "1", "auto"} {
+		t.Run("teams "+teams, func(t *testing.T) {
+			ran, err := RandomFailures(Mix, MixArgs{Steps: 8, Ckpt: 3}, chare.Config{FT: "spmd", Teams: teams, CheckpointDir: t.TempDir()}, trials, rand.New(rand.NewPCG(38+uint64(i), 3)), func(free, res chare.Result, cfg chare.Config) {
+				require.NoError(t, res.Err, "%d PEs, branching %d, seed %d, kills %v", cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
+				require.Equal(t, mixLogs(t, free), mixLogs(t, res), "%d PEs, branching %d, seed %d, kills %v", cfg.PEs, cfg.Branching, cfg.Seed, cfg.Kills)
+			})
+			require.NoError(t, err)
+			t.Logf("%d runs with every failure, of %d", ran, trials)
+		})
+	}
 }
 
 // A PE failing right after each message it hands over (a message on its

@@ -181,11 +181,45 @@ const (
 	reportHolds       = -6
 )
 
-// Report implements cluster.Recovery (on the steward).
-func (p *Processes) Report(from int, data []byte) {
+// decodeReport decodes a recovery report of a job of pes PEs, and
+// checks that every PE it names is one.
+func decodeReport(data []byte, pes int) (report, error) {
 	var r report
 	if err := pe.UnmarshalMsgpack(data, &r); err != nil {
-		p.node.Fail(fmt.Errorf("a recovery report from process %d does not decode: %w", from, err))
+		return r, fmt.Errorf("does not decode: %w", err)
+	}
+	inRange := func(y int32) bool { return y >= 0 && int(y) < pes }
+	switch {
+	case r.Recovered < reportHolds || int(r.Recovered) >= pes:
+		return r, fmt.Errorf("is of kind or PE %d (the job has PEs 0..%d)", r.Recovered, pes-1)
+	case !inRange(r.PE):
+		return r, fmt.Errorf("names PE %d (the job has 0..%d)", r.PE, pes-1)
+	}
+	for _, l := range [][]int32{r.By, r.Fresh} {
+		for _, y := range l {
+			if !inRange(y) {
+				return r, fmt.Errorf("names PE %d (the job has 0..%d)", y, pes-1)
+			}
+		}
+	}
+	for q, row := range r.Rows {
+		if !inRange(q) {
+			return r, fmt.Errorf("names PE %d (the job has 0..%d)", q, pes-1)
+		}
+		for _, y := range row {
+			if !inRange(y) {
+				return r, fmt.Errorf("names PE %d (the job has 0..%d)", y, pes-1)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Report implements cluster.Recovery (on the steward).
+func (p *Processes) Report(from int, data []byte) {
+	r, err := decodeReport(data, p.node.NumPEs())
+	if err != nil {
+		p.node.Fail(fmt.Errorf("a recovery report from process %d %w", from, err))
 		return
 	}
 	switch {
@@ -645,11 +679,41 @@ func (p *Processes) Steered() bool {
 	return p.steered
 }
 
-// Action implements cluster.Recovery: every process takes the steward's step.
-func (p *Processes) Action(data []byte) {
+// decodeStep decodes a recovery step of a job of pes PEs in procs
+// processes, and checks that every PE and process it names is one.
+func decodeStep(data []byte, pes, procs int) (step, error) {
 	var st step
 	if err := pe.UnmarshalMsgpack(data, &st); err != nil {
-		p.node.Fail(fmt.Errorf("a recovery step from the steward does not decode: %w", err))
+		return st, fmt.Errorf("does not decode: %w", err)
+	}
+	if st.Process < 0 || st.Process >= procs {
+		return st, fmt.Errorf("names process %d (the job has 0..%d)", st.Process, procs-1)
+	}
+	if st.Phase > phaseThaw {
+		return st, fmt.Errorf("of unknown phase %d", st.Phase)
+	}
+	lists := [][]int32{st.Dead, st.Set, st.Again, st.Recovered}
+	if st.Rollback != nil {
+		lists = append(lists, st.Rollback.Failed)
+	}
+	for _, l := range lists {
+		for _, y := range l {
+			if y < 0 || int(y) >= pes {
+				return st, fmt.Errorf("names PE %d (the job has 0..%d)", y, pes-1)
+			}
+		}
+	}
+	if st.Set != nil && st.Incs != nil && len(st.Incs) != len(st.Set) {
+		return st, fmt.Errorf("names %d PEs and %d incarnations", len(st.Set), len(st.Incs))
+	}
+	return st, nil
+}
+
+// Action implements cluster.Recovery: every process takes the steward's step.
+func (p *Processes) Action(data []byte) {
+	st, err := decodeStep(data, p.node.NumPEs(), len(p.job.Members()))
+	if err != nil {
+		p.node.Fail(fmt.Errorf("a recovery step from the steward %w", err))
 		return
 	}
 	if st.HandBack {

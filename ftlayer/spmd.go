@@ -312,10 +312,8 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 	if env.FT != nil && env.FT.Name != nil && env.FT.Name == name && env.FT.CSN > 0 {
 		phase = env.FT.SSN // (CSN 0: a name the runtime kept, not a hop's)
 	}
-	if name != nil && len(s.firstPhase) > 0 {
-		if ph, ok := s.firstPhase[messageOf(*name)]; ok && ph < phase {
-			phase = ph
-		}
+	if name != nil {
+		phase = s.atMostFirstPhase(name, phase)
 	}
 	if s.teams.Same(to, s.me) {
 		// not logged: its header alone (the name passed on with a hop
@@ -347,12 +345,7 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 		k := occurKey{to, nm.Hash}
 		s.occur[k]++
 		nm.Num = s.occur[k]
-		if len(s.firstPhase) > 0 {
-			// its number is part of the name the survivors listed
-			if ph, ok := s.firstPhase[messageOf(nm)]; ok && ph < hm.SSN {
-				hm.SSN = ph
-			}
-		}
+		hm.SSN = s.atMostFirstPhase(&nm, hm.SSN) // (its number is part of the name the survivors listed)
 	}
 	hm.Name = &nm
 	if s.tracksMade() {
@@ -365,6 +358,17 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 	s.msgLog = append(s.msgLog, logEntry{s.logSeq, &hm.Message})
 	s.tally(&hm.Message, true, &s.stats.PeakTotal)
 	return &hm.FTHeader, nil
+}
+
+// atMostFirstPhase is phase, or the phase the first execution gave the
+// message named n if a survivor's list said it was lower (PktOrphans).
+func (s *SPMD) atMostFirstPhase(n *pe.MsgName, phase uint64) uint64 {
+	if len(s.firstPhase) > 0 {
+		if ph, ok := s.firstPhase[messageOf(*n)]; ok && ph < phase {
+			return ph
+		}
+	}
+	return phase
 }
 
 // tracksMade reports whether this PE's sends may make orphans again:
@@ -756,17 +760,12 @@ func (s *SPMD) heldCopy(h *pe.FTHeader) bool {
 			}
 			s.delta++
 			s.took(h.Sender, h.CSN)
-			if h.SSN < m.SSN {
-				// the copy held waits with the lower phase of the two: a
-				// survivor's log replays the hop an earlier incarnation
-				// of this PE had, with its phase then, after a later
-				// relay came with a re-execution's higher one, and the
-				// orphans this PE must make again were made from it
-				s.held = slices.Delete(s.held, i, i+1)
-				m.SSN = h.SSN
-				s.insertHeld(m)
-				s.gateEpoch++
-			}
+			// the copy held waits with the lower phase of the two: a
+			// survivor's log replays the hop an earlier incarnation of
+			// this PE had, with its phase then, after a later relay came
+			// with a re-execution's higher one, and the orphans this PE
+			// must make again were made from it
+			s.lowerHeldAt(i, h.SSN)
 			return true
 		}
 	}
@@ -1305,12 +1304,7 @@ func (s *SPMD) lowerEntry(m *Message, ph uint64) {
 func (s *SPMD) lowerHeld(from int32, n pe.MsgName, ph uint64) {
 	for i, m := range s.held {
 		if m.Sender == from && m.Name != nil && m.Name.Key() == n {
-			if ph < m.SSN {
-				s.held = slices.Delete(s.held, i, i+1)
-				m.SSN = ph
-				s.insertHeld(m) // (its place in the order)
-				s.gateEpoch++
-			}
+			s.lowerHeldAt(i, ph)
 			return
 		}
 	}
@@ -1321,6 +1315,19 @@ func (s *SPMD) lowerHeld(from int32, n pe.MsgName, ph uint64) {
 	if old, ok := s.lowerTo[k]; !ok || ph < old {
 		s.lowerTo[k] = ph
 	}
+}
+
+// lowerHeldAt gives held message i the phase ph, if lower than its own,
+// and moves it to its place in the order (insertHeld).
+func (s *SPMD) lowerHeldAt(i int, ph uint64) {
+	m := s.held[i]
+	if ph >= m.SSN {
+		return
+	}
+	s.held = slices.Delete(s.held, i, i+1)
+	m.SSN = ph
+	s.insertHeld(m)
+	s.gateEpoch++
 }
 
 type lowerKey struct {

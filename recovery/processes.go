@@ -653,14 +653,12 @@ func (p *Processes) steerBack(st step) {
 		return // process 0 was lost again: its successor steers
 	}
 	s := p.sup
+	if p.job.Rank() == 0 && st.Steered != nil {
+		s.AddSteered(*st.Steered) // (its summary's, should the successor be lost)
+	}
 	s.mu.Lock()
 	p.steward = 0
 	if p.job.Rank() == 0 {
-		if st.Steered != nil {
-			s.mu.Unlock()
-			s.AddSteered(*st.Steered) // (its summary's, should the successor be lost)
-			s.mu.Lock()
-		}
 		p.informed = len(p.lost) == 0
 		if p.informed {
 			s.failed = time.Time{} // (set by losses noticed while another steered)

@@ -528,8 +528,7 @@ func (j *Job) connect(deadline time.Time) error {
 				return err
 			}
 			j.log.Info("a process the steward listed refused the connection: taken for lost", zap.Int("process", r), zap.Error(err))
-			j.downLink(r)
-			j.early = append(j.early, control{Kind: ctlLost, From: r, Inc: j.member(r).Inc, Err: "its data port refused this replacement's connection (the process is gone)"})
+			j.lostWhileJoining(r, "its data port refused this replacement's connection (the process is gone)")
 		}
 	}
 	t := time.NewTimer(time.Until(deadline))
@@ -543,8 +542,7 @@ func (j *Job) connect(deadline time.Time) error {
 		if r > cfg.Rank && !gone[r] {
 			// (its actor system may take seconds to be found gone)
 			gone[r] = true
-			j.downLink(r)
-			j.early = append(j.early, control{Kind: ctlLost, From: r, Inc: j.member(r).Inc, Err: "lost before this replacement joined, as the process that sent its list said"})
+			j.lostWhileJoining(r, "lost before this replacement joined, as the process that sent its list said")
 		}
 	}
 	for {
@@ -577,6 +575,15 @@ func (j *Job) connect(deadline time.Time) error {
 			return fmt.Errorf("data plane: %s did not connect within %v", strings.Join(missing, ", "), cfg.ConnectTimeout)
 		}
 	}
+}
+
+// lostWhileJoining: this replacement takes process r, which the steward
+// listed, for lost once the job runs (the run loop takes the notice,
+// why): its link is down meanwhile, and its replacement's comes as any
+// other's.
+func (j *Job) lostWhileJoining(r int, why string) {
+	j.downLink(r)
+	j.early = append(j.early, control{Kind: ctlLost, From: r, Inc: j.member(r).Inc, Err: why})
 }
 
 // dial connects the data plane to process r (of a lower rank).

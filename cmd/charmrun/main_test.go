@@ -585,14 +585,15 @@ func TestTheStewardsLossIsReplaced(t *testing.T) {
 			handedBack, "charmgo: process 1 (PE 1) was lost; its replacement recovers alone (pessimist)"}, "fault tolerance: pessimist, 2 failures, 4 PEs rolled back"},
 		{"another process lost once process 0 steers again", threeByOne, []string{"--ft", "camel"}, 2, "out:Step 33 Benchmark", 0, []string{
 			handedBack, "charmgo: process 2 (PE 2) was lost; its replacement recovers alone (camel)"}, "fault tolerance: camel, 2 failures, 4 PEs rolled back"},
-		{"another process lost once process 0 steers again, spmd", threeByOne, []string{"--ft", "spmd"}, 2, "out:Step 33 Benchmark", 0, []string{
-			handedBack, "charmgo: process 2 (PE 2) was lost; its replacement recovers alone (spmd)"}, "fault tolerance: spmd, 2 failures, 4 PEs rolled back"},
 		{"process 0 and its successor close together, from the checkpoint directory", threeByOne, []string{"--ft", "team", "--ckpt-dir", t.TempDir()}, 1, "process 0 was killed", 0, []string{
 			"(process 2 steers the job from now on)"}, ""},
 		{"process 0 and its successor close together", threeByOne, []string{"--ft", "scmel"}, 1, "process 0 was killed", 1, []string{
 			"no copy of PE 0's snapshot of checkpoint 2 survives"}, ""},
 	}
 	if os.Getenv("FT_LONG") != "" {
+		// (CI's margin: camel's case above takes the same way)
+		cases = append(cases, stewardCase{"another process lost once process 0 steers again, spmd", threeByOne, []string{"--ft", "spmd"}, 2, "out:Step 33 Benchmark", 0, []string{
+			handedBack, "charmgo: process 2 (PE 2) was lost; its replacement recovers alone (spmd)"}, "fault tolerance: spmd, 2 failures, 4 PEs rolled back"})
 		for _, ft := range []string{"none", "scmel", "team", "pessimist"} {
 			cases = append(cases, stewardCase{ft + ", 3×1", threeByOne, []string{"--ft", ft}, -1, "", 0, nil, ""})
 		}

@@ -515,20 +515,16 @@ func (j *Job) awaitOr(deadline time.Time, want ctlKind, what string, moved <-cha
 // connect makes the data plane: this process dials every lower rank and
 // waits for every higher one to dial it.
 //
-// A replacement whose dial is refused by a process the steward listed
-// (lost since: two processes lost close together, the other not yet
-// noticed when this one was admitted) takes that process for lost once
-// the job runs, as it would have noticed it: its link is down meanwhile,
-// and its replacement's comes as any other's (rejoined).
+// A replacement that cannot reach a process the steward listed (lost
+// since: two processes lost close together, the other not yet noticed
+// when this one was admitted) takes that process for lost once the job
+// runs, as it would have noticed it: its link is down meanwhile, and its
+// replacement's comes as any other's (rejoined). See dialListed.
 func (j *Job) connect(deadline time.Time) error {
 	cfg := j.cfg
 	for r := 0; r < cfg.Rank; r++ {
-		if err := j.dial(r, deadline); err != nil {
-			if cfg.Incarnation == 0 || !errors.Is(err, syscall.ECONNREFUSED) {
-				return err
-			}
-			j.log.Info("a process the steward listed refused the connection: taken for lost", zap.Int("process", r), zap.Error(err))
-			j.lostWhileJoining(r, "its data port refused this replacement's connection (the process is gone)")
+		if err := j.dialListed(r, deadline); err != nil {
+			return err
 		}
 	}
 	t := time.NewTimer(time.Until(deadline))
@@ -573,6 +569,47 @@ func (j *Job) connect(deadline time.Time) error {
 			}
 		case <-t.C:
 			return fmt.Errorf("data plane: %s did not connect within %v", strings.Join(missing, ", "), cfg.ConnectTimeout)
+		}
+	}
+}
+
+// dialListed connects the data plane to process r, of a lower rank. At
+// the first start a failure ends the job. A replacement takes r for lost
+// when its port refuses the connection or resets it (killed as it
+// answered: seen with process 0 SIGKILLed 20 ms after the process it was
+// admitting), and after any other failure dials again until the deadline,
+// unless a notice of r's loss comes meanwhile. Every control message it
+// reads is the run loop's, in order (early).
+func (j *Job) dialListed(r int, deadline time.Time) error {
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		err := j.dial(r, deadline)
+		switch {
+		case err == nil:
+			return nil
+		case j.cfg.Incarnation == 0:
+			return err
+		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+			j.log.Info("a process the steward listed refused or reset the connection: taken for lost", zap.Int("process", r), zap.Error(err))
+			j.lostWhileJoining(r, "its data port refused or reset this replacement's connection (the process is gone)")
+			return nil
+		case !time.Now().Before(deadline):
+			return err
+		}
+		j.log.Info("could not reach a process the steward listed: dialing again", zap.Int("process", r), zap.Error(err))
+		t := time.NewTimer(min(wait, time.Until(deadline)))
+		for waiting := true; waiting; {
+			select {
+			case m := <-j.ctl:
+				j.early = append(j.early, m)
+				if m.Kind == ctlLost && m.From == r && m.Inc == j.member(r).Inc {
+					t.Stop()
+					j.log.Info("a process the steward listed was lost before this replacement reached it: taken for lost", zap.Int("process", r))
+					j.downLink(r)
+					return nil
+				}
+			case <-t.C:
+				waiting = false
+			}
 		}
 	}
 }
@@ -1134,6 +1171,17 @@ func (j *Job) rejoin(m control) {
 	who := *m.Member
 	pid := actor.NewPID(who.Control, actorName)
 	j.mu.Lock()
+	if who.Rank >= 0 && who.Rank < j.cfg.Procs && !j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types {
+		// a replacement asked before this process noticed the loss
+		// (seen on a busy machine with two processes killed within
+		// 10 ms): the launcher starts one only once the process it
+		// replaces is gone
+		inc := j.members[who.Rank].Inc
+		j.mu.Unlock()
+		j.log.Info("a replacement asked to join before the loss of the process it replaces was noticed", zap.Int("process", who.Rank))
+		j.processLost(who.Rank, inc, "its replacement asked to join (the process is gone)")
+		j.mu.Lock()
+	}
 	ok := who.Rank >= 0 && who.Rank < j.cfg.Procs && j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types &&
 		!slices.ContainsFunc(j.joining, func(o Member) bool { return o.Rank == who.Rank })
 	if !ok {
@@ -1186,11 +1234,7 @@ func (j *Job) rejoin(m control) {
 		if w.Rank < j.cfg.Rank {
 			// a higher rank dials (process 0's replacement, when its
 			// successor steers)
-			go func() {
-				if err := j.dial(w.Rank, time.Now().Add(j.cfg.ConnectTimeout)); err != nil {
-					j.peerFailed(w.Rank, err.Error(), true)
-				}
-			}()
+			go j.dialJoined(w)
 		}
 	}
 }
@@ -1205,11 +1249,40 @@ func (j *Job) rejoined(who Member) {
 	j.mu.Unlock()
 	j.sys.Root.Send(j.pids[j.cfg.Rank], watchPeers{j})
 	if j.cfg.Rank > who.Rank {
-		go func() {
-			if err := j.dial(who.Rank, time.Now().Add(j.cfg.ConnectTimeout)); err != nil {
-				j.peerFailed(who.Rank, err.Error(), true)
-			}
-		}()
+		go j.dialJoined(who)
+	}
+}
+
+// dialJoined connects the data plane to who, a replacement of a lower
+// rank that joined. If it cannot, the job fails, unless the replacement
+// is gone: its port refuses or resets the connection (it is taken for
+// lost, as a link that goes down is), or its loss or a later
+// replacement's join was noticed meanwhile (that notice speaks for it).
+// Any other failure is dialed again until the connect timeout.
+func (j *Job) dialJoined(who Member) {
+	deadline := time.Now().Add(j.cfg.ConnectTimeout)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		err := j.dial(who.Rank, deadline)
+		if err == nil {
+			return
+		}
+		j.mu.Lock()
+		// (the steward keeps a replacement lost and admitted until its
+		// links are up; a notice of its loss ends the admission)
+		superseded := j.members[who.Rank].Inc != who.Inc || j.lost[who.Rank] && !j.admitted[who.Rank]
+		j.mu.Unlock()
+		switch {
+		case superseded:
+			return
+		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+			j.ctl <- control{Kind: ctlLost, From: who.Rank, Inc: who.Inc, Err: "its data port refused or reset the connection as it joined (the process is gone)"}
+			return
+		case !time.Now().Before(deadline):
+			j.peerFailed(who.Rank, err.Error(), true)
+			return
+		}
+		j.log.Info("could not reach a replacement that joined: dialing again", zap.Int("process", who.Rank), zap.Error(err))
+		time.Sleep(min(wait, time.Until(deadline))) // (a goroutine of its own: nothing to wait on but time)
 	}
 }
 

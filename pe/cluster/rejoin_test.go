@@ -6,11 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 )
@@ -359,5 +361,172 @@ func TestAReplacementDoesNotWaitForProcessesItsListSaysAreLost(t *testing.T) {
 		require.Equal(t, r, j.early[i].From)
 		require.Equal(t, j.members[r].Inc, j.early[i].Inc)
 		require.True(t, j.links[r].Load().down.Load())
+	}
+}
+
+// A replacement dialing a lower rank the steward listed, when that process
+// is killed as it answers (seen with process 0 SIGKILLed 20 ms after the
+// process it was admitting): a reset connection is a process gone; any
+// other failure is dialed again until a notice of the loss comes (then
+// taken for lost), or the process answers (then linked). At the first
+// start the failure ends the job.
+func TestAReplacementTakesAPeerGoneAsItAnswersForLost(t *testing.T) {
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	serve := func(in ...string) string { return dataPort(t, secret, in...) }
+	job := func(inc int, data string, notices ...control) *Job {
+		cfg := Config{Procs: 2, PEs: 2, Rank: 1, Incarnation: inc, Secret: secret}
+		j := &Job{cfg: cfg, log: zap.NewNop(), links: make([]atomic.Pointer[link], 2), linkUp: make(chan int, 4), lost: map[int]bool{}, ctl: make(chan control, 4)}
+		j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
+		j.members = []Member{{Rank: 0, Data: data, Inc: 2}, {Rank: 1, Inc: inc}}
+		for _, m := range notices {
+			j.ctl <- m
+		}
+		return j
+	}
+	for _, c := range []struct {
+		name    string
+		answers []string
+		notices []control
+		linked  bool // up, not taken for lost
+		early   []ctlKind
+	}{
+		{"reset as it answers", []string{"reset"}, nil, false, []ctlKind{ctlLost}},
+		{"closed, then its loss noticed", []string{"close"}, []control{{Kind: ctlBeat, From: 0}, {Kind: ctlLost, From: 0, Inc: 1}, {Kind: ctlLost, From: 0, Inc: 2}}, false, []ctlKind{ctlBeat, ctlLost, ctlLost}},
+		{"closed, then it answers", []string{"close", "close", "answer"}, nil, true, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := job(1, serve(c.answers...), c.notices...)
+			require.NoError(t, j.connect(time.Now().Add(5*time.Second)))
+			l := j.links[0].Load()
+			require.NotNil(t, l)
+			require.Equal(t, !c.linked, l.down.Load(), "process 0's link is down")
+			var kinds []ctlKind
+			for _, m := range j.early {
+				kinds = append(kinds, m.Kind)
+			}
+			require.Equal(t, c.early, kinds, "the run loop's messages, in order")
+		})
+	}
+	for _, answer := range []string{"reset", "close"} {
+		err := job(0, serve(answer)).connect(time.Now().Add(5 * time.Second))
+		require.Error(t, err, "at the first start: %s", answer)
+	}
+	// dialed again until the deadline, then the error
+	j := job(1, serve("close", "close", "close", "close", "close", "close", "close", "close"))
+	err = j.connect(time.Now().Add(150 * time.Millisecond))
+	require.ErrorContains(t, err, "data plane: ")
+}
+
+// dataPort listens on 127.0.0.1 and answers each connection by what in
+// says: "reset" (a process killed with the hello unread), "close" (closed
+// once the hello is read), "answer" (the handshake, as process 0).
+func dataPort(t *testing.T, secret Secret, in ...string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for _, what := range in {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			switch what {
+			case "reset":
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+			case "close":
+				io.ReadFull(c, make([]byte, 4+4+nonceSize))
+				c.Close()
+			case "answer":
+				acceptHandshake(c, secret, 0, DefaultHandshakeTimeout, func(uint32) error { return nil })
+			}
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A process dialing a replacement that joined (process 0's, here) when
+// the replacement is killed as it answers: taken for lost, by a notice
+// to the run loop with its incarnation, as a link that goes down is;
+// after any other failure dialed again. One whose loss was noticed
+// meanwhile, or that another replacement took the place of, is not
+// dialed again: that notice speaks. (A failure used to end the job.)
+func TestAProcessTakesAReplacementGoneAsItAnswersForLost(t *testing.T) {
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	job := func(steward bool, data string) (*Job, Member) {
+		cfg := Config{Procs: 2, PEs: 2, Rank: 1, Secret: secret, ConnectTimeout: 5 * time.Second}
+		j := &Job{cfg: cfg, log: zap.NewNop(), links: make([]atomic.Pointer[link], 2), linkUp: make(chan int, 4), lost: map[int]bool{}, ctl: make(chan control, 4)}
+		j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
+		who := Member{Rank: 0, Data: data, Inc: 1}
+		j.members = []Member{who, {Rank: 1}}
+		if steward {
+			// the steward keeps it lost and admitted until its links are up
+			j.lost[0], j.admitted = true, map[int]bool{0: true}
+		}
+		return j, who
+	}
+	for _, steward := range []bool{false, true} {
+		for _, answer := range []string{"reset", "close answer"} {
+			t.Run(fmt.Sprintf("steward %v, %s", steward, answer), func(t *testing.T) {
+				j, who := job(steward, dataPort(t, secret, strings.Fields(answer)...))
+				j.dialJoined(who)
+				if answer == "reset" {
+					require.Len(t, j.ctl, 1)
+					m := <-j.ctl
+					require.Equal(t, control{Kind: ctlLost, From: 0, Inc: 1, Err: m.Err}, m)
+					require.Contains(t, m.Err, "refused or reset")
+					return
+				}
+				require.Empty(t, j.ctl)
+				require.False(t, j.links[0].Load().down.Load(), "linked")
+			})
+		}
+	}
+	for name, supersede := range map[string]func(j *Job){
+		"lost meanwhile":             func(j *Job) { j.lost[0] = true },
+		"lost meanwhile, at steward": func(j *Job) { j.lost[0], j.admitted = true, map[int]bool{} },
+		"replaced meanwhile":         func(j *Job) { j.members[0].Inc = 2 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			j, who := job(false, dataPort(t, secret, "close"))
+			supersede(j)
+			j.dialJoined(who)
+			require.Empty(t, j.ctl)
+			require.Nil(t, j.links[0].Load())
+		})
+	}
+}
+
+// The steward asked to join by a replacement of a process it has not yet
+// noticed lost (two processes killed within 10 ms on a busy machine)
+// takes that process for lost and admits the replacement: the launcher
+// starts one only once the process it replaces is gone. It used to
+// refuse it ("rank 2 is not a lost process of this job"), which ended
+// the job. A request of an incarnation not above the one it knows is
+// still refused.
+func TestTheStewardAdmitsAReplacementAskingBeforeTheLossIsNoticed(t *testing.T) {
+	job := func() (*Job, *joinedRecorder) {
+		rec := &joinedRecorder{}
+		cfg := Config{Procs: 3, PEs: 3, Rank: 0}
+		j := &Job{cfg: cfg, log: zap.NewNop(), sys: actor.NewActorSystem(), links: make([]atomic.Pointer[link], 3), lost: map[int]bool{}, recovery: rec,
+			members: []Member{{Rank: 0}, {Rank: 1}, {Rank: 2, Inc: 1}}, lastBeat: make([]time.Time, 3)}
+		for r := range 3 {
+			j.pids = append(j.pids, actor.NewPID(fmt.Sprintf("127.0.0.1:%d", 9+r), actorName))
+		}
+		return j, rec
+	}
+	j, rec := job()
+	j.rejoin(control{Kind: ctlJoin, From: 2, Member: &Member{Rank: 2, Inc: 2, Control: "127.0.0.1:7"}})
+	require.Equal(t, []int{2}, rec.lost, "taken for lost first")
+	require.True(t, j.admitted[2], "then admitted")
+	require.Equal(t, 2, j.members[2].Inc)
+
+	for _, inc := range []int{0, 1} {
+		j, rec := job()
+		j.rejoin(control{Kind: ctlJoin, From: 2, Member: &Member{Rank: 2, Inc: inc, Control: "127.0.0.1:7"}})
+		require.Empty(t, rec.lost, "incarnation %d", inc)
+		require.False(t, j.admitted[2], "incarnation %d", inc)
 	}
 }

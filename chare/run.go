@@ -1365,6 +1365,11 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 				if all[r] == nil || err != nil {
 					if res.Err == nil {
 						res.Code, res.Err = 1, fmt.Errorf("process %d sent no statistics at the end", r)
+						if job.IsLost(r) {
+							// (killed after the last step: nothing is left
+							// to recover, but its part of the run is gone)
+							res.Err = fmt.Errorf("process %d was lost as the job ended, after the last step, and took its statistics with it", r)
+						}
 					}
 					continue
 				}

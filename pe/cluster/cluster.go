@@ -165,6 +165,9 @@ type Job struct {
 	nextGen  uint64      // the generation a rollback in progress takes
 	stepped  bool        // a recovery step was taken here (Rolled): links attached now do not hold
 	lastBeat []time.Time // when each peer's last heartbeat came
+	// succession: the stewards found lost whose successor the
+	// rendezvous has not named yet (stewardGone), and why each was lost
+	succession map[int]string
 	// hungKilled: the hung peers this process had killed, by incarnation
 	// (one kill each: see killHung)
 	hungKilled map[int]int
@@ -199,25 +202,27 @@ type Recovery interface {
 type ctlKind uint8
 
 const (
-	ctlJoin       ctlKind = iota + 1 // → the steward (rank 0 at the start): Member
-	ctlMembers                       // the steward → all (at the start) or a replacement: Members
-	ctlReady                         // → the steward: data links up
-	ctlStart                         // rank 0 → all
-	ctlStop                          // any → all: the run ended here (Code, Err)
-	ctlResult                        // → rank 0: this process's statistics (Data)
-	ctlRelease                       // rank 0 → all: results in, go
-	ctlLost                          // local: a peer's actor system is gone (From)
-	ctlRefused                       // the steward → a process: not admitted (Err)
-	ctlRejoin                        // the steward → all: a replacement joined (Member)
-	ctlAction                        // the steward → all: a step of recovery (Data)
-	ctlReport                        // → the steward: how a recovery goes (Data)
-	ctlBeat                          // any → all: alive
-	ctlCheckBeats                    // local: time to check the others' heartbeats
-	ctlLinked                        // → the steward: this process's data link to a replacement is up (Code: its rank)
-	ctlClock                         // rank 0 → a process: its clock, please (Gen: the request)
-	ctlClockReply                    // → rank 0: the clock (Clock), for request Gen
-	ctlDie                           // any → a process: end yourself by SIGKILL now (Err: why), an injected failure
-	ctlKillHung                      // any → a process on a hung one's host: kill it by SIGKILL (Code: its rank, Inc: its incarnation, Err: why)
+	ctlJoin           ctlKind = iota + 1 // → the steward (rank 0 at the start): Member
+	ctlMembers                           // the steward → all (at the start) or a replacement: Members
+	ctlReady                             // → the steward: data links up
+	ctlStart                             // rank 0 → all
+	ctlStop                              // any → all: the run ended here (Code, Err)
+	ctlResult                            // → rank 0: this process's statistics (Data)
+	ctlRelease                           // rank 0 → all: results in, go
+	ctlLost                              // local: a peer's actor system is gone (From)
+	ctlRefused                           // the steward → a process: not admitted (Err)
+	ctlRejoin                            // the steward → all: a replacement joined (Member)
+	ctlAction                            // the steward → all: a step of recovery (Data)
+	ctlReport                            // → the steward: how a recovery goes (Data)
+	ctlBeat                              // any → all: alive
+	ctlCheckBeats                        // local: time to check the others' heartbeats
+	ctlLinked                            // → the steward: this process's data link to a replacement is up (Code: its rank)
+	ctlClock                             // rank 0 → a process: its clock, please (Gen: the request)
+	ctlClockReply                        // → rank 0: the clock (Clock), for request Gen
+	ctlDie                               // any → a process: end yourself by SIGKILL now (Err: why), an injected failure
+	ctlKillHung                          // any → a process on a hung one's host: kill it by SIGKILL (Code: its rank, Inc: its incarnation, Err: why)
+	ctlAdmittedNotice                    // local, from the rendezvous: the steward admitted a replacement (Member)
+	ctlStewardGone                       // local, from the rendezvous: the steward, process Code, is gone; process Next steers (-1: none)
 )
 
 // control is a control message, carried msgpack-encoded in a
@@ -245,6 +250,8 @@ type control struct {
 	// sent to for the steward: succeed): the processes it knows are
 	// lost, which will not dial the replacement
 	Lost []int `msgpack:"lo,omitempty"`
+	// Next (ctlStewardGone): the lost steward's successor
+	Next int `msgpack:"nx,omitempty"`
 }
 
 // actorName is every process's control actor.
@@ -838,6 +845,9 @@ func (j *Job) Run(node *pe.Node) {
 		}
 	}
 	go j.loop()
+	if rv, ok := j.cfg.Rendezvous.(Succession); ok {
+		go j.forwardNotices(rv.Notices(), node.Done())
+	}
 	go j.beat(node.Done())
 	go func() {
 		<-node.Done()
@@ -1077,7 +1087,28 @@ func (j *Job) processLost(r, inc int, why string) {
 	if svc != nil {
 		svc.Lost(r)
 	}
-	if j.recovery != nil && (r != j.stewardRank() || j.succeed(r)) && j.recovery.ProcessLost(r) {
+	if rv, ok := j.cfg.Rendezvous.(Succession); ok && j.recovery != nil && j.recovery.Replaces() && r == j.stewardRank() {
+		// who takes over, the rendezvous says, in the same order to
+		// every process (stewardGone)
+		j.mu.Lock()
+		if j.succession == nil {
+			j.succession = map[int]string{}
+		}
+		j.succession[r] = why
+		j.mu.Unlock()
+		j.log.Info("the steward was lost; the rendezvous names who takes over", zap.Int("lost", r), zap.String("why", why))
+		if err := rv.Suspect(r); err != nil {
+			j.log.Warn("could not tell the rendezvous of the steward's loss", zap.Error(err))
+		}
+		return
+	}
+	j.recoverOrEnd(r, why)
+}
+
+// recoverOrEnd hands process r's loss to recovery, or ends the job if
+// none expects a replacement (the steward's, without a successor).
+func (j *Job) recoverOrEnd(r int, why string) {
+	if j.recovery != nil && r != j.stewardRank() && j.recovery.ProcessLost(r) {
 		j.log.Info("a process was lost; waiting for its replacement", zap.Int("process", r), zap.String("why", why))
 		return
 	}
@@ -1088,54 +1119,95 @@ func (j *Job) processLost(r, inc int, why string) {
 	}
 }
 
-// succeed: the steward, process r, is lost. The lowest rank of the
-// processes left takes over, if the launcher replaces processes and the
-// rendezvous can point replacements at another process than 0 (see
-// Succession); it reports whether one did. Every process that notices
-// picks the same one, or, if that one was lost too and this process does
-// not know yet, the next once it does.
-func (j *Job) succeed(r int) bool {
-	rv, ok := j.cfg.Rendezvous.(Succession)
-	if !ok || !j.recovery.Replaces() {
-		return false
+// stewardGone is the rendezvous's notice that the steward, process lost,
+// is gone, and process next steers from now on (-1: no process is left
+// to). Every process takes these notices in one order, and the
+// rendezvous chose next from what it was told in that order, so the
+// processes agree on it whatever the lost steward told each of them
+// before it went. The notice may come before this process found the
+// steward gone itself (then it is lost from now: processLost), or after
+// (then its loss waited for this: succession).
+func (j *Job) stewardGone(lost, next int) {
+	if lost < 0 || lost >= j.cfg.Procs || next < -1 || next >= j.cfg.Procs || j.ending.Load() {
+		return
 	}
+	rv, _ := j.cfg.Rendezvous.(Succession)
 	j.mu.Lock()
-	next := -1
-	for q := range j.cfg.Procs {
-		if !j.lost[q] {
-			next = q
-			break
-		}
-	}
-	if next < 0 {
+	why, waited := j.succession[lost]
+	if !waited && lost != j.steward {
+		// of a steward before the one this process knows: a replacement
+		// has its list from a later one (and a notice of a lost process
+		// 0 may be of its own predecessor), or this process took the
+		// steward's loss already
 		j.mu.Unlock()
-		return false
+		j.log.Debug("a notice of an earlier steward's loss", zap.Int("lost", lost), zap.Int("next", next))
+		return
 	}
-	j.steward = next
+	delete(j.succession, lost)
+	noticed := j.lost[lost]
+	inc := j.members[lost].Inc
+	if next >= 0 {
+		j.steward = next
+	}
 	members := slices.Clone(j.members)
-	var lost []int
+	var gone []int
 	for q, l := range j.lost {
 		if l {
-			lost = append(lost, q)
+			gone = append(gone, q)
 		}
+	}
+	if !slices.Contains(gone, lost) {
+		gone = append(gone, lost)
 	}
 	j.mu.Unlock()
-	if next != j.cfg.Rank {
-		j.log.Info("the steward was lost; another takes over", zap.Int("lost", r), zap.Int("steward", next))
-		if next < len(members) && members[next].Inc > 0 {
-			// a replacement the lost steward admitted may not have had
-			// its list yet (the steward was lost as it sent it): from
-			// here, with who steers (one that has it ignores it)
-			j.send(next, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: next + 1, Lost: lost})
+	if why == "" {
+		why = "charmrun found its connection closed (the process is gone)"
+	}
+	switch {
+	case next < 0:
+		j.log.Error("the steward was lost and no process of the job is left to take over", zap.Int("lost", lost))
+		if !noticed {
+			j.processLost(lost, inc, why)
 		}
-		return true
+		j.mu.Lock()
+		j.steward = lost // (no successor: its loss ends the job)
+		j.mu.Unlock()
+		j.recoverOrEnd(lost, why+"; no process of the job is left to take over from it")
+		return
+	case next == j.cfg.Rank:
+		if err := rv.Succeed(j.sys.Address()); err != nil {
+			j.log.Error("could not take over from the steward", zap.Int("lost", lost), zap.Error(err))
+			j.recoverOrEnd(lost, fmt.Sprintf("%s; process %d could not take over from it: %v", why, next, err))
+			return
+		}
+		j.log.Info("the steward was lost; this process takes over", zap.Int("lost", lost))
+		for q, m := range members {
+			if q != j.cfg.Rank && m.Inc > 0 && !slices.Contains(gone, q) {
+				// a replacement the lost steward admitted may not have
+				// had its list yet (one that has it ignores this)
+				j.send(q, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: next + 1, Lost: gone})
+			}
+		}
+	default:
+		j.log.Info("the steward was lost; another takes over", zap.Int("lost", lost), zap.Int("steward", next))
+		if members[next].Inc > 0 {
+			// the successor may be a replacement the lost steward
+			// admitted and was lost before its list came: from here,
+			// with who steers (one that has it ignores it)
+			j.send(next, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: next + 1, Lost: gone})
+		}
 	}
-	if err := rv.Succeed(j.sys.Address()); err != nil {
-		j.log.Error("could not take over from the steward", zap.Int("lost", r), zap.Error(err))
-		return false
+	switch {
+	case !noticed:
+		j.processLost(lost, inc, why) // (not the steward now: recovery takes it)
+	case waited:
+		j.recoverOrEnd(lost, why)
+	case j.recovery != nil:
+		// taken for lost before the rendezvous said it steered (a
+		// succession this process heard of after the loss): recovery
+		// learns who steers now
+		j.recovery.ProcessLost(lost)
 	}
-	j.log.Info("the steward was lost; this process takes over", zap.Int("lost", r))
-	return true
 }
 
 // IsLost reports whether process r is lost and its replacement has not
@@ -1171,6 +1243,22 @@ func (j *Job) rejoin(m control) {
 	who := *m.Member
 	pid := actor.NewPID(who.Control, actorName)
 	j.mu.Lock()
+	if who.Rank >= 0 && who.Rank < j.cfg.Procs && !j.lost[who.Rank] && j.members[who.Rank].Inc == who.Inc && who.Control == j.members[who.Rank].Control {
+		// in already: the steward that admitted it was lost before its
+		// list came, and this process took over (stewardGone); it asks
+		// here, where the rendezvous points now
+		members := slices.Clone(j.members)
+		var gone []int
+		for q, l := range j.lost {
+			if l {
+				gone = append(gone, q)
+			}
+		}
+		j.mu.Unlock()
+		j.log.Info("a replacement admitted by the lost steward asked again: its list", zap.Int("process", who.Rank))
+		j.send(who.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: j.cfg.Rank + 1, Lost: gone})
+		return
+	}
 	if who.Rank >= 0 && who.Rank < j.cfg.Procs && !j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types {
 		// a replacement asked before this process noticed the loss
 		// (seen on a busy machine with two processes killed within
@@ -1210,32 +1298,61 @@ func (j *Job) rejoin(m control) {
 	members := slices.Clone(j.members)
 	j.mu.Unlock()
 	j.sys.Root.Send(j.pids[j.cfg.Rank], watchPeers{j})
-	// the others hear of the replacements first: if this process is lost
-	// in between, they take a replacement for in, and send it the list
-	// it did not get (succeed); the other way round, a replacement with
-	// the list would take itself for this one's successor while the
-	// others took it for lost
-	for r := range j.cfg.Procs {
-		if r == j.cfg.Rank || slices.ContainsFunc(joining, func(o Member) bool { return o.Rank == r }) {
-			continue // it has the list
-		}
-		for _, w := range joining {
-			j.send(r, control{Kind: ctlRejoin, Member: &w})
-		}
-	}
+	// the others hear of the replacements first, and (through a
+	// rendezvous that can name a successor) in one order with the
+	// steward's loss: if this process is lost in between, they agree on
+	// who is in and who takes over, and the successor sends a
+	// replacement the list it did not get (stewardGone)
 	rv, _ := j.cfg.Rendezvous.(Succession)
 	for _, w := range joining {
-		j.send(w.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load()})
 		if rv != nil {
-			if err := rv.Admitted(w.Rank); err != nil {
+			if err := rv.Admitted(w); err != nil {
 				j.log.Warn("could not tell the rendezvous of a replacement", zap.Int("process", w.Rank), zap.Error(err))
 			}
+			continue
 		}
+		for r := range j.cfg.Procs {
+			if r != j.cfg.Rank && !slices.ContainsFunc(joining, func(o Member) bool { return o.Rank == r }) {
+				j.send(r, control{Kind: ctlRejoin, Member: &w})
+			}
+		}
+	}
+	for _, w := range joining {
+		j.send(w.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load()})
 		if w.Rank < j.cfg.Rank {
 			// a higher rank dials (process 0's replacement, when its
 			// successor steers)
 			go j.dialJoined(w)
 		}
+	}
+}
+
+// forwardNotices hands the rendezvous's notices to the run loop, in
+// their order, until the run is done.
+func (j *Job) forwardNotices(notices <-chan Notice, done <-chan struct{}) {
+	for {
+		select {
+		case n := <-notices:
+			if n.Joined != nil {
+				j.ctl <- control{Kind: ctlAdmittedNotice, Member: n.Joined}
+			} else {
+				j.ctl <- control{Kind: ctlStewardGone, Code: n.Lost, Next: n.Next}
+			}
+		case <-done:
+			return
+		}
+	}
+}
+
+// admittedNotice is the rendezvous's notice that the steward admitted
+// who: a process that knows it already (the steward, who itself, or one
+// that had it from the steward before) has nothing to do.
+func (j *Job) admittedNotice(who Member) {
+	j.mu.Lock()
+	known := who.Rank < 0 || who.Rank >= j.cfg.Procs || j.members[who.Rank].Inc >= who.Inc
+	j.mu.Unlock()
+	if !known {
+		j.rejoined(who)
 	}
 }
 
@@ -1296,7 +1413,10 @@ func (j *Job) Waiting() string {
 	var parts []string
 	for _, r := range slices.Sorted(maps.Keys(j.lost)) {
 		joining := slices.ContainsFunc(j.joining, func(o Member) bool { return o.Rank == r })
+		_, succeeding := j.succession[r]
 		switch {
+		case succeeding:
+			parts = append(parts, fmt.Sprintf("process %d, the steward, was lost, and the rendezvous has not said who takes over", r))
 		case j.cfg.Rank != j.steward:
 			parts = append(parts, fmt.Sprintf("process %d was lost, and process %d has not said its replacement joined", r, j.steward))
 		case joining:
@@ -1500,6 +1620,12 @@ func (j *Job) handle(m control) {
 		j.replacementLinked(m.From, m.From)
 	case ctlLinked:
 		j.replacementLinked(m.Code, m.From)
+	case ctlAdmittedNotice:
+		if m.Member != nil {
+			j.admittedNotice(*m.Member)
+		}
+	case ctlStewardGone:
+		j.stewardGone(m.Code, m.Next)
 	case ctlAction:
 		if j.recovery != nil {
 			j.recovery.Action(m.Data)

@@ -62,6 +62,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(childEnv); v != "" {
 		os.Exit(testProcess(v))
 	}
+	if dir := os.Getenv(endingEnv); dir != "" {
+		os.Exit(endingProcess(dir))
+	}
 	os.Exit(m.Run())
 }
 

@@ -196,6 +196,13 @@ func (l Launch) run(lost *string) int {
 	// take over from a lost steward, otherwise.
 	in := make([]bool, l.Procs)
 	nJoined, running, replaced := 0, l.Procs, 0
+	// ended: a process exited with 0, so the job ended (process 0
+	// released the others): a process lost now is not replaced, and a
+	// replacement still joining has no job to join (it would wait for
+	// a steward's address until its connect timeout); dismissed: such
+	// a replacement, ended by charmrun
+	ended := false
+	dismissed := map[*child]bool{}
 	code := 0
 	killed := false // charmrun ended the children itself: their signals are its own
 	var graceC <-chan time.Time
@@ -227,8 +234,29 @@ func (l Launch) run(lost *string) int {
 			if e.c != children[e.c.rank] {
 				continue // a lost incarnation, replaced already
 			}
+			// (a process connects, or is admitted, before it can exit:
+			// what came before its exit counts first)
+			for drained := false; !drained; {
+				select {
+				case r := <-srv.Admitted():
+					in[r] = true
+				case r := <-srv.Joined():
+					if !joined[r] {
+						joined[r], in[r] = true, true
+						if nJoined++; nJoined == l.Procs {
+							joinTimer.Stop()
+						}
+					}
+				default:
+					drained = true
+				}
+			}
 			in[e.c.rank] = false
-			if l.Replace && e.signal != "" && code == 0 && nJoined == l.Procs && slices.Contains(in, true) && replaced < maxReplacements {
+			if dismissed[e.c] {
+				running--
+				continue
+			}
+			if l.Replace && e.signal != "" && code == 0 && !ended && nJoined == l.Procs && slices.Contains(in, true) && replaced < maxReplacements {
 				replaced++
 				fmt.Fprintf(errw, "charmrun: %v was killed by %s; starting its replacement\n", e.c, e.signal)
 				if err := start(e.c.rank, e.c.inc+1); err == nil {
@@ -239,6 +267,15 @@ func (l Launch) run(lost *string) int {
 			}
 			running--
 			if e.code == 0 {
+				if !ended {
+					ended = true
+					for r, c := range children {
+						if c != nil && c.inc > 0 && !in[r] && c != e.c && c.cmd.Process != nil {
+							dismissed[c] = true
+							syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+						}
+					}
+				}
 				continue
 			}
 			before := nJoined < l.Procs && !joined[e.c.rank]

@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -150,11 +153,12 @@ func TestWhyAPeerIsTakenForLost(t *testing.T) {
 }
 
 // Charmrun's rendezvous follows the steward: process 0 publishes its
-// address at the start; once its connection ends (process 0 is gone), a
-// lookup waits until a successor says it took over, and gets its
-// address; a process that looked up the old one (joining meanwhile) is
-// told the new one; the steward's admissions reach charmrun. A line that
-// is no request is refused and the connection serves on.
+// address at the start; once its connection ends (process 0 is gone),
+// every process is told who steers next, a lookup waits until that one
+// says it took over, and gets its address; a process that looked up the
+// old one (joining meanwhile) is told the new one; the steward's
+// admissions reach charmrun and every other process. A line that is no
+// request is refused and the connection serves on.
 func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 	secret, err := NewSecret()
 	require.NoError(t, err)
@@ -171,9 +175,12 @@ func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "127.0.0.1:10", addr)
 	}
-	require.NoError(t, p1.line("X nonsense")) // refused, logged: p1 goes on
+	require.NoError(t, p1.line("Q nonsense")) // refused, logged: p1 goes on
 	p0.Close()                                // process 0 is lost
 	<-p0.Gone()
+	for _, p := range []*Charmrun{p1, p2} {
+		require.Equal(t, Notice{Lost: 0, Next: 1}, nextNotice(t, p))
+	}
 
 	// its replacement looks the steward up: it waits for the successor
 	replacement := at(0)
@@ -206,38 +213,92 @@ func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 		t.Fatalf("the successor was told of itself: %q", a)
 	default:
 	}
-	require.NoError(t, p1.Admitted(0))
+	m := Member{Rank: 0, Inc: 1, Host: "h", PID: 7, Control: "127.0.0.1:12", Data: "127.0.0.1:13", Types: 42}
+	require.NoError(t, p1.Admitted(m))
 	select {
 	case r := <-srv.Admitted():
 		require.Equal(t, 0, r)
 	case <-time.After(5 * time.Second):
 		t.Fatal("charmrun did not hear of the admission")
 	}
+	for _, p := range []*Charmrun{p2, replacement} {
+		require.Equal(t, Notice{Joined: &m, Lost: -1, Next: -1}, nextNotice(t, p))
+	}
+	select {
+	case n := <-p1.Notices():
+		t.Fatalf("the steward was told of its own admission: %+v", n)
+	default:
+	}
 }
 
-// A successor takes over only when the launcher replaces processes and
-// the rendezvous can point at another process than 0; it is the lowest
-// rank left, as every process that noticed the loss finds.
-func TestTheLowestRankLeftSucceedsTheSteward(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		rv    Rendezvous
-		lost  []int
-		want  int  // the steward after
-		takes bool // a successor took over
-	}{
-		{"charmrun's rendezvous", &Charmrun{}, []int{0}, 1, true},
-		{"the successor lost too", &Charmrun{}, []int{0, 1}, 2, true},
-		{"a fixed address", FixedAddress("127.0.0.1:9"), []int{0}, 0, false},
-		{"a directory", Directory{Dir: t.TempDir(), Job: "1"}, []int{0}, 0, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			j := &Job{cfg: Config{Rank: 3, Procs: 4, Rendezvous: c.rv}, log: zap.NewNop(), lost: map[int]bool{}, recovery: &joinedRecorder{}}
-			for _, r := range c.lost {
-				j.lost[r] = true
+// nextNotice is the next notice p gets from charmrun, within 5 s.
+func nextNotice(t *testing.T, p *Charmrun) Notice {
+	t.Helper()
+	select {
+	case n := <-p.Notices():
+		return n
+	case <-time.After(5 * time.Second):
+		t.Fatalf("process %d was told nothing", p.Rank)
+		return Notice{}
+	}
+}
+
+// Charmrun names the lost steward's successor: the lowest rank whose
+// process is in the job (connected at the start, or admitted), so a
+// replacement the steward admitted before it was lost may steer next,
+// and one it had not is not, whatever the lost steward told each
+// process. Every process hears it in the order of the admissions. A
+// process that finds the steward gone first says so (Suspect): charmrun
+// takes it for gone (a steward cut off from the others, not from
+// charmrun) and names the next.
+func TestTheRendezvousNamesOneSuccessor(t *testing.T) {
+	for _, admitted := range []bool{false, true} {
+		t.Run(fmt.Sprint("admitted ", admitted), func(t *testing.T) {
+			secret, err := NewSecret()
+			require.NoError(t, err)
+			srv, err := ServeRendezvous("127.0.0.1", secret, 4, zap.NewNop(), 0)
+			require.NoError(t, err)
+			defer srv.Close()
+			at := func(r int) *Charmrun { return &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: r} }
+			soon := func() time.Time { return time.Now().Add(5 * time.Second) }
+			p := []*Charmrun{at(0), at(1), at(2), at(3)}
+			require.NoError(t, p[0].Publish("127.0.0.1:10"))
+			for _, q := range p[1:] {
+				_, err := q.Lookup(soon())
+				require.NoError(t, err)
 			}
-			require.Equal(t, c.takes, j.succeed(0))
-			require.Equal(t, c.want, j.Steward())
+			p[1].Close() // process 1 is lost: not the steward, nobody is told
+			<-p[1].Gone()
+			r1 := at(1) // its replacement looks the steward up
+			_, err = r1.Lookup(soon())
+			require.NoError(t, err)
+			m := Member{Rank: 1, Inc: 1, Control: "127.0.0.1:12", Data: "127.0.0.1:13"}
+			if admitted {
+				require.NoError(t, p[0].Admitted(m))
+				for _, q := range []*Charmrun{p[2], p[3], r1} {
+					require.Equal(t, Notice{Joined: &m, Lost: -1, Next: -1}, nextNotice(t, q))
+				}
+			}
+			p[0].Close()
+			next := map[bool]int{false: 2, true: 1}[admitted]
+			for _, q := range []*Charmrun{p[2], p[3], r1} {
+				require.Equal(t, Notice{Lost: 0, Next: next}, nextNotice(t, q))
+			}
+			// the successor is lost before it said where it listens: the
+			// one after it, found gone by another process first
+			require.NoError(t, p[3].Suspect(next))
+			after := map[bool]int{false: 3, true: 2}[admitted]
+			for _, q := range []*Charmrun{p[2], p[3], r1} {
+				if q.Rank != next {
+					require.Equal(t, Notice{Lost: next, Next: after}, nextNotice(t, q))
+				}
+			}
+			if admitted {
+				<-r1.Gone() // charmrun closed its connection
+			} else {
+				<-p[2].Gone()
+			}
+			// the rest are in order: none left but the last
 		})
 	}
 }
@@ -247,7 +308,11 @@ func TestTheLowestRankLeftSucceedsTheSteward(t *testing.T) {
 // whatever they are, a request or an error, never a panic, and an
 // address or rank that is accepted is one.
 func FuzzRendezvousRequest(f *testing.F) {
-	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J 2", "J -1", "J 99999999999999999999", "P", "S x", "L extra", ""} {
+	m, err := encodeMember(Member{Rank: 2, Inc: 1, Control: "127.0.0.1:1", Data: "127.0.0.1:2"})
+	require.NoError(f, err)
+	far, err := encodeMember(Member{Rank: 7, Inc: 1, Control: "127.0.0.1:1", Data: "127.0.0.1:2"})
+	require.NoError(f, err)
+	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J " + m, "J " + far, "J 2", "J -1", "X 1", "X -1", "X 3", "P", "S x", "L extra", ""} {
 		f.Add(s, 0)
 		f.Add(s, 1)
 	}
@@ -262,6 +327,10 @@ func FuzzRendezvousRequest(f *testing.F) {
 			require.NoError(t, err)
 			require.True(t, req.kind == 'S' || from == 0)
 		case 'J':
+			require.True(t, req.rank >= 0 && req.rank < 3)
+			require.Equal(t, req.rank, req.member.Rank)
+			require.Positive(t, req.member.Inc)
+		case 'X':
 			require.True(t, req.rank >= 0 && req.rank < 3)
 		case 'L':
 		default:
@@ -528,5 +597,197 @@ func TestTheStewardAdmitsAReplacementAskingBeforeTheLossIsNoticed(t *testing.T) 
 		j.rejoin(control{Kind: ctlJoin, From: 2, Member: &Member{Rank: 2, Inc: inc, Control: "127.0.0.1:7"}})
 		require.Empty(t, rec.lost, "incarnation %d", inc)
 		require.False(t, j.admitted[2], "incarnation %d", inc)
+	}
+}
+
+// What charmrun pushes a process is parsed as bytes from the network:
+// whatever a line is, an answer or an error, never a panic, and what is
+// accepted is an address, an admitted replacement or a succession.
+func FuzzRendezvousPush(f *testing.F) {
+	m, err := encodeMember(Member{Rank: 2, Inc: 1, Control: "127.0.0.1:1", Data: "127.0.0.1:2"})
+	require.NoError(f, err)
+	for _, s := range []string{"A 127.0.0.1:80\n", "A x\n", "R " + m + "\n", "R !!\n", "R " + m[:len(m)/2] + "\n", "D 0 1\n", "D 0 -1\n", "D 1 1\n", "D -1 2\n", "D 0\n", "Q\n", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		p, err := parsePush(line)
+		if err != nil {
+			return
+		}
+		switch {
+		case p.addr != "":
+			_, _, err := net.SplitHostPort(p.addr)
+			require.NoError(t, err)
+		case p.notice.Joined != nil:
+			require.GreaterOrEqual(t, p.notice.Joined.Rank, 0)
+			require.Positive(t, p.notice.Joined.Inc)
+			require.NotEmpty(t, p.notice.Joined.Control)
+		default:
+			require.GreaterOrEqual(t, p.notice.Lost, 0)
+			require.GreaterOrEqual(t, p.notice.Next, -1)
+			require.NotEqual(t, p.notice.Lost, p.notice.Next)
+		}
+	})
+}
+
+// succession is a rendezvous that can name a successor, recording what
+// a process tells it.
+type succession struct {
+	FixedAddress
+	succeeded []string
+	suspected []int
+}
+
+func (s *succession) Succeed(addr string) error { s.succeeded = append(s.succeeded, addr); return nil }
+func (s *succession) Admitted(Member) error     { return nil }
+func (s *succession) Suspect(r int) error       { s.suspected = append(s.suspected, r); return nil }
+func (s *succession) Moved() <-chan string      { return nil }
+func (s *succession) Notices() <-chan Notice    { return nil }
+
+// A process that finds the steward lost does not pick its successor
+// itself: it tells the rendezvous, and waits for it to name one (the
+// processes would disagree when the steward was lost while it told them
+// of a replacement, some taking the replacement for in and the lowest
+// rank, the others not). Recovery hears of the loss once the successor
+// is named, whichever comes first, the notice or the loss; a loss the
+// rendezvous names a successor for later (it was taken for an ordinary
+// loss) reaches recovery again, so it learns who steers. The successor
+// takes over at the rendezvous, and sends the replacements it knows of
+// their list, in case the lost steward had not.
+func TestTheRendezvousNamesTheSuccessorEveryProcessTakes(t *testing.T) {
+	job := func(rank int) (*Job, *joinedRecorder, *succession) {
+		rec, rv := &joinedRecorder{}, &succession{FixedAddress: "127.0.0.1:9"}
+		cfg := Config{Procs: 4, PEs: 4, Rank: rank, Rendezvous: rv}
+		j := &Job{cfg: cfg, log: zap.NewNop(), sys: actor.NewActorSystem(), links: make([]atomic.Pointer[link], 4), lost: map[int]bool{}, recovery: rec,
+			members: []Member{{Rank: 0}, {Rank: 1, Inc: 1}, {Rank: 2}, {Rank: 3}}, lastBeat: make([]time.Time, 4)}
+		for r := range 4 {
+			j.pids = append(j.pids, actor.NewPID(fmt.Sprintf("127.0.0.1:%d", 9+r), actorName))
+		}
+		return j, rec, rv
+	}
+	t.Run("the loss first", func(t *testing.T) {
+		j, rec, rv := job(3)
+		j.processLost(0, 0, "its connection closed")
+		require.Empty(t, rec.lost, "recovery waits for the successor")
+		require.Equal(t, []int{0}, rv.suspected)
+		require.Equal(t, 0, j.Steward())
+		require.Contains(t, j.Waiting(), "process 0, the steward, was lost, and the rendezvous has not said who takes over")
+		j.stewardGone(0, 1) // the replacement of 1 the lost steward admitted
+		require.Equal(t, 1, j.Steward())
+		require.Equal(t, []int{0}, rec.lost)
+		require.Empty(t, rv.succeeded)
+		j.processLost(0, 0, "its actor system is gone") // a second notice
+		require.Equal(t, []int{0}, rec.lost)
+	})
+	t.Run("the notice first", func(t *testing.T) {
+		j, rec, rv := job(3)
+		j.stewardGone(0, 2)
+		require.Equal(t, 2, j.Steward())
+		require.True(t, j.IsLost(0))
+		require.Equal(t, []int{0}, rec.lost)
+		require.Empty(t, rv.suspected)
+		j.processLost(0, 0, "its connection closed")
+		require.Equal(t, []int{0}, rec.lost)
+	})
+	t.Run("this process takes over", func(t *testing.T) {
+		j, rec, rv := job(2)
+		j.processLost(0, 0, "its connection closed")
+		j.stewardGone(0, 2)
+		require.Equal(t, 2, j.Steward())
+		require.Equal(t, []string{j.sys.Address()}, rv.succeeded)
+		require.Equal(t, []int{0}, rec.lost)
+	})
+	t.Run("a loss taken for an ordinary one, then named the steward's", func(t *testing.T) {
+		// the successor (1) is lost before this process heard it was
+		// named: an ordinary loss first; then the rendezvous's notices
+		j, rec, rv := job(3)
+		j.processLost(0, 0, "its connection closed")
+		j.processLost(1, 1, "its connection closed")
+		require.Equal(t, []int{1}, rec.lost)
+		j.stewardGone(0, 1)
+		j.stewardGone(1, 2)
+		require.Equal(t, 2, j.Steward())
+		require.Equal(t, []int{1, 0, 1}, rec.lost, "the loss of 0 once named; that of 1 again, for who steers")
+		require.Equal(t, []int{0}, rv.suspected)
+	})
+	t.Run("a replacement told of earlier stewards' losses", func(t *testing.T) {
+		// process 0's replacement, which has its list from process 2,
+		// hears of its predecessor's loss and of process 1's (the
+		// successor before 2): neither is of a process it knows. (Taken
+		// for the loss of process 1's replacement, it stalled the job.)
+		j, rec, rv := job(0)
+		j.cfg.Incarnation, j.members[0].Inc, j.steward = 1, 1, 2
+		j.stewardGone(0, 1)
+		j.stewardGone(1, 2)
+		require.Empty(t, rec.lost)
+		require.False(t, j.IsLost(1))
+		require.Equal(t, 2, j.Steward())
+		require.Empty(t, rv.succeeded)
+	})
+}
+
+// endingEnv makes the test binary a process of TestAReplacementJoiningAsTheJobEndsIsDismissed
+// (the value: a directory for its marker file).
+const endingEnv = "CLUSTER_TEST_ENDING"
+
+// endingProcess: process 0 publishes an address and exits with 0 (the
+// job's end) once process 1's replacement has looked the steward up;
+// process 1 is killed by SIGKILL once it looked it up; its replacement
+// looks it up, says so, and waits for ever, as one waiting for its list
+// from a steward that ended would.
+func endingProcess(dir string) int {
+	rank, _ := strconv.Atoi(os.Getenv(RankEnv))
+	inc, _ := strconv.Atoi(os.Getenv(ReplacementEnv))
+	secret, err := ParseSecret(os.Getenv(SecretEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	rv := &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank}
+	marker := filepath.Join(dir, "replacement")
+	switch {
+	case rank == 0:
+		if err := rv.Publish("127.0.0.1:1"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for { // (a file is all two processes share here)
+			if _, err := os.Stat(marker); err == nil {
+				return 0
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	case inc == 0:
+		if _, err := rv.Lookup(time.Now().Add(10 * time.Second)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	default:
+		if _, err := rv.Lookup(time.Now().Add(10 * time.Second)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.WriteFile(marker, nil, 0o600)
+	}
+	select {}
+}
+
+// A process lost as the job ends is replaced, and the replacement is
+// still joining when the others exit with 0: charmrun ends it and
+// returns, instead of waiting for it (it waited for a steward's address
+// until its connect timeout, 65 s, then ended the job with exit 1).
+func TestAReplacementJoiningAsTheJobEndsIsDismissed(t *testing.T) {
+	var out, errb bytes.Buffer
+	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: 2, ConnectTimeout: 30 * time.Second, Replace: true,
+		Env: []string{endingEnv + "=" + t.TempDir()}, Stdout: &out, Stderr: &errb}
+	done := make(chan int, 1)
+	go func() { done <- l.Run() }()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, errb.String())
+		require.Contains(t, errb.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
+	case <-time.After(20 * time.Second):
+		t.Fatalf("charmrun waited for a replacement of a job that ended: %s", errb.String())
 	}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/charmgo/charmgo/internal/atomicfile"
 
+	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/zap"
 )
 
@@ -37,19 +39,43 @@ type Rendezvous interface {
 // any other, find the job there once process 0 is lost. Only charmrun's
 // does: a fixed address is process 0's own, and under srun or mpirun no
 // replacement comes.
+//
+// It is also the job's membership in one order for every process: the
+// steward's admissions and the steward's loss with its successor reach
+// every process from it (Notices), so the processes agree on who steers
+// next whatever the lost steward managed to tell each before it went.
 type Succession interface {
 	// Succeed tells the rendezvous that the steward's control endpoint
-	// is now addr.
+	// is now addr (the successor a Notice named, or process 0 once the
+	// steering came back to it).
 	Succeed(addr string) error
-	// Admitted tells the rendezvous that the steward admitted the
-	// replacement of process rank into the job: it can take over in
-	// turn (the launcher replaces a lost process only while another is
-	// in the job to admit its replacement).
-	Admitted(rank int) error
+	// Admitted tells the rendezvous that the steward admitted m, the
+	// replacement of a lost process, into the job: every process hears
+	// of it (Notices), and it can take over in turn (the launcher
+	// replaces a lost process only while another is in the job to admit
+	// its replacement).
+	Admitted(m Member) error
+	// Suspect tells the rendezvous that this process found the steward,
+	// process rank, gone: the rendezvous takes it for gone too (a
+	// steward cut off from the others but not from charmrun would
+	// otherwise never be succeeded).
+	Suspect(rank int) error
 	// Moved gives the steward's address each time another takes over
 	// after this process looked it up (a process joining while the
 	// steward it found is lost asks the next).
 	Moved() <-chan string
+	// Notices gives what the rendezvous tells every process of the
+	// job's membership, in its order.
+	Notices() <-chan Notice
+}
+
+// A Notice is the rendezvous telling every process of a change in the
+// job's membership: the steward admitted Joined, or (Joined nil) the
+// steward, process Lost, is gone and process Next steers from now on
+// (-1: no process of the job is left to).
+type Notice struct {
+	Joined     *Member
+	Lost, Next int
 }
 
 // FixedAddress is a rendezvous at an address every process is given
@@ -110,6 +136,7 @@ type Charmrun struct {
 	watchOnce sync.Once
 	wmu       sync.Mutex  // one line at a time on conn
 	moved     chan string // the steward's new addresses (Moved)
+	notices   chan Notice // (Notices)
 }
 
 func (c *Charmrun) Bind() string { return "" }
@@ -132,6 +159,7 @@ func (c *Charmrun) dial(deadline time.Time) error {
 		}
 		c.conn, c.r = conn, bufio.NewReaderSize(conn, 512)
 		c.moved = make(chan string, 1)
+		c.notices = make(chan Notice, 2*maxReplacements+8) // (an admission and a succession each at most: never full)
 	})
 	return c.err
 }
@@ -157,13 +185,25 @@ func (c *Charmrun) Succeed(addr string) error {
 	return c.line("S " + addr)
 }
 
-// Admitted tells charmrun that the replacement of process rank joined
-// the job.
-func (c *Charmrun) Admitted(rank int) error {
+// Admitted tells charmrun that m, the replacement of a lost process,
+// joined the job.
+func (c *Charmrun) Admitted(m Member) error {
 	if err := c.dial(time.Now().Add(DefaultHandshakeTimeout)); err != nil {
 		return err
 	}
-	return c.line(fmt.Sprintf("J %d", rank))
+	enc, err := encodeMember(m)
+	if err != nil {
+		return err
+	}
+	return c.line("J " + enc)
+}
+
+// Suspect tells charmrun that the steward, process rank, is gone.
+func (c *Charmrun) Suspect(rank int) error {
+	if err := c.dial(time.Now().Add(DefaultHandshakeTimeout)); err != nil {
+		return err
+	}
+	return c.line(fmt.Sprintf("X %d", rank))
 }
 
 func (c *Charmrun) line(l string) error {
@@ -182,40 +222,125 @@ func (c *Charmrun) Lookup(deadline time.Time) (string, error) {
 	if err := c.line("L"); err != nil {
 		return "", err
 	}
-	line, err := c.r.ReadString('\n')
-	if err != nil {
-		return "", fmt.Errorf("charmrun at %s did not give process 0's address: %w", c.Addr, err)
+	for {
+		// (notices pushed to every process may come before the answer)
+		line, err := c.r.ReadString('\n')
+		if err != nil {
+			return "", fmt.Errorf("charmrun at %s did not give process 0's address: %w", c.Addr, err)
+		}
+		p, err := parsePush(line)
+		if err != nil {
+			return "", fmt.Errorf("charmrun at %s: %w", c.Addr, err)
+		}
+		if p.addr == "" {
+			c.notices <- p.notice
+			continue
+		}
+		c.conn.SetReadDeadline(time.Time{})
+		c.watchOnce.Do(func() { go c.watch() })
+		return p.addr, nil
 	}
-	c.conn.SetReadDeadline(time.Time{})
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "A ")
-	if !ok {
-		return "", fmt.Errorf("charmrun at %s answered %q", c.Addr, line)
-	}
-	c.watchOnce.Do(func() { go c.watch() })
-	return addr, nil
 }
 
 // watch reads what charmrun says after the first answer, a new
-// steward's address ("A addr"), until charmrun is gone.
+// steward's address ("A addr") or a notice to every process, until
+// charmrun is gone. A line it cannot read ends the connection: what
+// follows cannot be trusted to be in order.
 func (c *Charmrun) watch() {
 	defer close(c.gone)
+	defer c.conn.Close()
 	for {
 		b, err := c.r.ReadSlice('\n')
 		if err != nil {
 			return
 		}
-		if addr, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "A "); ok {
-			select {
-			case <-c.moved: // the older one is of a process gone
-			default:
-			}
-			c.moved <- addr
+		p, err := parsePush(string(b))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "charmgo: rendezvous: charmrun at %s: %v\n", c.Addr, err)
+			return
 		}
+		if p.addr == "" {
+			c.notices <- p.notice
+			continue
+		}
+		select {
+		case <-c.moved: // the older one is of a process gone
+		default:
+		}
+		c.moved <- p.addr
 	}
+}
+
+// push is one line charmrun sends a process (parsePush): a steward's
+// address, or a notice.
+type push struct {
+	addr   string
+	notice Notice
+}
+
+// parsePush reads one line charmrun sent a process: "A addr" (where
+// the steward is), "R member" (the steward admitted a replacement,
+// encodeMember), "D lost next" (the steward, process lost, is gone;
+// process next steers, -1: none).
+func parsePush(line string) (push, error) {
+	line = strings.TrimSuffix(line, "\n")
+	kind, arg, _ := strings.Cut(line, " ")
+	switch kind {
+	case "A":
+		if _, _, err := net.SplitHostPort(arg); err != nil || strings.ContainsAny(arg, " \t\n") {
+			return push{}, fmt.Errorf("%q is no steward's address (host:port)", arg)
+		}
+		return push{addr: arg}, nil
+	case "R":
+		m, err := decodeMember(arg)
+		if err != nil {
+			return push{}, err
+		}
+		return push{notice: Notice{Joined: &m, Lost: -1, Next: -1}}, nil
+	case "D":
+		a, b, _ := strings.Cut(arg, " ")
+		lost, err1 := strconv.Atoi(a)
+		next, err2 := strconv.Atoi(b)
+		if err1 != nil || err2 != nil || lost < 0 || next < -1 || lost == next {
+			return push{}, fmt.Errorf("%q names no lost steward and successor", line)
+		}
+		return push{notice: Notice{Lost: lost, Next: next}}, nil
+	}
+	return push{}, fmt.Errorf("a line that is no answer: %q", line)
+}
+
+// encodeMember gives m as one word of a rendezvous line (the steward's
+// admission, and charmrun's notice of it): msgpack, then base64.
+func encodeMember(m Member) (string, error) {
+	b, err := msgpack.Marshal(&m)
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// decodeMember reads encodeMember's word, and checks the member is one a
+// job may have.
+func decodeMember(w string) (Member, error) {
+	b, err := base64.RawURLEncoding.DecodeString(w)
+	if err != nil {
+		return Member{}, fmt.Errorf("an admitted process %q: %w", w, err)
+	}
+	var m Member
+	if err := msgpack.Unmarshal(b, &m); err != nil {
+		return Member{}, fmt.Errorf("an admitted process %q: %w", w, err)
+	}
+	if m.Rank < 0 || m.Inc < 1 || m.Control == "" || m.Data == "" {
+		return Member{}, fmt.Errorf("an admitted process %q: rank %d, incarnation %d, control %q, data %q", w, m.Rank, m.Inc, m.Control, m.Data)
+	}
+	return m, nil
 }
 
 // Moved implements Succession.
 func (c *Charmrun) Moved() <-chan string { return c.moved }
+
+// Notices implements Succession.
+func (c *Charmrun) Notices() <-chan Notice { return c.notices }
 
 // Gone is closed once charmrun's connection ended.
 func (c *Charmrun) Gone() <-chan struct{} { return c.gone }
@@ -246,6 +371,13 @@ type RendezvousServer struct {
 	conns    map[int]net.Conn
 	joined   chan int // ranks as they connect
 	admitted chan int // replacements' ranks as the steward admits them
+	// steward: the rank that steers (-1 before process 0 published);
+	// member: the ranks whose connected process is in the job (it
+	// connected at the start, or the steward admitted it): the steward's
+	// successor is the lowest of them (succeed)
+	steward int
+	member  map[int]bool
+	seen    map[int]bool // ranks that connected once: a later connection is a replacement's
 }
 
 // ServeRendezvous listens on host (port 0: any free port) for the job's
@@ -263,7 +395,8 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, han
 		handshake = DefaultHandshakeTimeout
 	}
 	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes),
-		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs)}
+		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs),
+		steward: -1, member: map[int]bool{}, seen: map[int]bool{}}
 	go s.serve()
 	return s, nil
 }
@@ -328,6 +461,9 @@ func (s *RendezvousServer) handle(c net.Conn) {
 		return
 	}
 	s.conns[rank] = c
+	if !s.seen[rank] {
+		s.seen[rank], s.member[rank] = true, true
+	}
 	s.mu.Unlock()
 	select {
 	case s.joined <- rank:
@@ -340,6 +476,10 @@ func (s *RendezvousServer) handle(c net.Conn) {
 		s.mu.Lock()
 		if s.conns[rank] == c {
 			delete(s.conns, rank)
+			delete(s.member, rank)
+			if rank == s.steward {
+				s.succeed(rank)
+			}
 		}
 		if s.by == c {
 			s.addr, s.by = "", nil
@@ -367,17 +507,52 @@ func (s *RendezvousServer) handle(c net.Conn) {
 	}
 }
 
+// succeed: the steward, process lost, is gone (s.mu held). The lowest
+// rank in the job steers from now on, and every process is told so, in
+// the order of everything else it is told: the processes agree on it
+// whatever the lost steward told each of them before it went (an
+// admission it was telling the others of when it was lost, say).
+// Lookups wait until the successor says where it listens (Succeed).
+func (s *RendezvousServer) succeed(lost int) {
+	next := -1
+	for r := range s.procs {
+		if s.member[r] && s.conns[r] != nil {
+			next = r
+			break
+		}
+	}
+	s.steward = next
+	s.log.Info("rendezvous: the steward is gone", zap.Int("lost", lost), zap.Int("next", next))
+	s.pushAll(fmt.Sprintf("D %d %d\n", lost, next), -1)
+}
+
+// pushAll sends line to every process connected but process except
+// (s.mu held).
+func (s *RendezvousServer) pushAll(line string, except int) {
+	for r, w := range s.conns {
+		if r != except {
+			w.SetWriteDeadline(time.Now().Add(s.handshake))
+			fmt.Fprint(w, line) // (a process that does not read is gone, or soon will be)
+			w.SetWriteDeadline(time.Time{})
+		}
+	}
+}
+
 // rendezvousRequest is one line a process sends charmrun's rendezvous.
 type rendezvousRequest struct {
-	kind byte   // 'P', 'S', 'L' or 'J' (see parseRequest)
-	addr string // P, S: a control address, host:port
-	rank int    // J: the process whose replacement was admitted
+	kind   byte   // 'P', 'S', 'L', 'J' or 'X' (see parseRequest)
+	addr   string // P, S: a control address, host:port
+	rank   int    // X: the steward found gone
+	member Member // J: the replacement admitted
+	word   string // J: the member as sent (encodeMember)
 }
 
 // parseRequest reads one line of the rendezvous from process from of a
 // job of procs: "P addr" (process 0, at the start: its control address),
-// "S addr" (the successor of a lost steward: its own), "L" (where is the
-// steward?), "J rank" (the steward admitted rank's replacement).
+// "S addr" (the successor of a lost steward, or process 0 once the
+// steering came back: its own), "L" (where is the steward?), "J member"
+// (the steward admitted a replacement: encodeMember), "X rank" (the
+// steward, process rank, is gone: Suspect).
 func parseRequest(line string, from, procs int) (rendezvousRequest, error) {
 	kind, arg, _ := strings.Cut(line, " ")
 	switch kind {
@@ -395,11 +570,20 @@ func parseRequest(line string, from, procs int) (rendezvousRequest, error) {
 		}
 		return rendezvousRequest{kind: kind[0], addr: arg}, nil
 	case "J":
+		m, err := decodeMember(arg)
+		if err != nil {
+			return rendezvousRequest{}, err
+		}
+		if m.Rank >= procs {
+			return rendezvousRequest{}, fmt.Errorf("an admission of process %d: the job has processes 0..%d", m.Rank, procs-1)
+		}
+		return rendezvousRequest{kind: 'J', rank: m.Rank, member: m, word: arg}, nil
+	case "X":
 		r, err := strconv.Atoi(arg)
 		if err != nil || r < 0 || r >= procs {
-			return rendezvousRequest{}, fmt.Errorf("an admission of %q: the job has processes 0..%d", arg, procs-1)
+			return rendezvousRequest{}, fmt.Errorf("a lost steward %q: the job has processes 0..%d", arg, procs-1)
 		}
-		return rendezvousRequest{kind: 'J', rank: r}, nil
+		return rendezvousRequest{kind: 'X', rank: r}, nil
 	}
 	return rendezvousRequest{}, fmt.Errorf("unknown request %q", line)
 }
@@ -418,7 +602,7 @@ func (s *RendezvousServer) request(rank int, c net.Conn, line string) {
 	defer s.mu.Unlock()
 	switch req.kind {
 	case 'P', 'S':
-		s.addr, s.by = req.addr, c
+		s.addr, s.by, s.steward = req.addr, c, rank
 		for _, w := range s.looked {
 			if w != c {
 				fmt.Fprintf(w, "A %s\n", s.addr)
@@ -437,9 +621,19 @@ func (s *RendezvousServer) request(rank int, c net.Conn, line string) {
 		fmt.Fprintf(c, "A %s\n", s.addr)
 		s.looked = append(s.looked, c)
 	case 'J':
+		if s.conns[req.rank] != nil {
+			s.member[req.rank] = true
+		}
+		s.pushAll("R "+req.word+"\n", rank)
 		select {
 		case s.admitted <- req.rank:
 		default: // (charmrun is ending: nobody reads)
+		}
+	case 'X':
+		if w := s.conns[req.rank]; w != nil && req.rank == s.steward && req.rank != rank {
+			// (its handler then finds the connection closed: succeed)
+			s.log.Info("rendezvous: a process found the steward gone", zap.Int("steward", req.rank), zap.Int("from", rank))
+			w.Close()
 		}
 	}
 }

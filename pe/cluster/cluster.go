@@ -1149,13 +1149,7 @@ func (j *Job) stewardGone(lost, next int) {
 	if next >= 0 {
 		j.steward = next
 	}
-	members := slices.Clone(j.members)
-	var gone []int
-	for q, l := range j.lost {
-		if l {
-			gone = append(gone, q)
-		}
-	}
+	members, gone := slices.Clone(j.members), j.lostRanks()
 	if !slices.Contains(gone, lost) {
 		gone = append(gone, lost)
 	}
@@ -1210,6 +1204,19 @@ func (j *Job) stewardGone(lost, next int) {
 	}
 }
 
+// lostRanks lists the processes lost and not yet replaced, in order
+// (j.mu held): what a replacement's list says it need not wait for.
+func (j *Job) lostRanks() []int {
+	var gone []int
+	for q, l := range j.lost {
+		if l {
+			gone = append(gone, q)
+		}
+	}
+	slices.Sort(gone)
+	return gone
+}
+
 // IsLost reports whether process r is lost and its replacement has not
 // joined yet.
 func (j *Job) IsLost(r int) bool {
@@ -1247,13 +1254,7 @@ func (j *Job) rejoin(m control) {
 		// in already: the steward that admitted it was lost before its
 		// list came, and this process took over (stewardGone); it asks
 		// here, where the rendezvous points now
-		members := slices.Clone(j.members)
-		var gone []int
-		for q, l := range j.lost {
-			if l {
-				gone = append(gone, q)
-			}
-		}
+		members, gone := slices.Clone(j.members), j.lostRanks()
 		j.mu.Unlock()
 		j.log.Info("a replacement admitted by the lost steward asked again: its list", zap.Int("process", who.Rank))
 		j.send(who.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: j.cfg.Rank + 1, Lost: gone})

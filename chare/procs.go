@@ -155,10 +155,16 @@ func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
 	if err != nil {
 		return nil, InputError{fmt.Errorf("%s: %w", cluster.SecretEnv, err)}
 	}
+	inc := 0
+	if v := os.Getenv(cluster.ReplacementEnv); v != "" {
+		if inc, err = strconv.Atoi(v); err != nil || inc < 0 {
+			return nil, InputError{fmt.Errorf("environment: %s=%q is not an incarnation number", cluster.ReplacementEnv, v)}
+		}
+	}
 	var rv cluster.Rendezvous
 	switch {
 	case os.Getenv(cluster.CharmrunEnv) != "":
-		rv = &cluster.Charmrun{Addr: os.Getenv(cluster.CharmrunEnv), Secret: secret, Rank: rank}
+		rv = &cluster.Charmrun{Addr: os.Getenv(cluster.CharmrunEnv), Secret: secret, Rank: rank, Inc: inc}
 	case cfg.Rendezvous != "":
 		rv = cluster.FixedAddress(cfg.Rendezvous)
 	case cfg.RendezvousDir != "":
@@ -173,12 +179,6 @@ func joinJob(cfg *Config, log *zap.Logger) (*cluster.Job, error) {
 	actorLog := zap.NewNop()
 	if log.Core().Enabled(zapcore.DebugLevel) {
 		actorLog = log // protoactor-go's chatter only when debugging
-	}
-	inc := 0
-	if v := os.Getenv(cluster.ReplacementEnv); v != "" {
-		if inc, err = strconv.Atoi(v); err != nil || inc < 0 {
-			return nil, InputError{fmt.Errorf("environment: %s=%q is not an incarnation number", cluster.ReplacementEnv, v)}
-		}
 	}
 	connect := cfg.ConnectTimeout
 	if _, ok := rv.(*cluster.Charmrun); ok {

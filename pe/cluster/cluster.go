@@ -1119,33 +1119,33 @@ func (j *Job) recoverOrEnd(r int, why string) {
 	}
 }
 
-// stewardGone is the rendezvous's notice that the steward, process lost,
-// is gone, and process next steers from now on (-1: no process is left
-// to). Every process takes these notices in one order, and the
-// rendezvous chose next from what it was told in that order, so the
-// processes agree on it whatever the lost steward told each of them
-// before it went. The notice may come before this process found the
-// steward gone itself (then it is lost from now: processLost), or after
-// (then its loss waited for this: succession).
-func (j *Job) stewardGone(lost, next int) {
+// stewardGone is the rendezvous's notice that the steward, process lost
+// of incarnation inc, is gone, and process next steers from now on (-1:
+// no process is left to). Every process takes these notices in one
+// order, and the rendezvous chose next from what it was told in that
+// order, so the processes agree on it whatever the lost steward told
+// each of them before it went. The notice may come before this process
+// found the steward gone itself (then it is lost from now: processLost),
+// or after (then its loss waited for this: succession), and before this
+// process heard that the steward it knows handed the steering back (then
+// the hand-back finds process 0 lost: StewardBack).
+func (j *Job) stewardGone(lost, inc, next int) {
 	if lost < 0 || lost >= j.cfg.Procs || next < -1 || next >= j.cfg.Procs || j.ending.Load() {
 		return
 	}
 	rv, _ := j.cfg.Rendezvous.(Succession)
 	j.mu.Lock()
-	why, waited := j.succession[lost]
-	if !waited && lost != j.steward {
-		// of a steward before the one this process knows: a replacement
-		// has its list from a later one (and a notice of a lost process
-		// 0 may be of its own predecessor), or this process took the
-		// steward's loss already
+	if inc != j.members[lost].Inc {
+		// of an incarnation this process does not know: a replacement
+		// hears of its own predecessor, or of a process whose
+		// replacement its list names
 		j.mu.Unlock()
-		j.log.Debug("a notice of an earlier steward's loss", zap.Int("lost", lost), zap.Int("next", next))
+		j.log.Debug("a notice of a steward's loss of another incarnation", zap.Int("lost", lost), zap.Int("incarnation", inc), zap.Int("next", next))
 		return
 	}
+	why, waited := j.succession[lost]
 	delete(j.succession, lost)
 	noticed := j.lost[lost]
-	inc := j.members[lost].Inc
 	if next >= 0 {
 		j.steward = next
 	}
@@ -1337,7 +1337,7 @@ func (j *Job) forwardNotices(notices <-chan Notice, done <-chan struct{}) {
 			if n.Joined != nil {
 				j.ctl <- control{Kind: ctlAdmittedNotice, Member: n.Joined}
 			} else {
-				j.ctl <- control{Kind: ctlStewardGone, Code: n.Lost, Next: n.Next}
+				j.ctl <- control{Kind: ctlStewardGone, Code: n.Lost, Inc: n.LostInc, Next: n.Next}
 			}
 		case <-done:
 			return
@@ -1626,7 +1626,7 @@ func (j *Job) handle(m control) {
 			j.admittedNotice(*m.Member)
 		}
 	case ctlStewardGone:
-		j.stewardGone(m.Code, m.Next)
+		j.stewardGone(m.Code, m.Inc, m.Next)
 	case ctlAction:
 		if j.recovery != nil {
 			j.recovery.Action(m.Data)

@@ -179,11 +179,12 @@ func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 	p0.Close()                                // process 0 is lost
 	<-p0.Gone()
 	for _, p := range []*Charmrun{p1, p2} {
-		require.Equal(t, Notice{Lost: 0, Next: 1}, nextNotice(t, p))
+		require.Equal(t, Notice{Lost: 0, LostInc: 0, Next: 1}, nextNotice(t, p))
 	}
 
 	// its replacement looks the steward up: it waits for the successor
 	replacement := at(0)
+	replacement.Inc = 1
 	got := make(chan string, 1)
 	go func() {
 		addr, err := replacement.Lookup(soon())
@@ -222,7 +223,7 @@ func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 		t.Fatal("charmrun did not hear of the admission")
 	}
 	for _, p := range []*Charmrun{p2, replacement} {
-		require.Equal(t, Notice{Joined: &m, Lost: -1, Next: -1}, nextNotice(t, p))
+		require.Equal(t, Notice{Joined: &m, Lost: -1, LostInc: -1, Next: -1}, nextNotice(t, p))
 	}
 	select {
 	case n := <-p1.Notices():
@@ -270,19 +271,20 @@ func TestTheRendezvousNamesOneSuccessor(t *testing.T) {
 			p[1].Close() // process 1 is lost: not the steward, nobody is told
 			<-p[1].Gone()
 			r1 := at(1) // its replacement looks the steward up
+			r1.Inc = 1
 			_, err = r1.Lookup(soon())
 			require.NoError(t, err)
 			m := Member{Rank: 1, Inc: 1, Control: "127.0.0.1:12", Data: "127.0.0.1:13"}
 			if admitted {
 				require.NoError(t, p[0].Admitted(m))
 				for _, q := range []*Charmrun{p[2], p[3], r1} {
-					require.Equal(t, Notice{Joined: &m, Lost: -1, Next: -1}, nextNotice(t, q))
+					require.Equal(t, Notice{Joined: &m, Lost: -1, LostInc: -1, Next: -1}, nextNotice(t, q))
 				}
 			}
 			p[0].Close()
 			next := map[bool]int{false: 2, true: 1}[admitted]
 			for _, q := range []*Charmrun{p[2], p[3], r1} {
-				require.Equal(t, Notice{Lost: 0, Next: next}, nextNotice(t, q))
+				require.Equal(t, Notice{Lost: 0, LostInc: 0, Next: next}, nextNotice(t, q))
 			}
 			// the successor is lost before it said where it listens: the
 			// one after it, found gone by another process first
@@ -290,7 +292,7 @@ func TestTheRendezvousNamesOneSuccessor(t *testing.T) {
 			after := map[bool]int{false: 3, true: 2}[admitted]
 			for _, q := range []*Charmrun{p[2], p[3], r1} {
 				if q.Rank != next {
-					require.Equal(t, Notice{Lost: next, Next: after}, nextNotice(t, q))
+					require.Equal(t, Notice{Lost: next, LostInc: map[bool]int{false: 0, true: 1}[admitted], Next: after}, nextNotice(t, q))
 				}
 			}
 			if admitted {
@@ -312,7 +314,7 @@ func FuzzRendezvousRequest(f *testing.F) {
 	require.NoError(f, err)
 	far, err := encodeMember(Member{Rank: 7, Inc: 1, Control: "127.0.0.1:1", Data: "127.0.0.1:2"})
 	require.NoError(f, err)
-	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J " + m, "J " + far, "J 2", "J -1", "X 1", "X -1", "X 3", "P", "S x", "L extra", ""} {
+	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J " + m, "J " + far, "J 2", "J -1", "X 1", "X -1", "X 3", "I 0", "I 4", "I -1", "I x", "P", "S x", "L extra", ""} {
 		f.Add(s, 0)
 		f.Add(s, 1)
 	}
@@ -332,6 +334,8 @@ func FuzzRendezvousRequest(f *testing.F) {
 			require.Positive(t, req.member.Inc)
 		case 'X':
 			require.True(t, req.rank >= 0 && req.rank < 3)
+		case 'I':
+			require.GreaterOrEqual(t, req.rank, 0)
 		case 'L':
 		default:
 			t.Fatalf("kind %q", req.kind)
@@ -606,7 +610,7 @@ func TestTheStewardAdmitsAReplacementAskingBeforeTheLossIsNoticed(t *testing.T) 
 func FuzzRendezvousPush(f *testing.F) {
 	m, err := encodeMember(Member{Rank: 2, Inc: 1, Control: "127.0.0.1:1", Data: "127.0.0.1:2"})
 	require.NoError(f, err)
-	for _, s := range []string{"A 127.0.0.1:80\n", "A x\n", "R " + m + "\n", "R !!\n", "R " + m[:len(m)/2] + "\n", "D 0 1\n", "D 0 -1\n", "D 1 1\n", "D -1 2\n", "D 0\n", "Q\n", ""} {
+	for _, s := range []string{"A 127.0.0.1:80\n", "A x\n", "R " + m + "\n", "R !!\n", "R " + m[:len(m)/2] + "\n", "D 0 0 1\n", "D 0 2 -1\n", "D 1 0 1\n", "D -1 0 2\n", "D 0 -1 2\n", "D 0 1\n", "D 0 1 2 3\n", "Q\n", ""} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
@@ -623,6 +627,7 @@ func FuzzRendezvousPush(f *testing.F) {
 			require.Positive(t, p.notice.Joined.Inc)
 			require.NotEmpty(t, p.notice.Joined.Control)
 		default:
+			require.GreaterOrEqual(t, p.notice.LostInc, 0)
 			require.GreaterOrEqual(t, p.notice.Lost, 0)
 			require.GreaterOrEqual(t, p.notice.Next, -1)
 			require.NotEqual(t, p.notice.Lost, p.notice.Next)
@@ -672,7 +677,7 @@ func TestTheRendezvousNamesTheSuccessorEveryProcessTakes(t *testing.T) {
 		require.Equal(t, []int{0}, rv.suspected)
 		require.Equal(t, 0, j.Steward())
 		require.Contains(t, j.Waiting(), "process 0, the steward, was lost, and the rendezvous has not said who takes over")
-		j.stewardGone(0, 1) // the replacement of 1 the lost steward admitted
+		j.stewardGone(0, 0, 1) // the replacement of 1 the lost steward admitted
 		require.Equal(t, 1, j.Steward())
 		require.Equal(t, []int{0}, rec.lost)
 		require.Empty(t, rv.succeeded)
@@ -681,7 +686,7 @@ func TestTheRendezvousNamesTheSuccessorEveryProcessTakes(t *testing.T) {
 	})
 	t.Run("the notice first", func(t *testing.T) {
 		j, rec, rv := job(3)
-		j.stewardGone(0, 2)
+		j.stewardGone(0, 0, 2)
 		require.Equal(t, 2, j.Steward())
 		require.True(t, j.IsLost(0))
 		require.Equal(t, []int{0}, rec.lost)
@@ -692,7 +697,7 @@ func TestTheRendezvousNamesTheSuccessorEveryProcessTakes(t *testing.T) {
 	t.Run("this process takes over", func(t *testing.T) {
 		j, rec, rv := job(2)
 		j.processLost(0, 0, "its connection closed")
-		j.stewardGone(0, 2)
+		j.stewardGone(0, 0, 2)
 		require.Equal(t, 2, j.Steward())
 		require.Equal(t, []string{j.sys.Address()}, rv.succeeded)
 		require.Equal(t, []int{0}, rec.lost)
@@ -704,8 +709,8 @@ func TestTheRendezvousNamesTheSuccessorEveryProcessTakes(t *testing.T) {
 		j.processLost(0, 0, "its connection closed")
 		j.processLost(1, 1, "its connection closed")
 		require.Equal(t, []int{1}, rec.lost)
-		j.stewardGone(0, 1)
-		j.stewardGone(1, 2)
+		j.stewardGone(0, 0, 1)
+		j.stewardGone(1, 1, 2)
 		require.Equal(t, 2, j.Steward())
 		require.Equal(t, []int{1, 0, 1}, rec.lost, "the loss of 0 once named; that of 1 again, for who steers")
 		require.Equal(t, []int{0}, rv.suspected)
@@ -717,12 +722,27 @@ func TestTheRendezvousNamesTheSuccessorEveryProcessTakes(t *testing.T) {
 		// for the loss of process 1's replacement, it stalled the job.)
 		j, rec, rv := job(0)
 		j.cfg.Incarnation, j.members[0].Inc, j.steward = 1, 1, 2
-		j.stewardGone(0, 1)
-		j.stewardGone(1, 2)
+		j.stewardGone(0, 0, 1)
+		j.stewardGone(1, 0, 2)
 		require.Empty(t, rec.lost)
 		require.False(t, j.IsLost(1))
 		require.Equal(t, 2, j.Steward())
 		require.Empty(t, rv.succeeded)
+	})
+	t.Run("the steward lost before the hand-back reached this process", func(t *testing.T) {
+		// process 1 steered, handed the steering back to process 0's
+		// replacement, which was lost at once: the rendezvous's notice
+		// (of the incarnation this process knows) comes before the
+		// hand-back; the hand-back then finds process 0 lost
+		j, rec, _ := job(3)
+		j.members[0].Inc, j.steward = 1, 1
+		j.stewardGone(0, 1, 2)
+		require.Equal(t, 2, j.Steward())
+		require.Equal(t, []int{0}, rec.lost)
+		back, err := j.StewardBack()
+		require.NoError(t, err)
+		require.False(t, back)
+		require.Equal(t, 2, j.Steward())
 	})
 }
 

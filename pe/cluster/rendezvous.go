@@ -74,8 +74,11 @@ type Succession interface {
 // steward, process Lost, is gone and process Next steers from now on
 // (-1: no process of the job is left to).
 type Notice struct {
-	Joined     *Member
-	Lost, Next int
+	Joined *Member
+	// Lost, LostInc: the steward gone, and its incarnation (a notice of
+	// an incarnation this process does not know is of no process it
+	// knows: a replacement hears of its own predecessor, say)
+	Lost, LostInc, Next int
 }
 
 // FixedAddress is a rendezvous at an address every process is given
@@ -127,6 +130,7 @@ type Charmrun struct {
 	Addr   string
 	Secret Secret
 	Rank   int
+	Inc    int // this process's incarnation (its launcher's ReplacementEnv; 0 at the start)
 
 	once      sync.Once
 	conn      net.Conn
@@ -148,6 +152,10 @@ func (c *Charmrun) dial(deadline time.Time) error {
 		conn, err := d.Dial("tcp", c.Addr)
 		if err == nil {
 			err = dialHandshake(conn, c.Secret, uint32(c.Rank), CharmrunID)
+			if err == nil {
+				// (first: the successions charmrun tells of name it)
+				_, err = fmt.Fprintf(conn, "I %d\n", c.Inc)
+			}
 			if err != nil {
 				conn.Close()
 			}
@@ -280,8 +288,8 @@ type push struct {
 
 // parsePush reads one line charmrun sent a process: "A addr" (where
 // the steward is), "R member" (the steward admitted a replacement,
-// encodeMember), "D lost next" (the steward, process lost, is gone;
-// process next steers, -1: none).
+// encodeMember), "D lost inc next" (the steward, process lost of
+// incarnation inc, is gone; process next steers, -1: none).
 func parsePush(line string) (push, error) {
 	line = strings.TrimSuffix(line, "\n")
 	kind, arg, _ := strings.Cut(line, " ")
@@ -296,15 +304,25 @@ func parsePush(line string) (push, error) {
 		if err != nil {
 			return push{}, err
 		}
-		return push{notice: Notice{Joined: &m, Lost: -1, Next: -1}}, nil
+		return push{notice: Notice{Joined: &m, Lost: -1, LostInc: -1, Next: -1}}, nil
 	case "D":
-		a, b, _ := strings.Cut(arg, " ")
-		lost, err1 := strconv.Atoi(a)
-		next, err2 := strconv.Atoi(b)
-		if err1 != nil || err2 != nil || lost < 0 || next < -1 || lost == next {
+		f := strings.Split(arg, " ")
+		var n [3]int
+		for i := range n {
+			if len(f) != len(n) {
+				break
+			}
+			v, err := strconv.Atoi(f[i])
+			if err != nil {
+				f = nil
+				break
+			}
+			n[i] = v
+		}
+		if len(f) != len(n) || n[0] < 0 || n[1] < 0 || n[2] < -1 || n[0] == n[2] {
 			return push{}, fmt.Errorf("%q names no lost steward and successor", line)
 		}
-		return push{notice: Notice{Lost: lost, Next: next}}, nil
+		return push{notice: Notice{Lost: n[0], LostInc: n[1], Next: n[2]}}, nil
 	}
 	return push{}, fmt.Errorf("a line that is no answer: %q", line)
 }
@@ -378,6 +396,7 @@ type RendezvousServer struct {
 	steward int
 	member  map[int]bool
 	seen    map[int]bool // ranks that connected once: a later connection is a replacement's
+	inc     map[int]int  // the incarnation of each rank's process connected (its "I" line)
 }
 
 // ServeRendezvous listens on host (port 0: any free port) for the job's
@@ -396,7 +415,7 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, han
 	}
 	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes),
 		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs),
-		steward: -1, member: map[int]bool{}, seen: map[int]bool{}}
+		steward: -1, member: map[int]bool{}, seen: map[int]bool{}, inc: map[int]int{}}
 	go s.serve()
 	return s, nil
 }
@@ -461,6 +480,7 @@ func (s *RendezvousServer) handle(c net.Conn) {
 		return
 	}
 	s.conns[rank] = c
+	s.inc[rank] = 0 // (until it says)
 	if !s.seen[rank] {
 		s.seen[rank], s.member[rank] = true, true
 	}
@@ -514,6 +534,7 @@ func (s *RendezvousServer) handle(c net.Conn) {
 // admission it was telling the others of when it was lost, say).
 // Lookups wait until the successor says where it listens (Succeed).
 func (s *RendezvousServer) succeed(lost int) {
+	inc := s.inc[lost]
 	next := -1
 	for r := range s.procs {
 		if s.member[r] && s.conns[r] != nil {
@@ -523,7 +544,7 @@ func (s *RendezvousServer) succeed(lost int) {
 	}
 	s.steward = next
 	s.log.Info("rendezvous: the steward is gone", zap.Int("lost", lost), zap.Int("next", next))
-	s.pushAll(fmt.Sprintf("D %d %d\n", lost, next), -1)
+	s.pushAll(fmt.Sprintf("D %d %d %d\n", lost, inc, next), -1)
 }
 
 // pushAll sends line to every process connected but process except
@@ -540,15 +561,16 @@ func (s *RendezvousServer) pushAll(line string, except int) {
 
 // rendezvousRequest is one line a process sends charmrun's rendezvous.
 type rendezvousRequest struct {
-	kind   byte   // 'P', 'S', 'L', 'J' or 'X' (see parseRequest)
+	kind   byte   // 'I', 'P', 'S', 'L', 'J' or 'X' (see parseRequest)
 	addr   string // P, S: a control address, host:port
-	rank   int    // X: the steward found gone
+	rank   int    // X: the steward found gone; I: the incarnation
 	member Member // J: the replacement admitted
 	word   string // J: the member as sent (encodeMember)
 }
 
 // parseRequest reads one line of the rendezvous from process from of a
-// job of procs: "P addr" (process 0, at the start: its control address),
+// job of procs: "I inc" (first: the process's incarnation), "P addr"
+// (process 0, at the start: its control address),
 // "S addr" (the successor of a lost steward, or process 0 once the
 // steering came back: its own), "L" (where is the steward?), "J member"
 // (the steward admitted a replacement: encodeMember), "X rank" (the
@@ -578,6 +600,12 @@ func parseRequest(line string, from, procs int) (rendezvousRequest, error) {
 			return rendezvousRequest{}, fmt.Errorf("an admission of process %d: the job has processes 0..%d", m.Rank, procs-1)
 		}
 		return rendezvousRequest{kind: 'J', rank: m.Rank, member: m, word: arg}, nil
+	case "I":
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 0 {
+			return rendezvousRequest{}, fmt.Errorf("an incarnation of %q", arg)
+		}
+		return rendezvousRequest{kind: 'I', rank: n}, nil
 	case "X":
 		r, err := strconv.Atoi(arg)
 		if err != nil || r < 0 || r >= procs {
@@ -601,6 +629,10 @@ func (s *RendezvousServer) request(rank int, c net.Conn, line string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch req.kind {
+	case 'I':
+		if s.conns[rank] == c {
+			s.inc[rank] = req.rank
+		}
 	case 'P', 'S':
 		s.addr, s.by, s.steward = req.addr, c, rank
 		for _, w := range s.looked {

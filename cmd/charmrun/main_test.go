@@ -543,8 +543,9 @@ func TestAHungProcessIsReplaced(t *testing.T) {
 }
 
 // Process 0 steers the job (it admits replacements and decides how the
-// job recovers); when it is lost, the lowest rank left takes over, tells
-// charmrun's rendezvous, admits process 0's replacement and rolls every
+// job recovers); when it is lost, charmrun names the lowest rank left in
+// the job to take over, which tells charmrun's rendezvous where it
+// listens, admits process 0's replacement and rolls every
 // PE back to the last checkpoint (it does not know what process 0 knew
 // of recoveries under way: a global rollback needs none of it), then
 // hands the steering back to process 0's replacement, which recovers

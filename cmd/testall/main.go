@@ -18,6 +18,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -43,6 +45,11 @@ type tier struct {
 	// cannot rot
 	bench string
 	pkgs  []string
+	// alongside: it runs at the same time as the tier before it (short
+	// tiers whose longest package leaves the other core idle: on CI's
+	// two cores the suite is that much shorter); its lines come after
+	// that tier's
+	alongside bool
 }
 
 // tiers is the suite. Packages are relative to the module's root.
@@ -58,15 +65,15 @@ func tiers() []tier {
 		// messages between PEs held back and reordered across channels,
 		// as between processes
 		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},
-		{name: "chaos-md", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, run: "Deterministic|LeavesTheResult", pkgs: []string{"./apps/leanmd/md"}},
+		{name: "chaos-md", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, run: "Deterministic|LeavesTheResult", pkgs: []string{"./apps/leanmd/md"}, alongside: true},
 		// LeanMD's scalar force kernel, which runs where the CPU has no
 		// AVX-512 (the tiers above run the vector one where it has):
 		// the golden energies through it
-		{name: "purego", tags: "purego", run: "Golden|KernelAgainst", pkgs: []string{"./apps/leanmd/md"}},
+		{name: "purego", tags: "purego", run: "Golden|KernelAgainst", pkgs: []string{"./apps/leanmd/md"}, alongside: true},
 		// every benchmark of the fast path and its baselines, 100
 		// iterations each (BenchmarkLeanMD runs whole simulations: the
 		// tests above run LeanMD)
-		{name: "bench", run: "^$", bench: "^Benchmark(PingPong|Stream|LocalSend|Reduce|Multicast|Procs|LeanMDKernel|PE|Frame|Registry|Spin)", pkgs: []string{"./bench", "./pe"}},
+		{name: "bench", run: "^$", bench: "^Benchmark(PingPong|Stream|LocalSend|Reduce|Multicast|Procs|LeanMDKernel|PE|Frame|Registry|Spin)", pkgs: []string{"./bench", "./pe"}, alongside: true},
 	}
 }
 
@@ -122,45 +129,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var pkgs []pkgResult
 	var tests []testResult
 	failed := false
-	ran := 0
+	var chosen []tier
 	for _, t := range tiers() {
-		if *only != "" && t.name != *only {
-			continue
+		if *only == "" || t.name == *only {
+			chosen = append(chosen, t)
 		}
-		ran++
-		env := append(os.Environ(), t.env...)
-		if *long > 0 {
-			env = append(env, "FT_LONG="+strconv.Itoa(*long))
-		}
-		args := []string{"test", "-json", "-count=1"}
-		if t.race {
-			args = append(args, "-race")
-		}
-		if t.tags != "" {
-			args = append(args, "-tags", t.tags)
-		}
-		if t.run != "" {
-			args = append(args, "-run", t.run)
-		}
-		if t.bench != "" {
-			args = append(args, "-bench", t.bench, "-benchtime=100x")
-		}
-		if *long > 0 {
-			args = append(args, "-timeout", "0") // the long tier may take hours
-		}
-		args = append(args, t.pkgs...)
-		fmt.Fprintf(stdout, "== %s: go %s%s\n", t.name, strings.Join(args, " "), envNote(t.env, *long))
-		p, ts, ok, err := goTest(args, env, t.name, stdout, *verbose)
-		if err != nil {
-			fmt.Fprintf(stderr, "testall: %s: %v\n", t.name, err)
-			return 1
-		}
-		pkgs, tests = append(pkgs, p...), append(tests, ts...)
-		failed = failed || !ok
 	}
-	if ran == 0 {
+	if len(chosen) == 0 {
 		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md, purego, bench)\n", *only)
 		return 2
+	}
+	for _, group := range groups(chosen) {
+		for _, r := range runGroup(group, *long, stdout, *verbose) {
+			if r.err != nil {
+				fmt.Fprintf(stderr, "testall: %s: %v\n", r.tier, r.err)
+				return 1
+			}
+			pkgs, tests = append(pkgs, r.pkgs...), append(tests, r.tests...)
+			failed = failed || !r.ok
+		}
 	}
 	report(stdout, pkgs, tests, time.Since(start))
 	if failed {
@@ -169,6 +156,82 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "testall: ok in %s\n", time.Since(start).Round(time.Second))
 	return 0
+}
+
+// groups splits the tiers into those that run at the same time: a tier
+// and the tiers alongside it.
+func groups(ts []tier) [][]tier {
+	var out [][]tier
+	for _, t := range ts {
+		if t.alongside && len(out) > 0 {
+			out[len(out)-1] = append(out[len(out)-1], t)
+		} else {
+			out = append(out, []tier{t})
+		}
+	}
+	return out
+}
+
+// tierResult is what one tier's go test gave.
+type tierResult struct {
+	tier  string
+	pkgs  []pkgResult
+	tests []testResult
+	ok    bool
+	err   error
+}
+
+// runGroup runs the tiers of a group at the same time. A tier alone
+// prints as it goes; in a group of several, each tier's lines wait and
+// come in the group's order once all ended.
+func runGroup(group []tier, long int, out io.Writer, verbose bool) []tierResult {
+	results := make([]tierResult, len(group))
+	if len(group) == 1 {
+		results[0] = runTier(group[0], long, out, verbose)
+		return results
+	}
+	bufs := make([]bytes.Buffer, len(group))
+	var wg sync.WaitGroup
+	for i, t := range group {
+		wg.Go(func() { results[i] = runTier(t, long, &bufs[i], verbose) })
+	}
+	wg.Wait()
+	for i := range bufs {
+		out.Write(bufs[i].Bytes())
+	}
+	return results
+}
+
+// runTier runs one tier's go test, printing its lines to out.
+func runTier(t tier, long int, out io.Writer, verbose bool) tierResult {
+	env := append(os.Environ(), t.env...)
+	if long > 0 {
+		env = append(env, "FT_LONG="+strconv.Itoa(long))
+	}
+	args := []string{"test", "-json", "-count=1"}
+	if t.race {
+		args = append(args, "-race")
+	}
+	if t.tags != "" {
+		args = append(args, "-tags", t.tags)
+	}
+	if t.run != "" {
+		args = append(args, "-run", t.run)
+	}
+	if t.bench != "" {
+		args = append(args, "-bench", t.bench, "-benchtime=100x")
+	}
+	if long > 0 {
+		args = append(args, "-timeout", "0") // the long tier may take hours
+	}
+	args = append(args, t.pkgs...)
+	alongside := ""
+	if t.alongside {
+		alongside = " [alongside the tier before]"
+	}
+	fmt.Fprintf(out, "== %s: go %s%s%s\n", t.name, strings.Join(args, " "), envNote(t.env, long), alongside)
+	p, ts, ok, err := goTest(args, env, t.name, out, verbose)
+	return tierResult{tier: t.name, pkgs: p, tests: ts, ok: ok, err: err}
 }
 
 func envNote(env []string, long int) string {

@@ -89,3 +89,23 @@ func TestEveryPackageWithTestsIsInATier(t *testing.T) {
 		require.True(t, found, "%s has tests but is in no tier of cmd/testall", rel)
 	}
 }
+
+// A tier alongside the one before it runs with it; one chosen alone
+// (--tier) runs alone.
+func TestGroups(t *testing.T) {
+	names := func(gs [][]tier) [][]string {
+		var out [][]string
+		for _, g := range gs {
+			var n []string
+			for _, t := range g {
+				n = append(n, t.name)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	ts := []tier{{name: "a"}, {name: "b", alongside: true}, {name: "c"}, {name: "d", alongside: true}, {name: "e", alongside: true}}
+	require.Equal(t, [][]string{{"a", "b"}, {"c", "d", "e"}}, names(groups(ts)))
+	require.Equal(t, [][]string{{"d"}}, names(groups(ts[3:4])))
+	require.Equal(t, [][]string{{"race"}, {"plain"}, {"chaos", "chaos-md", "purego", "bench"}}, names(groups(tiers())))
+}

@@ -190,16 +190,31 @@ func runGroup(group []tier, long int, out io.Writer, verbose bool) []tierResult 
 		results[0] = runTier(group[0], long, out, verbose)
 		return results
 	}
-	bufs := make([]bytes.Buffer, len(group))
+	bufs := make([]lockedBuffer, len(group))
 	var wg sync.WaitGroup
 	for i, t := range group {
 		wg.Go(func() { results[i] = runTier(t, long, &bufs[i], verbose) })
 	}
 	wg.Wait()
 	for i := range bufs {
-		out.Write(bufs[i].Bytes())
+		out.Write(bufs[i].b.Bytes())
 	}
 	return results
+}
+
+// lockedBuffer is a tier's lines while its group runs: go test's
+// standard error is copied in by exec as its events are read. (Only
+// Write: a bytes.Buffer's ReadFrom, which io.Copy would use, keeps its
+// length across the copy and drops what was written meanwhile.)
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }
 
 // runTier runs one tier's go test, printing its lines to out.

@@ -109,3 +109,19 @@ func TestGroups(t *testing.T) {
 	require.Equal(t, [][]string{{"d"}}, names(groups(ts[3:4])))
 	require.Equal(t, [][]string{{"race"}, {"plain"}, {"chaos", "chaos-md", "purego", "bench"}}, names(groups(tiers())))
 }
+
+// A group's tiers run at the same time; each tier's lines come whole, in
+// the group's order, its packages' lines with them.
+func TestRunGroup(t *testing.T) {
+	group := []tier{{name: "one", pkgs: []string{"../../internal/stat"}}, {name: "two", pkgs: []string{"../../internal/atomicfile"}, alongside: true}}
+	var out bytes.Buffer
+	rs := runGroup(group, 0, &out, false)
+	require.Len(t, rs, 2)
+	for i, r := range rs {
+		require.NoError(t, r.err)
+		require.True(t, r.ok)
+		require.Equal(t, group[i].name, r.tier)
+		require.Len(t, r.pkgs, 1)
+	}
+	require.Regexp(t, `(?s)^== one: .*\nok +github.com/charmgo/charmgo/internal/stat +[0-9.]+s\n== two: .*\[alongside the tier before\]\nok +github.com/charmgo/charmgo/internal/atomicfile `, out.String())
+}

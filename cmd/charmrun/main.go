@@ -190,18 +190,55 @@ func restartOnce(l launchSpec, lost string, stderr io.Writer, runAgain func(args
 		args = append(args, "--restart", l.ckptDir)
 	}
 	fmt.Fprintf(stderr, "charmrun: the job cannot go on (%s); it runs again, once, %s\n", lost, from)
-	code, lostAgain := runAgain(append(args, l.own...))
+	code, lostAgain := runAgain(append(args, without(l.own, drop)...))
 	if code != 0 && lostAgain != "" {
 		fmt.Fprintf(stderr, "charmrun: the job ran again once already; it ends (%s)\n", lostAgain)
 	}
 	return code
 }
 
+// ownRuntimeFlags reads, among the program's arguments, the runtime
+// flags charmrun acts on itself (the program takes runtime flags anywhere
+// on its line, up to "--": a user who gives --ckpt-dir after the program
+// means it as much as one who gives it before).
+func (l *launchSpec) ownRuntimeFlags() error {
+	for i := 0; i < len(l.own) && l.own[i] != "--"; i++ {
+		name, val, hasValue := strings.Cut(l.own[i], "=")
+		known, takesValue := chare.RuntimeFlag(name)
+		if !known || !takesValue {
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(l.own) {
+				return nil // (the program says what is missing)
+			}
+			i++
+			val = l.own[i]
+		}
+		switch name {
+		case "--ckpt-dir":
+			l.ckptDir = val
+		case "--listen":
+			l.listen = val
+		case "--connect-timeout":
+			d, err := time.ParseDuration(val)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("flag --connect-timeout: %q is not a positive duration (30s, 2m)", val)
+			}
+			l.timeout = d
+		}
+	}
+	return nil
+}
+
 // without is flags (runtime flags) without those named in names, and
-// their values.
+// their values, up to "--" (what follows is the program's alone).
 func without(flags, names []string) []string {
 	var out []string
 	for i := 0; i < len(flags); i++ {
+		if flags[i] == "--" {
+			return append(out, flags[i:]...)
+		}
 		name, _, hasValue := strings.Cut(flags[i], "=")
 		if slices.Contains(names, name) {
 			if !hasValue {
@@ -317,6 +354,7 @@ func parse(args []string) (launchSpec, error) {
 		default:
 			l.prog, l.own = a, args[i+1:]
 			i = len(args)
+			err = l.ownRuntimeFlags()
 		}
 		if err != nil {
 			return l, err

@@ -132,6 +132,29 @@ func TestRuntimeFlagsBeforeTheProgramAndAPackage(t *testing.T) {
 	require.Contains(t, errb.String(), "is a directory without Go files")
 }
 
+// The program takes runtime flags anywhere on its line, so charmrun reads
+// the ones it acts on after the program too: --ckpt-dir (a job that
+// cannot go on runs again from it; given after the program it was
+// ignored, and such a job ended), --listen, --connect-timeout. Running
+// again, it drops the injected faults wherever they were given (after
+// the program they were injected again), up to "--".
+func TestRuntimeFlagsAfterTheProgramCountForCharmrun(t *testing.T) {
+	dir := t.TempDir()
+	l, err := parse([]string{"++n", "2", "./prog", "3", "--ckpt-dir", dir, "--kill", "1@5", "--kill-file=f", "--connect-timeout", "7s", "--listen=0.0.0.0", "--", "--kill", "x"})
+	require.NoError(t, err)
+	require.Equal(t, dir, l.ckptDir)
+	require.Equal(t, 7*time.Second, l.timeout)
+	require.Equal(t, "0.0.0.0", l.listen)
+	var again []string
+	var errb bytes.Buffer
+	restartOnce(l, "process 0 was killed by SIGKILL", &errb, func(args []string) (int, string) { again = args; return 0, "" })
+	require.Contains(t, errb.String(), "it runs again, once, as it started")
+	require.Equal(t, []string{"+p", "2", "++n", "2", "++ppn", "1", "3", "--ckpt-dir", dir, "--connect-timeout", "7s", "--listen=0.0.0.0", "--", "--kill", "x"}, again)
+
+	_, err = parse([]string{"./prog", "--connect-timeout", "soon"})
+	require.ErrorContains(t, err, `flag --connect-timeout: "soon" is not a positive duration`)
+}
+
 // energies are the lines of LeanMD's summary that must be bitwise equal
 // between runs.
 // failureFree is the energies of LeanMD run with params on pes PEs in one

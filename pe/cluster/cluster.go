@@ -149,8 +149,8 @@ type Job struct {
 	lost     map[int]bool // peers gone and not (yet) replaced
 	// steward: the process that admits replacements and steers
 	// recoveries (Recovery.Rejoined, Report): process 0, until it is
-	// lost; then the lowest rank of those left that can take over (see
-	// succeed).
+	// lost; then the process the rendezvous names to take over (see
+	// stewardGone).
 	steward int
 	// the steward: for each replacement, which processes have their data
 	// link to it up, and whether it said it is ready (its own are)
@@ -247,7 +247,7 @@ type control struct {
 	// (pe.Node.Progress)
 	Progress uint64 `msgpack:"pg,omitempty"`
 	// Lost (ctlMembers, from a process that took the replacement it is
-	// sent to for the steward: succeed): the processes it knows are
+	// sent to for the steward: stewardGone): the processes it knows are
 	// lost, which will not dial the replacement
 	Lost []int `msgpack:"lo,omitempty"`
 	// Next (ctlStewardGone): the lost steward's successor
@@ -368,7 +368,7 @@ func (j *Job) join(deadline time.Time) error {
 		if m.Code > 0 && m.Code <= cfg.Procs {
 			// the list from a process that took this one for the steward
 			// of a lost one, which admitted it and was lost before its
-			// list came (succeed)
+			// list came (stewardGone)
 			j.steward = m.Code - 1
 			for _, r := range m.Lost {
 				if r >= 0 && r < cfg.Procs && r != cfg.Rank {
@@ -384,7 +384,7 @@ func (j *Job) join(deadline time.Time) error {
 		return err
 	}
 	if rv, ok := cfg.Rendezvous.(Succession); ok && cfg.Incarnation > 0 && j.steward == cfg.Rank {
-		// (succeed: replacements look the steward up there)
+		// (replacements look the steward up there)
 		if err := rv.Succeed(j.sys.Address()); err != nil {
 			return fmt.Errorf("rendezvous: %w", err)
 		}
@@ -974,7 +974,7 @@ func (j *Job) checkBeats() {
 // shares r's host (a host cut off from the others has none they can
 // reach). Its links then break, and it is lost and replaced as a crashed
 // process is (process 0 too, when another can take over from it: see
-// succeed). Once per incarnation: the heartbeats keep finding it silent
+// stewardGone). Once per incarnation: the heartbeats keep finding it silent
 // until it is gone.
 func (j *Job) killHung(r int, why string) bool {
 	if j.recovery == nil || !j.recovery.Replaces() {
@@ -1497,8 +1497,8 @@ func (j *Job) HandBack(step []byte) bool {
 // the job back to process 0's replacement (HandBack). Process 0 steers
 // from now on, and points the rendezvous at itself, so that a
 // replacement finds it there — unless it was lost again meanwhile: then
-// the process that took over from it steers (succeed). It reports
-// whether process 0 steers.
+// the process the rendezvous named to take over steers (stewardGone).
+// It reports whether process 0 steers.
 func (j *Job) StewardBack() (bool, error) {
 	j.mu.Lock()
 	back := !j.lost[0]

@@ -210,6 +210,13 @@ func (l Launch) run(lost *string) int {
 		select {
 		case r := <-srv.Admitted():
 			in[r] = true
+		case m := <-srv.Suspected():
+			// the rendezvous named its successor: it is lost, and is
+			// replaced as such (its exit by SIGKILL), if it still runs
+			// (most often it died, and its exit says so)
+			if c := children[m.Rank]; c != nil && c.inc == m.Inc && c.cmd.Process != nil && !ended {
+				syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+			}
 		case r := <-srv.Joined():
 			if !joined[r] {
 				joined[r], in[r] = true, true

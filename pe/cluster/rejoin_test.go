@@ -300,6 +300,12 @@ func TestTheRendezvousNamesOneSuccessor(t *testing.T) {
 			} else {
 				<-p[2].Gone()
 			}
+			select {
+			case m := <-srv.Suspected(): // for the launcher to end it
+				require.Equal(t, Member{Rank: next, Inc: map[bool]int{false: 0, true: 1}[admitted]}, m)
+			case <-time.After(5 * time.Second):
+				t.Fatal("charmrun's launcher was not told of the steward found gone")
+			}
 			// the rest are in order: none left but the last
 		})
 	}

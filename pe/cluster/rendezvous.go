@@ -383,12 +383,13 @@ type RendezvousServer struct {
 	addr string // the steward's, once published (process 0's first)
 	// by: the connection that published addr; once it ends, addr is of
 	// a process gone, and lookups wait for its successor's
-	by       net.Conn
-	waiting  []net.Conn // lookups before it was
-	looked   []net.Conn // the others that looked it up, told of a successor's
-	conns    map[int]net.Conn
-	joined   chan int // ranks as they connect
-	admitted chan int // replacements' ranks as the steward admits them
+	by        net.Conn
+	waiting   []net.Conn // lookups before it was
+	looked    []net.Conn // the others that looked it up, told of a successor's
+	conns     map[int]net.Conn
+	joined    chan int    // ranks as they connect
+	admitted  chan int    // replacements' ranks as the steward admits them
+	suspected chan Member // stewards another process found gone, whose connection this ended (Rank, Inc)
 	// steward: the rank that steers (-1 before process 0 published);
 	// member: the ranks whose connected process is in the job (it
 	// connected at the start, or the steward admitted it): the steward's
@@ -414,7 +415,7 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, han
 		handshake = DefaultHandshakeTimeout
 	}
 	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes),
-		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs),
+		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs), suspected: make(chan Member, 2*procs),
 		steward: -1, member: map[int]bool{}, seen: map[int]bool{}, inc: map[int]int{}}
 	go s.serve()
 	return s, nil
@@ -428,6 +429,14 @@ func (s *RendezvousServer) Joined() <-chan int { return s.joined }
 
 // Admitted gives the rank of each replacement the job's steward admitted.
 func (s *RendezvousServer) Admitted() <-chan int { return s.admitted }
+
+// Suspected gives each steward (its rank and incarnation) another
+// process found gone while its connection here was still up (cut off
+// from the others, or hung; or dead, and charmrun had not yet read the
+// end of its connection): the rendezvous named its successor, and the
+// launcher ends it if it still runs, to be replaced as a lost process is
+// (its connection closed, it would end itself, not as a lost process).
+func (s *RendezvousServer) Suspected() <-chan Member { return s.suspected }
 
 // Close ends the rendezvous and every process's connection to it, which
 // ends the processes still running.
@@ -666,6 +675,10 @@ func (s *RendezvousServer) request(rank int, c net.Conn, line string) {
 			// (its handler then finds the connection closed: succeed)
 			s.log.Info("rendezvous: a process found the steward gone", zap.Int("steward", req.rank), zap.Int("from", rank))
 			w.Close()
+			select {
+			case s.suspected <- Member{Rank: req.rank, Inc: s.inc[req.rank]}:
+			default: // (charmrun is ending: nobody reads)
+			}
 		}
 	}
 }

@@ -729,6 +729,7 @@ func TestTheRendezvousNamesTheSuccessorEveryProcessTakes(t *testing.T) {
 		j, rec, rv := job(0)
 		j.cfg.Incarnation, j.members[0].Inc, j.steward = 1, 1, 2
 		j.stewardGone(0, 0, 1)
+		require.Equal(t, 2, j.Steward(), "its predecessor's successor is not its steward")
 		j.stewardGone(1, 0, 2)
 		require.Empty(t, rec.lost)
 		require.False(t, j.IsLost(1))

@@ -206,6 +206,14 @@ func (l Launch) run(lost *string) int {
 	code := 0
 	killed := false // charmrun ended the children itself: their signals are its own
 	var graceC <-chan time.Time
+	onJoined := func(r int) {
+		if !joined[r] {
+			joined[r], in[r] = true, true
+			if nJoined++; nJoined == l.Procs {
+				joinTimer.Stop()
+			}
+		}
+	}
 	for running > 0 {
 		select {
 		case r := <-srv.Admitted():
@@ -218,12 +226,7 @@ func (l Launch) run(lost *string) int {
 				syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 			}
 		case r := <-srv.Joined():
-			if !joined[r] {
-				joined[r], in[r] = true, true
-				if nJoined++; nJoined == l.Procs {
-					joinTimer.Stop()
-				}
-			}
+			onJoined(r)
 		case <-joinTimer.C:
 			var missing []string
 			for r, ok := range joined {
@@ -248,12 +251,7 @@ func (l Launch) run(lost *string) int {
 				case r := <-srv.Admitted():
 					in[r] = true
 				case r := <-srv.Joined():
-					if !joined[r] {
-						joined[r], in[r] = true, true
-						if nJoined++; nJoined == l.Procs {
-							joinTimer.Stop()
-						}
-					}
+					onJoined(r)
 				default:
 					drained = true
 				}

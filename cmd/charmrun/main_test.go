@@ -716,12 +716,21 @@ func TestTheStewardLostAsItAdmitsAReplacement(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	params := []string{"3", "3", "3", "61", "20", "20", "10", "--progress", "1"}
 	want := failureFree(t, leanmd, 4, params)
-	j := startJob(t, cr, leanmd, []string{"++n", "4", "++ppn", "1", "--watchdog", "20s", "--ft", "camel", "--ckpt-dir", t.TempDir()}, params, "Step 25 Benchmark")
-	j.signal(t, 2, syscall.SIGKILL)
-	j.err.waitFor(t, "process 2 was killed by SIGKILL; starting its replacement", 20*time.Second)
-	j.signal(t, 0, syscall.SIGKILL)
-	require.Equal(t, 0, j.waitWithin(t, 30*time.Second), j.err.String())
-	require.Equal(t, want, energies(t, j.out.String()))
+	protocols := [][]string{{"--ft", "camel"}}
+	if os.Getenv("FT_LONG") != "" { // (the suite's time: the membership is the same under each)
+		protocols = append(protocols, []string{"--ft", "none"}, []string{"--ft", "scmel"}, []string{"--ft", "team", "--teams", "process"},
+			[]string{"--ft", "spmd", "--teams", "1"}, []string{"--ft", "pessimist"})
+	}
+	for _, ft := range protocols {
+		t.Run(strings.Join(ft[1:], " "), func(t *testing.T) {
+			j := startJob(t, cr, leanmd, append([]string{"++n", "4", "++ppn", "1", "--watchdog", "20s", "--ckpt-dir", t.TempDir()}, ft...), params, "Step 25 Benchmark")
+			j.signal(t, 2, syscall.SIGKILL)
+			j.err.waitFor(t, "process 2 was killed by SIGKILL; starting its replacement", 20*time.Second)
+			j.signal(t, 0, syscall.SIGKILL)
+			require.Equal(t, 0, j.waitWithin(t, 30*time.Second), j.err.String())
+			require.Equal(t, want, energies(t, j.out.String()))
+		})
+	}
 }
 
 // What cannot be replaced ends the job at once, with a line that says

@@ -969,13 +969,13 @@ func (j *Job) checkBeats() {
 }
 
 // killHung has hung process r killed by SIGKILL, by this process if it
-// runs on r's host, else by a live one that does, and reports whether it
-// could: the launcher replaces processes, and a process of the job
-// shares r's host (a host cut off from the others has none they can
-// reach). Its links then break, and it is lost and replaced as a crashed
-// process is (process 0 too, when another can take over from it: see
-// stewardGone). Once per incarnation: the heartbeats keep finding it silent
-// until it is gone.
+// runs on r's host, else by a live one that does, else (none does: one
+// process a host, as on a cluster) by charmrun, which started it
+// (EndHung); it reports whether it could: the launcher replaces
+// processes, and one of those can reach r. Its links then break, and it
+// is lost and replaced as a crashed process is (process 0 too, when
+// another can take over from it: see stewardGone). Once per incarnation:
+// the heartbeats keep finding it silent until it is gone.
 func (j *Job) killHung(r int, why string) bool {
 	if j.recovery == nil || !j.recovery.Replaces() {
 		return false
@@ -1005,14 +1005,26 @@ func (j *Job) killHung(r int, why string) bool {
 			}
 		}
 	}
+	rv, charmrun := j.cfg.Rendezvous.(Succession)
 	if killer >= 0 {
 		j.hungKilled[r] = hung.Inc
 	}
 	j.mu.Unlock()
-	switch killer {
-	case -1:
+	switch {
+	case killer == -1 && charmrun:
+		// none of the job's processes runs on its host: the launcher,
+		// which started it there, ends it
+		if err := rv.EndHung(r, hung.Inc); err != nil {
+			j.log.Warn("could not ask charmrun to end a hung process", zap.Int("process", r), zap.Error(err))
+			return false
+		}
+		j.mu.Lock()
+		j.hungKilled[r] = hung.Inc
+		j.mu.Unlock()
+		return true
+	case killer == -1:
 		return false
-	case j.cfg.Rank:
+	case killer == j.cfg.Rank:
 		j.killLocal(r, hung, why)
 	default:
 		j.send(killer, control{Kind: ctlKillHung, Code: r, Inc: hung.Inc, Err: why})

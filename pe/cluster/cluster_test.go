@@ -65,6 +65,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(endingEnv); dir != "" {
 		os.Exit(endingProcess(dir))
 	}
+	if dir := os.Getenv(hungEnv); dir != "" {
+		os.Exit(hungProcess(dir))
+	}
 	os.Exit(m.Run())
 }
 

@@ -223,6 +223,9 @@ func (l Launch) run(lost *string) int {
 			// replaced as such (its exit by SIGKILL), if it still runs
 			// (most often it died, and its exit says so)
 			if c := children[m.Rank]; c != nil && c.inc == m.Inc && c.cmd.Process != nil && !ended {
+				if m.Hung {
+					fmt.Fprintf(errw, "charmrun: %v hangs (no heartbeat), on a host no other process of the job shares; charmrun ends it, to be replaced\n", c)
+				}
 				syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 			}
 		case r := <-srv.Joined():

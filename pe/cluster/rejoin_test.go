@@ -302,7 +302,7 @@ func TestTheRendezvousNamesOneSuccessor(t *testing.T) {
 			}
 			select {
 			case m := <-srv.Suspected(): // for the launcher to end it
-				require.Equal(t, Member{Rank: next, Inc: map[bool]int{false: 0, true: 1}[admitted]}, m)
+				require.Equal(t, Ending{Rank: next, Inc: map[bool]int{false: 0, true: 1}[admitted]}, m)
 			case <-time.After(5 * time.Second):
 				t.Fatal("charmrun's launcher was not told of the steward found gone")
 			}
@@ -320,7 +320,7 @@ func FuzzRendezvousRequest(f *testing.F) {
 	require.NoError(f, err)
 	far, err := encodeMember(Member{Rank: 7, Inc: 1, Control: "127.0.0.1:1", Data: "127.0.0.1:2"})
 	require.NoError(f, err)
-	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J " + m, "J " + far, "J 2", "J -1", "X 1", "X -1", "X 3", "I 0", "I 4", "I -1", "I x", "P", "S x", "L extra", ""} {
+	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J " + m, "J " + far, "J 2", "J -1", "X 1", "X -1", "X 3", "I 0", "I 4", "I -1", "I x", "K 1 0", "K 1 2", "K 3 0", "K 1 -1", "K 1", "K x y", "P", "S x", "L extra", ""} {
 		f.Add(s, 0)
 		f.Add(s, 1)
 	}
@@ -342,6 +342,9 @@ func FuzzRendezvousRequest(f *testing.F) {
 			require.True(t, req.rank >= 0 && req.rank < 3)
 		case 'I':
 			require.GreaterOrEqual(t, req.rank, 0)
+		case 'K':
+			require.True(t, req.rank >= 0 && req.rank < 3)
+			require.GreaterOrEqual(t, req.inc, 0)
 		case 'L':
 		default:
 			t.Fatalf("kind %q", req.kind)
@@ -647,11 +650,13 @@ type succession struct {
 	FixedAddress
 	succeeded []string
 	suspected []int
+	ended     [][2]int // EndHung: rank, incarnation
 }
 
 func (s *succession) Succeed(addr string) error { s.succeeded = append(s.succeeded, addr); return nil }
 func (s *succession) Admitted(Member) error     { return nil }
 func (s *succession) Suspect(r int) error       { s.suspected = append(s.suspected, r); return nil }
+func (s *succession) EndHung(r, inc int) error  { s.ended = append(s.ended, [2]int{r, inc}); return nil }
 func (s *succession) Moved() <-chan string      { return nil }
 func (s *succession) Notices() <-chan Notice    { return nil }
 
@@ -817,4 +822,116 @@ func TestAReplacementJoiningAsTheJobEndsIsDismissed(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("charmrun waited for a replacement of a job that ended: %s", errb.String())
 	}
+}
+
+// hungEnv makes the test binary a process of TestCharmrunEndsAHungProcessNoneOfTheOthersCanKill
+// (the value: a directory for its marker file).
+const hungEnv = "CLUSTER_TEST_HUNG"
+
+// hungProcess: process 1 looks the steward up and hangs; process 0, once
+// it has, asks charmrun to end it (as a process that found it hung on a
+// host none of the others shares does), and exits with 0 (the job's end)
+// once process 1's replacement has looked the steward up too.
+func hungProcess(dir string) int {
+	rank, _ := strconv.Atoi(os.Getenv(RankEnv))
+	inc, _ := strconv.Atoi(os.Getenv(ReplacementEnv))
+	secret, err := ParseSecret(os.Getenv(SecretEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	rv := &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank, Inc: inc}
+	hung, replaced := filepath.Join(dir, "hung"), filepath.Join(dir, "replaced")
+	wait := func(f string) {
+		for { // (a file is all two processes share here)
+			if _, err := os.Stat(f); err == nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if rank == 0 {
+		if err := rv.Publish("127.0.0.1:1"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		wait(hung)
+		if err := rv.EndHung(1, 0); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		wait(replaced)
+		return 0
+	}
+	if _, err := rv.Lookup(time.Now().Add(10 * time.Second)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if inc == 0 {
+		os.WriteFile(hung, nil, 0o600)
+	} else {
+		os.WriteFile(replaced, nil, 0o600)
+	}
+	select {}
+}
+
+// A process hung on a host none of the others shares (one process a
+// host, as on a cluster) is ended by charmrun, which started it there,
+// when another asks (EndHung), and replaced; it used to end the job. A
+// request of another incarnation than the one connected is ignored.
+func TestCharmrunEndsAHungProcessNoneOfTheOthersCanKill(t *testing.T) {
+	var out, errb bytes.Buffer
+	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: 2, ConnectTimeout: 30 * time.Second, Replace: true,
+		Env: []string{hungEnv + "=" + t.TempDir()}, Stdout: &out, Stderr: &errb}
+	done := make(chan int, 1)
+	go func() { done <- l.Run() }()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, errb.String())
+		require.Contains(t, errb.String(), "charmrun: process 1 hangs (no heartbeat), on a host no other process of the job shares; charmrun ends it, to be replaced\n")
+		require.Contains(t, errb.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the hung process was not ended: %s", errb.String())
+	}
+
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	srv, err := ServeRendezvous("127.0.0.1", secret, 2, zap.NewNop(), 0)
+	require.NoError(t, err)
+	defer srv.Close()
+	p0, p1 := &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: 0}, &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: 1, Inc: 2}
+	require.NoError(t, p0.Publish("127.0.0.1:10"))
+	_, err = p1.Lookup(time.Now().Add(5 * time.Second))
+	require.NoError(t, err)
+	require.NoError(t, p0.EndHung(1, 1)) // of an incarnation gone
+	require.NoError(t, p0.EndHung(1, 2))
+	select {
+	case e := <-srv.Suspected():
+		require.Equal(t, Ending{Rank: 1, Inc: 2, Hung: true}, e)
+	case <-time.After(5 * time.Second):
+		t.Fatal("charmrun's launcher was not asked to end the hung process")
+	}
+	<-p1.Gone() // its connection closed
+	select {
+	case e := <-srv.Suspected():
+		t.Fatalf("asked twice: %+v", e)
+	default:
+	}
+}
+
+// A process that finds another hung, when none of the job's processes
+// shares its host, asks charmrun to end it (once per incarnation); under
+// a rendezvous that cannot (srun, mpirun) it cannot, and the job ends.
+func TestAHungProcessOnAHostOfItsOwnIsEndedByCharmrun(t *testing.T) {
+	job := func(rv Rendezvous) *Job {
+		cfg := Config{Procs: 3, PEs: 3, Rank: 0, Rendezvous: rv}
+		return &Job{cfg: cfg, log: zap.NewNop(), lost: map[int]bool{}, recovery: &joinedRecorder{},
+			members: []Member{{Rank: 0, Host: "a", PID: 1}, {Rank: 1, Host: "b", PID: 2, Inc: 3}, {Rank: 2, Host: "c", PID: 3}}}
+	}
+	rv := &succession{FixedAddress: "127.0.0.1:9"}
+	j := job(rv)
+	require.True(t, j.killHung(1, "no heartbeat"))
+	require.True(t, j.killHung(1, "no heartbeat"), "asked already")
+	require.Equal(t, [][2]int{{1, 3}}, rv.ended)
+	require.False(t, job(FixedAddress("127.0.0.1:9")).killHung(1, "no heartbeat"))
 }

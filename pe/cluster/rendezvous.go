@@ -60,6 +60,10 @@ type Succession interface {
 	// steward cut off from the others but not from charmrun would
 	// otherwise never be succeeded).
 	Suspect(rank int) error
+	// EndHung asks the launcher to end process rank, of incarnation
+	// inc, which hangs on a host no other process of the job shares
+	// (none there can kill it): it is then replaced as a lost process is.
+	EndHung(rank, inc int) error
 	// Moved gives the steward's address each time another takes over
 	// after this process looked it up (a process joining while the
 	// steward it found is lost asks the next).
@@ -204,6 +208,15 @@ func (c *Charmrun) Admitted(m Member) error {
 		return err
 	}
 	return c.line("J " + enc)
+}
+
+// EndHung asks charmrun to end process rank of incarnation inc, which
+// hangs on a host no other process shares.
+func (c *Charmrun) EndHung(rank, inc int) error {
+	if err := c.dial(time.Now().Add(DefaultHandshakeTimeout)); err != nil {
+		return err
+	}
+	return c.line(fmt.Sprintf("K %d %d", rank, inc))
 }
 
 // Suspect tells charmrun that the steward, process rank, is gone.
@@ -389,7 +402,7 @@ type RendezvousServer struct {
 	conns     map[int]net.Conn
 	joined    chan int    // ranks as they connect
 	admitted  chan int    // replacements' ranks as the steward admits them
-	suspected chan Member // stewards another process found gone, whose connection this ended (Rank, Inc)
+	suspected chan Ending // processes the launcher is to end (Suspected)
 	// steward: the rank that steers (-1 before process 0 published);
 	// member: the ranks whose connected process is in the job (it
 	// connected at the start, or the steward admitted it): the steward's
@@ -415,7 +428,7 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, han
 		handshake = DefaultHandshakeTimeout
 	}
 	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes),
-		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs), suspected: make(chan Member, 2*procs),
+		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs), suspected: make(chan Ending, 2*procs),
 		steward: -1, member: map[int]bool{}, seen: map[int]bool{}, inc: map[int]int{}}
 	go s.serve()
 	return s, nil
@@ -430,13 +443,21 @@ func (s *RendezvousServer) Joined() <-chan int { return s.joined }
 // Admitted gives the rank of each replacement the job's steward admitted.
 func (s *RendezvousServer) Admitted() <-chan int { return s.admitted }
 
-// Suspected gives each steward (its rank and incarnation) another
-// process found gone while its connection here was still up (cut off
-// from the others, or hung; or dead, and charmrun had not yet read the
-// end of its connection): the rendezvous named its successor, and the
-// launcher ends it if it still runs, to be replaced as a lost process is
-// (its connection closed, it would end itself, not as a lost process).
-func (s *RendezvousServer) Suspected() <-chan Member { return s.suspected }
+// An Ending is a process the launcher is to end, if that incarnation
+// still runs, so that it is replaced as a lost process is: a steward
+// another process found gone while its connection here was still up (cut
+// off from the others; or dead, and charmrun had not yet read the end of
+// its connection: the rendezvous named its successor), or (Hung) a
+// process found hung on a host no other process of the job shares. Its
+// connection here is closed (it would end itself then, not as a lost
+// process).
+type Ending struct {
+	Rank, Inc int
+	Hung      bool
+}
+
+// Suspected gives the processes the launcher is to end.
+func (s *RendezvousServer) Suspected() <-chan Ending { return s.suspected }
 
 // Close ends the rendezvous and every process's connection to it, which
 // ends the processes still running.
@@ -570,9 +591,10 @@ func (s *RendezvousServer) pushAll(line string, except int) {
 
 // rendezvousRequest is one line a process sends charmrun's rendezvous.
 type rendezvousRequest struct {
-	kind   byte   // 'I', 'P', 'S', 'L', 'J' or 'X' (see parseRequest)
+	kind   byte   // 'I', 'P', 'S', 'L', 'J', 'X' or 'K' (see parseRequest)
 	addr   string // P, S: a control address, host:port
-	rank   int    // X: the steward found gone; I: the incarnation
+	rank   int    // X: the steward found gone; K: the hung process; I: the incarnation
+	inc    int    // K: the hung process's incarnation
 	member Member // J: the replacement admitted
 	word   string // J: the member as sent (encodeMember)
 }
@@ -583,7 +605,9 @@ type rendezvousRequest struct {
 // "S addr" (the successor of a lost steward, or process 0 once the
 // steering came back: its own), "L" (where is the steward?), "J member"
 // (the steward admitted a replacement: encodeMember), "X rank" (the
-// steward, process rank, is gone: Suspect).
+// steward, process rank, is gone: Suspect), "K rank inc" (process rank
+// of incarnation inc hangs where none of the others can kill it:
+// EndHung).
 func parseRequest(line string, from, procs int) (rendezvousRequest, error) {
 	kind, arg, _ := strings.Cut(line, " ")
 	switch kind {
@@ -615,6 +639,14 @@ func parseRequest(line string, from, procs int) (rendezvousRequest, error) {
 			return rendezvousRequest{}, fmt.Errorf("an incarnation of %q", arg)
 		}
 		return rendezvousRequest{kind: 'I', rank: n}, nil
+	case "K":
+		a, b, _ := strings.Cut(arg, " ")
+		r, err1 := strconv.Atoi(a)
+		inc, err2 := strconv.Atoi(b)
+		if err1 != nil || err2 != nil || r < 0 || r >= procs || inc < 0 {
+			return rendezvousRequest{}, fmt.Errorf("a hung process %q: want its rank (0..%d) and incarnation", arg, procs-1)
+		}
+		return rendezvousRequest{kind: 'K', rank: r, inc: inc}, nil
 	case "X":
 		r, err := strconv.Atoi(arg)
 		if err != nil || r < 0 || r >= procs {
@@ -676,7 +708,18 @@ func (s *RendezvousServer) request(rank int, c net.Conn, line string) {
 			s.log.Info("rendezvous: a process found the steward gone", zap.Int("steward", req.rank), zap.Int("from", rank))
 			w.Close()
 			select {
-			case s.suspected <- Member{Rank: req.rank, Inc: s.inc[req.rank]}:
+			case s.suspected <- Ending{Rank: req.rank, Inc: s.inc[req.rank]}:
+			default: // (charmrun is ending: nobody reads)
+			}
+		}
+	case 'K':
+		if w := s.conns[req.rank]; w != nil && s.inc[req.rank] == req.inc && req.rank != rank {
+			// (a steward's handler then finds the connection closed:
+			// succeed)
+			s.log.Info("rendezvous: a process found another hung", zap.Int("hung", req.rank), zap.Int("from", rank))
+			w.Close()
+			select {
+			case s.suspected <- Ending{Rank: req.rank, Inc: req.inc, Hung: true}:
 			default: // (charmrun is ending: nobody reads)
 			}
 		}

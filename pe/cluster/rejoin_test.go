@@ -768,14 +768,11 @@ const endingEnv = "CLUSTER_TEST_ENDING"
 // looks it up, says so, and waits for ever, as one waiting for its list
 // from a steward that ended would.
 func endingProcess(dir string) int {
-	rank, _ := strconv.Atoi(os.Getenv(RankEnv))
-	inc, _ := strconv.Atoi(os.Getenv(ReplacementEnv))
-	secret, err := ParseSecret(os.Getenv(SecretEnv))
+	rank, inc, rv, err := jobProcess()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	rv := &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank}
 	marker := filepath.Join(dir, "replacement")
 	switch {
 	case rank == 0:
@@ -783,12 +780,8 @@ func endingProcess(dir string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		for { // (a file is all two processes share here)
-			if _, err := os.Stat(marker); err == nil {
-				return 0
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitForFile(marker)
+		return 0
 	case inc == 0:
 		if _, err := rv.Lookup(time.Now().Add(10 * time.Second)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -810,17 +803,47 @@ func endingProcess(dir string) int {
 // returns, instead of waiting for it (it waited for a steward's address
 // until its connect timeout, 65 s, then ended the job with exit 1).
 func TestAReplacementJoiningAsTheJobEndsIsDismissed(t *testing.T) {
+	errs := launchTwo(t, endingEnv, "charmrun waited for a replacement of a job that ended")
+	require.Contains(t, errs, "charmrun: process 1 was killed by SIGKILL; starting its replacement")
+}
+
+// launchTwo runs a job of two processes of the test binary, each told
+// its part by the environment variable env (a directory for markers),
+// and returns what charmrun's launcher wrote to standard error; the job
+// must end with 0 within 20 s, else the test fails with stuck.
+func launchTwo(t *testing.T, env, stuck string) string {
+	t.Helper()
 	var out, errb bytes.Buffer
 	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: 2, ConnectTimeout: 30 * time.Second, Replace: true,
-		Env: []string{endingEnv + "=" + t.TempDir()}, Stdout: &out, Stderr: &errb}
+		Env: []string{env + "=" + t.TempDir()}, Stdout: &out, Stderr: &errb}
 	done := make(chan int, 1)
 	go func() { done <- l.Run() }()
 	select {
 	case code := <-done:
 		require.Equal(t, 0, code, errb.String())
-		require.Contains(t, errb.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
 	case <-time.After(20 * time.Second):
-		t.Fatalf("charmrun waited for a replacement of a job that ended: %s", errb.String())
+		t.Fatalf("%s: %s", stuck, errb.String())
+	}
+	return errb.String()
+}
+
+// jobProcess is a test job's process as the launcher started it: its
+// rank, incarnation and rendezvous.
+func jobProcess() (rank, inc int, rv *Charmrun, err error) {
+	rank, _ = strconv.Atoi(os.Getenv(RankEnv))
+	inc, _ = strconv.Atoi(os.Getenv(ReplacementEnv))
+	secret, err := ParseSecret(os.Getenv(SecretEnv))
+	return rank, inc, &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank, Inc: inc}, err
+}
+
+// waitForFile waits until f exists (a file is all a test job's processes
+// share).
+func waitForFile(f string) {
+	for {
+		if _, err := os.Stat(f); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -833,34 +856,23 @@ const hungEnv = "CLUSTER_TEST_HUNG"
 // host none of the others shares does), and exits with 0 (the job's end)
 // once process 1's replacement has looked the steward up too.
 func hungProcess(dir string) int {
-	rank, _ := strconv.Atoi(os.Getenv(RankEnv))
-	inc, _ := strconv.Atoi(os.Getenv(ReplacementEnv))
-	secret, err := ParseSecret(os.Getenv(SecretEnv))
+	rank, inc, rv, err := jobProcess()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	rv := &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank, Inc: inc}
 	hung, replaced := filepath.Join(dir, "hung"), filepath.Join(dir, "replaced")
-	wait := func(f string) {
-		for { // (a file is all two processes share here)
-			if _, err := os.Stat(f); err == nil {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	if rank == 0 {
 		if err := rv.Publish("127.0.0.1:1"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		wait(hung)
+		waitForFile(hung)
 		if err := rv.EndHung(1, 0); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		wait(replaced)
+		waitForFile(replaced)
 		return 0
 	}
 	if _, err := rv.Lookup(time.Now().Add(10 * time.Second)); err != nil {
@@ -880,19 +892,9 @@ func hungProcess(dir string) int {
 // when another asks (EndHung), and replaced; it used to end the job. A
 // request of another incarnation than the one connected is ignored.
 func TestCharmrunEndsAHungProcessNoneOfTheOthersCanKill(t *testing.T) {
-	var out, errb bytes.Buffer
-	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: 2, ConnectTimeout: 30 * time.Second, Replace: true,
-		Env: []string{hungEnv + "=" + t.TempDir()}, Stdout: &out, Stderr: &errb}
-	done := make(chan int, 1)
-	go func() { done <- l.Run() }()
-	select {
-	case code := <-done:
-		require.Equal(t, 0, code, errb.String())
-		require.Contains(t, errb.String(), "charmrun: process 1 hangs (no heartbeat), on a host no other process of the job shares; charmrun ends it, to be replaced\n")
-		require.Contains(t, errb.String(), "charmrun: process 1 was killed by SIGKILL; starting its replacement")
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the hung process was not ended: %s", errb.String())
-	}
+	errs := launchTwo(t, hungEnv, "the hung process was not ended")
+	require.Contains(t, errs, "charmrun: process 1 hangs (no heartbeat), on a host no other process of the job shares; charmrun ends it, to be replaced\n")
+	require.Contains(t, errs, "charmrun: process 1 was killed by SIGKILL; starting its replacement")
 
 	secret, err := NewSecret()
 	require.NoError(t, err)

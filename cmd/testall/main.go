@@ -32,6 +32,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/charmgo/charmgo/internal/syncio"
 )
 
 // tier is one `go test` run of the suite.
@@ -190,31 +192,18 @@ func runGroup(group []tier, long int, out io.Writer, verbose bool) []tierResult 
 		results[0] = runTier(group[0], long, out, verbose)
 		return results
 	}
-	bufs := make([]lockedBuffer, len(group))
+	// (go test's standard error is copied in by exec as its events are
+	// read: a syncio.Writer, not the buffer itself)
+	bufs := make([]bytes.Buffer, len(group))
 	var wg sync.WaitGroup
 	for i, t := range group {
-		wg.Go(func() { results[i] = runTier(t, long, &bufs[i], verbose) })
+		wg.Go(func() { results[i] = runTier(t, long, &syncio.Writer{W: &bufs[i]}, verbose) })
 	}
 	wg.Wait()
 	for i := range bufs {
-		out.Write(bufs[i].b.Bytes())
+		out.Write(bufs[i].Bytes())
 	}
 	return results
-}
-
-// lockedBuffer is a tier's lines while its group runs: go test's
-// standard error is copied in by exec as its events are read. (Only
-// Write: a bytes.Buffer's ReadFrom, which io.Copy would use, keeps its
-// length across the copy and drops what was written meanwhile.)
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }
 
 // runTier runs one tier's go test, printing its lines to out.

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/charmgo/charmgo/internal/syncio"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -110,7 +112,7 @@ func (l Launch) run(lost *string) int {
 	path := l.Path
 	// charmrun's own lines and the children's output share the streams:
 	// every write goes through one lock per stream
-	out, errw := &lockedWriter{w: l.Stdout}, &lockedWriter{w: l.Stderr}
+	out, errw := &syncio.Writer{W: l.Stdout}, &syncio.Writer{W: l.Stderr}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(errw, "charmrun: "+format+"\n", a...)
 		return 1
@@ -380,15 +382,3 @@ func remoteCommand(shell, host, path string, args, vars []string, secret Secret)
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// lockedWriter lets several children write one stream a write at a time.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (w *lockedWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(b)
-}

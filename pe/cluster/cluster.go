@@ -1191,7 +1191,7 @@ func (j *Job) stewardGone(lost, inc, next int) {
 			if q != j.cfg.Rank && m.Inc > 0 && !slices.Contains(gone, q) {
 				// a replacement the lost steward admitted may not have
 				// had its list yet (one that has it ignores this)
-				j.send(q, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: next + 1, Lost: gone})
+				j.sendList(q, next, members, gone)
 			}
 		}
 	default:
@@ -1200,7 +1200,7 @@ func (j *Job) stewardGone(lost, inc, next int) {
 			// the successor may be a replacement the lost steward
 			// admitted and was lost before its list came: from here,
 			// with who steers (one that has it ignores it)
-			j.send(next, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: next + 1, Lost: gone})
+			j.sendList(next, next, members, gone)
 		}
 	}
 	switch {
@@ -1214,6 +1214,14 @@ func (j *Job) stewardGone(lost, inc, next int) {
 		// learns who steers now
 		j.recovery.ProcessLost(lost)
 	}
+}
+
+// sendList sends process to the job's list as a replacement needs it
+// when the steward that admitted it was lost: members, who steers
+// (steward: Code, plus one), and the processes lost, which will not dial
+// it (one that has its list ignores this).
+func (j *Job) sendList(to, steward int, members []Member, gone []int) {
+	j.send(to, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: steward + 1, Lost: gone})
 }
 
 // lostRanks lists the processes lost and not yet replaced, in order
@@ -1269,7 +1277,7 @@ func (j *Job) rejoin(m control) {
 		members, gone := slices.Clone(j.members), j.lostRanks()
 		j.mu.Unlock()
 		j.log.Info("a replacement admitted by the lost steward asked again: its list", zap.Int("process", who.Rank))
-		j.send(who.Rank, control{Kind: ctlMembers, Members: members, Gen: j.gen.Load(), Code: j.cfg.Rank + 1, Lost: gone})
+		j.sendList(who.Rank, j.cfg.Rank, members, gone)
 		return
 	}
 	if who.Rank >= 0 && who.Rank < j.cfg.Procs && !j.lost[who.Rank] && who.Inc > j.members[who.Rank].Inc && who.Types == j.cfg.Types {

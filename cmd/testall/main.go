@@ -60,10 +60,13 @@ func tiers() []tier {
 		// the runtime: PEs, processes and networks run at once, and the
 		// detector looks at every access (LeanMD's package runs its
 		// recovery, migration and checkpoint cases; the plain tier all)
-		{name: "race", race: true, pkgs: []string{"./pe/...", "./chare", "./examples/...", "./cmd/charmrun", "./apps/leanmd/md", "./apps/openatom/...", "./bench"}},
+		// (in each tier the longest packages first: go test starts them
+		// in this order, two at a time, and the tier lasts as long as its
+		// longest package and whatever started after it)
+		{name: "race", race: true, pkgs: []string{"./cmd/charmrun", "./apps/leanmd/md", "./chare", "./pe/...", "./examples/...", "./apps/openatom/...", "./bench"}},
 		// state machines, strategies, the deterministic simulator (one
 		// goroutine), LeanMD's every case and sweep: no detector
-		{name: "plain", pkgs: []string{"./internal/...", "./manager", "./recovery", "./ftlayer/...", "./ftsim", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/...", "./apps/leanmd/md", "./apps/openatom/..."}},
+		{name: "plain", pkgs: []string{"./apps/leanmd/md", "./ftsim", "./apps/openatom/...", "./internal/...", "./manager", "./recovery", "./ftlayer/...", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/..."}},
 		// messages between PEs held back and reordered across channels,
 		// as between processes
 		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},
@@ -128,6 +131,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	start := time.Now()
+	// the tests' temporary files in memory where the user left TMPDIR
+	// unset (memoryTempDir)
+	var env []string
+	if os.Getenv("TMPDIR") == "" {
+		if dir := memoryTempDir(); dir != "" {
+			defer os.RemoveAll(dir)
+			env = append(env, "TMPDIR="+dir)
+			fmt.Fprintf(stdout, "testall: temporary files in %s (tmpfs)\n", dir)
+		}
+	}
 	var pkgs []pkgResult
 	var tests []testResult
 	failed := false
@@ -142,7 +155,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	for _, group := range groups(chosen) {
-		for _, r := range runGroup(group, *long, stdout, *verbose) {
+		for _, r := range runGroup(group, *long, env, stdout, *verbose) {
 			if r.err != nil {
 				fmt.Fprintf(stderr, "testall: %s: %v\n", r.tier, r.err)
 				return 1
@@ -183,13 +196,14 @@ type tierResult struct {
 	err   error
 }
 
-// runGroup runs the tiers of a group at the same time. A tier alone
-// prints as it goes; in a group of several, each tier's lines wait and
-// come in the group's order once all ended.
-func runGroup(group []tier, long int, out io.Writer, verbose bool) []tierResult {
+// runGroup runs the tiers of a group at the same time, with env added to
+// each one's environment. A tier alone prints as it goes; in a group of
+// several, each tier's lines wait and come in the group's order once all
+// ended.
+func runGroup(group []tier, long int, env []string, out io.Writer, verbose bool) []tierResult {
 	results := make([]tierResult, len(group))
 	if len(group) == 1 {
-		results[0] = runTier(group[0], long, out, verbose)
+		results[0] = runTier(group[0], long, env, out, verbose)
 		return results
 	}
 	// (go test's standard error is copied in by exec as its events are
@@ -197,7 +211,7 @@ func runGroup(group []tier, long int, out io.Writer, verbose bool) []tierResult 
 	bufs := make([]bytes.Buffer, len(group))
 	var wg sync.WaitGroup
 	for i, t := range group {
-		wg.Go(func() { results[i] = runTier(t, long, &syncio.Writer{W: &bufs[i]}, verbose) })
+		wg.Go(func() { results[i] = runTier(t, long, env, &syncio.Writer{W: &bufs[i]}, verbose) })
 	}
 	wg.Wait()
 	for i := range bufs {
@@ -206,9 +220,10 @@ func runGroup(group []tier, long int, out io.Writer, verbose bool) []tierResult 
 	return results
 }
 
-// runTier runs one tier's go test, printing its lines to out.
-func runTier(t tier, long int, out io.Writer, verbose bool) tierResult {
-	env := append(os.Environ(), t.env...)
+// runTier runs one tier's go test, with suiteEnv and the tier's own
+// added to the environment, printing its lines to out.
+func runTier(t tier, long int, suiteEnv []string, out io.Writer, verbose bool) tierResult {
+	env := append(append(os.Environ(), suiteEnv...), t.env...)
 	if long > 0 {
 		env = append(env, "FT_LONG="+strconv.Itoa(long))
 	}

@@ -115,7 +115,7 @@ func TestGroups(t *testing.T) {
 func TestRunGroup(t *testing.T) {
 	group := []tier{{name: "one", pkgs: []string{"../../internal/stat"}}, {name: "two", pkgs: []string{"../../internal/atomicfile"}, alongside: true}}
 	var out bytes.Buffer
-	rs := runGroup(group, 0, &out, false)
+	rs := runGroup(group, 0, nil, &out, false)
 	require.Len(t, rs, 2)
 	for i, r := range rs {
 		require.NoError(t, r.err)
@@ -124,4 +124,16 @@ func TestRunGroup(t *testing.T) {
 		require.Len(t, r.pkgs, 1)
 	}
 	require.Regexp(t, `(?s)^== one: .*\nok +github.com/charmgo/charmgo/internal/stat +[0-9.]+s\n== two: .*\[alongside the tier before\]\nok +github.com/charmgo/charmgo/internal/atomicfile `, out.String())
+}
+
+// The suite's environment (the temporary directory testall chose) reaches
+// every tier's go test: one pointed at a directory that is not there
+// cannot build.
+func TestRunGroupPassesTheSuitesEnvironment(t *testing.T) {
+	group := []tier{{name: "one", pkgs: []string{"../../internal/stat"}}}
+	var out bytes.Buffer
+	rs := runGroup(group, 0, []string{"TMPDIR=" + t.TempDir() + "/absent"}, &out, false)
+	require.Len(t, rs, 1)
+	require.False(t, rs[0].ok, out.String())
+	require.Contains(t, out.String(), "absent")
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package main
+
+// memoryTempDir is "" off Linux: the tests' temporary files go where
+// TMPDIR says.
+func memoryTempDir() string { return "" }

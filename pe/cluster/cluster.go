@@ -377,6 +377,13 @@ func (j *Job) join(deadline time.Time) error {
 			}
 		}
 		j.gen.Store(m.Gen)
+		if rv, ok := cfg.Rendezvous.(Succession); ok {
+			// (until then, were the steward lost, this process could not
+			// tell the job: see Listed)
+			if err := rv.Listed(); err != nil {
+				return fmt.Errorf("rendezvous: %w", err)
+			}
+		}
 	}
 	j.sys.Root.Send(j.pids[cfg.Rank], watchPeers{j})
 	go j.acceptLoop()

@@ -68,6 +68,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(hungEnv); dir != "" {
 		os.Exit(hungProcess(dir))
 	}
+	if dir := os.Getenv(unlistedEnv); dir != "" {
+		os.Exit(unlistedProcess(dir))
+	}
 	os.Exit(m.Run())
 }
 

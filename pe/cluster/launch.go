@@ -192,10 +192,12 @@ func (l Launch) run(lost *string) int {
 	joinTimer := time.NewTimer(timeout)
 	defer joinTimer.Stop()
 	joined := make([]bool, l.Procs)
-	// in: the process of each rank is in the job (it joined at the start,
-	// or the steward admitted it) and has not exited. A lost process is
-	// replaced only while another is in: none is left to admit it, or to
-	// take over from a lost steward, otherwise.
+	// in: the process of each rank is in the job and knows it (it joined
+	// at the start, or the steward admitted it and it has the job's
+	// list: Listed) and has not exited. A lost process is replaced only
+	// while another is in: none is left to admit it, or to take over from
+	// a lost steward, otherwise (a replacement admitted whose list never
+	// came cannot: it knows nobody).
 	in := make([]bool, l.Procs)
 	nJoined, running, replaced := 0, l.Procs, 0
 	// ended: a process exited with 0, so the job ended (process 0
@@ -218,7 +220,7 @@ func (l Launch) run(lost *string) int {
 	}
 	for running > 0 {
 		select {
-		case r := <-srv.Admitted():
+		case r := <-srv.Listed():
 			in[r] = true
 		case m := <-srv.Suspected():
 			// the rendezvous named its successor: it is lost, and is
@@ -249,11 +251,11 @@ func (l Launch) run(lost *string) int {
 			if e.c != children[e.c.rank] {
 				continue // a lost incarnation, replaced already
 			}
-			// (a process connects, or is admitted, before it can exit:
+			// (a process connects, or has its list, before it can exit:
 			// what came before its exit counts first)
 			for drained := false; !drained; {
 				select {
-				case r := <-srv.Admitted():
+				case r := <-srv.Listed():
 					in[r] = true
 				case r := <-srv.Joined():
 					onJoined(r)

@@ -216,19 +216,70 @@ func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 	}
 	m := Member{Rank: 0, Inc: 1, Host: "h", PID: 7, Control: "127.0.0.1:12", Data: "127.0.0.1:13", Types: 42}
 	require.NoError(t, p1.Admitted(m))
-	select {
-	case r := <-srv.Admitted():
-		require.Equal(t, 0, r)
-	case <-time.After(5 * time.Second):
-		t.Fatal("charmrun did not hear of the admission")
-	}
 	for _, p := range []*Charmrun{p2, replacement} {
 		require.Equal(t, Notice{Joined: &m, Lost: -1, LostInc: -1, Next: -1}, nextNotice(t, p))
+	}
+	select {
+	case r := <-srv.Listed():
+		t.Fatalf("charmrun took process %d's replacement for in the job before it had its list", r)
+	default:
+	}
+	require.NoError(t, replacement.Listed())
+	select {
+	case r := <-srv.Listed():
+		require.Equal(t, 0, r)
+	case <-time.After(5 * time.Second):
+		t.Fatal("charmrun did not hear the replacement had its list")
 	}
 	select {
 	case n := <-p1.Notices():
 		t.Fatalf("the steward was told of its own admission: %+v", n)
 	default:
+	}
+}
+
+// A successor that does not know the job (a replacement its steward
+// admitted, lost before the list came) steers only where a process that
+// knows it is left to send it the list: of a job of two, process 0 lost,
+// its successor admitting process 0's replacement and lost in turn, no
+// process is named (-1: the job cannot go on, and charmrun runs it again
+// from its checkpoint directory) unless the replacement had its list.
+func TestTheRendezvousNamesNoSuccessorThatCannotKnowTheJob(t *testing.T) {
+	for _, listed := range []bool{false, true} {
+		t.Run(fmt.Sprint("listed ", listed), func(t *testing.T) {
+			secret, err := NewSecret()
+			require.NoError(t, err)
+			srv, err := ServeRendezvous("127.0.0.1", secret, 2, zap.NewNop(), 0)
+			require.NoError(t, err)
+			defer srv.Close()
+			at := func(r, inc int) *Charmrun { return &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: r, Inc: inc} }
+			soon := func() time.Time { return time.Now().Add(5 * time.Second) }
+			p0, p1 := at(0, 0), at(1, 0)
+			require.NoError(t, p0.Publish("127.0.0.1:10"))
+			_, err = p1.Lookup(soon())
+			require.NoError(t, err)
+			p0.Close()
+			<-p0.Gone()
+			require.Equal(t, Notice{Lost: 0, LostInc: 0, Next: 1}, nextNotice(t, p1))
+			require.NoError(t, p1.Succeed("127.0.0.1:11"))
+			r0 := at(0, 1)
+			_, err = r0.Lookup(soon())
+			require.NoError(t, err)
+			m := Member{Rank: 0, Inc: 1, Control: "127.0.0.1:12", Data: "127.0.0.1:13"}
+			require.NoError(t, p1.Admitted(m))
+			require.Equal(t, Notice{Joined: &m, Lost: -1, LostInc: -1, Next: -1}, nextNotice(t, r0))
+			if listed {
+				require.NoError(t, r0.Listed())
+				select {
+				case r := <-srv.Listed():
+					require.Equal(t, 0, r)
+				case <-time.After(5 * time.Second):
+					t.Fatal("charmrun did not hear the replacement had its list")
+				}
+			}
+			p1.Close()
+			require.Equal(t, Notice{Lost: 1, LostInc: 0, Next: map[bool]int{false: -1, true: 0}[listed]}, nextNotice(t, r0))
+		})
 	}
 }
 
@@ -320,7 +371,7 @@ func FuzzRendezvousRequest(f *testing.F) {
 	require.NoError(f, err)
 	far, err := encodeMember(Member{Rank: 7, Inc: 1, Control: "127.0.0.1:1", Data: "127.0.0.1:2"})
 	require.NoError(f, err)
-	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J " + m, "J " + far, "J 2", "J -1", "X 1", "X -1", "X 3", "I 0", "I 4", "I -1", "I x", "K 1 0", "K 1 2", "K 3 0", "K 1 -1", "K 1", "K x y", "P", "S x", "L extra", ""} {
+	for _, s := range []string{"L", "P 127.0.0.1:80", "S [::1]:9", "J " + m, "J " + far, "J 2", "J -1", "X 1", "X -1", "X 3", "I 0", "I 4", "I -1", "I x", "K 1 0", "K 1 2", "K 3 0", "K 1 -1", "K 1", "K x y", "P", "S x", "L extra", "H", "H 1", ""} {
 		f.Add(s, 0)
 		f.Add(s, 1)
 	}
@@ -345,7 +396,8 @@ func FuzzRendezvousRequest(f *testing.F) {
 		case 'K':
 			require.True(t, req.rank >= 0 && req.rank < 3)
 			require.GreaterOrEqual(t, req.inc, 0)
-		case 'L':
+		case 'L', 'H':
+			require.Contains(t, []string{"L", "L ", "H", "H "}, line, "a lookup, and a replacement's word that it has its list, take nothing")
 		default:
 			t.Fatalf("kind %q", req.kind)
 		}
@@ -655,6 +707,7 @@ type succession struct {
 
 func (s *succession) Succeed(addr string) error { s.succeeded = append(s.succeeded, addr); return nil }
 func (s *succession) Admitted(Member) error     { return nil }
+func (s *succession) Listed() error             { return nil }
 func (s *succession) Suspect(r int) error       { s.suspected = append(s.suspected, r); return nil }
 func (s *succession) EndHung(r, inc int) error  { s.ended = append(s.ended, [2]int{r, inc}); return nil }
 func (s *succession) Moved() <-chan string      { return nil }
@@ -845,6 +898,101 @@ func waitForFile(f string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// unlistedEnv makes the test binary a process of
+// TestAReplacementWithoutItsListLeftAloneEndsTheJob (the value: a
+// directory for its marker files).
+const unlistedEnv = "CLUSTER_TEST_UNLISTED"
+
+// unlistedProcess: process 0 publishes an address and is killed by
+// SIGKILL once process 1 looked it up; process 1 takes over when
+// charmrun names it, admits process 0's replacement once that looked the
+// steward up, and is killed by SIGKILL as soon as the replacement heard
+// of its admission from charmrun, before any list went; the replacement
+// waits for ever, as one waiting for its list would.
+func unlistedProcess(dir string) int {
+	rank, inc, rv, err := jobProcess()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	looked, replacement, heard := filepath.Join(dir, "looked"), filepath.Join(dir, "replacement"), filepath.Join(dir, "heard")
+	soon := time.Now().Add(10 * time.Second)
+	switch {
+	case rank == 0 && inc == 0:
+		if err := rv.Publish("127.0.0.1:1"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		waitForFile(looked)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	case rank == 1:
+		if _, err := rv.Lookup(soon); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.WriteFile(looked, nil, 0o600)
+		if n := <-rv.Notices(); n.Next != 1 {
+			fmt.Fprintf(os.Stderr, "charmrun named process %d to succeed process 0\n", n.Next)
+			return 1
+		}
+		if err := rv.Succeed("127.0.0.1:2"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		waitForFile(replacement)
+		if err := rv.Admitted(Member{Rank: 0, Inc: inc + 1, Control: "127.0.0.1:3", Data: "127.0.0.1:4"}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		waitForFile(heard) // (charmrun read the admission)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	default:
+		if _, err := rv.Lookup(soon); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.WriteFile(replacement, nil, 0o600)
+		for n := range rv.Notices() {
+			if n.Joined != nil {
+				os.WriteFile(heard, nil, 0o600)
+			}
+		}
+	}
+	select {}
+}
+
+// A job of two: process 0 lost, its successor lost as it admitted process
+// 0's replacement, before the replacement had its list. Nobody left knows
+// the job: the replacement cannot steer, and charmrun, which took it for
+// in the job, started a replacement of process 1 that waited for a
+// steward until its connect timeout (1m5s), and the job ended with exit
+// 1 (not "lost", so not run again from --ckpt-dir). Now a replacement is
+// in the job only once it has its list: process 1 is not replaced, and
+// the job ends at once, lost, as when both are lost at once.
+func TestAReplacementWithoutItsListLeftAloneEndsTheJob(t *testing.T) {
+	var out, errb bytes.Buffer
+	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: 2, ConnectTimeout: 30 * time.Second, Replace: true,
+		Env: []string{unlistedEnv + "=" + t.TempDir()}, Stdout: &out, Stderr: &errb}
+	type ended struct {
+		code int
+		lost string
+	}
+	done := make(chan ended, 1)
+	go func() {
+		code, lost := l.RunJob()
+		done <- ended{code, lost}
+	}()
+	select {
+	case e := <-done:
+		require.NotEqual(t, 0, e.code, errb.String())
+		require.Equal(t, "process 1 was killed by SIGKILL", e.lost, errb.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("charmrun replaced a process with none left in the job to admit it: %s", errb.String())
+	}
+	require.Contains(t, errb.String(), "charmrun: process 0 was killed by SIGKILL; starting its replacement")
+	require.NotContains(t, errb.String(), "process 1 was killed by SIGKILL; starting its replacement")
 }
 
 // hungEnv makes the test binary a process of TestCharmrunEndsAHungProcessNoneOfTheOthersCanKill

@@ -51,10 +51,16 @@ type Succession interface {
 	Succeed(addr string) error
 	// Admitted tells the rendezvous that the steward admitted m, the
 	// replacement of a lost process, into the job: every process hears
-	// of it (Notices), and it can take over in turn (the launcher
-	// replaces a lost process only while another is in the job to admit
-	// its replacement).
+	// of it (Notices), and it can take over in turn.
 	Admitted(m Member) error
+	// Listed tells the rendezvous that this process, a replacement, has
+	// the job's list: it knows the others, and could tell a replacement
+	// of them. The launcher replaces a lost process only while a process
+	// so in the job is left (one joined at the start, or a replacement
+	// listed), and without one no successor steers: a replacement the
+	// steward admitted and was lost before its list came learns the job
+	// only from such a process.
+	Listed() error
 	// Suspect tells the rendezvous that this process found the steward,
 	// process rank, gone: the rendezvous takes it for gone too (a
 	// steward cut off from the others but not from charmrun would
@@ -208,6 +214,14 @@ func (c *Charmrun) Admitted(m Member) error {
 		return err
 	}
 	return c.line("J " + enc)
+}
+
+// Listed tells charmrun that this replacement has the job's list.
+func (c *Charmrun) Listed() error {
+	if err := c.dial(time.Now().Add(DefaultHandshakeTimeout)); err != nil {
+		return err
+	}
+	return c.line("H")
 }
 
 // EndHung asks charmrun to end process rank of incarnation inc, which
@@ -401,14 +415,18 @@ type RendezvousServer struct {
 	looked    []net.Conn // the others that looked it up, told of a successor's
 	conns     map[int]net.Conn
 	joined    chan int    // ranks as they connect
-	admitted  chan int    // replacements' ranks as the steward admits them
+	listed    chan int    // replacements' ranks as they have their list (Listed)
 	suspected chan Ending // processes the launcher is to end (Suspected)
 	// steward: the rank that steers (-1 before process 0 published);
 	// member: the ranks whose connected process is in the job (it
 	// connected at the start, or the steward admitted it): the steward's
-	// successor is the lowest of them (succeed)
+	// successor is the lowest of them (succeed); knows: of them, those
+	// that know the job's list (connected at the start, or a replacement
+	// listed): a successor that does not gets it from one of them, and
+	// with none left nobody steers
 	steward int
 	member  map[int]bool
+	knows   map[int]bool
 	seen    map[int]bool // ranks that connected once: a later connection is a replacement's
 	inc     map[int]int  // the incarnation of each rank's process connected (its "I" line)
 }
@@ -428,8 +446,8 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, han
 		handshake = DefaultHandshakeTimeout
 	}
 	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes),
-		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), admitted: make(chan int, 2*procs), suspected: make(chan Ending, 2*procs),
-		steward: -1, member: map[int]bool{}, seen: map[int]bool{}, inc: map[int]int{}}
+		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), listed: make(chan int, 2*procs), suspected: make(chan Ending, 2*procs),
+		steward: -1, member: map[int]bool{}, knows: map[int]bool{}, seen: map[int]bool{}, inc: map[int]int{}}
 	go s.serve()
 	return s, nil
 }
@@ -440,8 +458,9 @@ func (s *RendezvousServer) Addr() string { return s.ln.Addr().String() }
 // Joined gives each rank once its process has connected.
 func (s *RendezvousServer) Joined() <-chan int { return s.joined }
 
-// Admitted gives the rank of each replacement the job's steward admitted.
-func (s *RendezvousServer) Admitted() <-chan int { return s.admitted }
+// Listed gives the rank of each replacement once it has the job's list
+// (the steward admitted it, and it knows the others).
+func (s *RendezvousServer) Listed() <-chan int { return s.listed }
 
 // An Ending is a process the launcher is to end, if that incarnation
 // still runs, so that it is replaced as a lost process is: a steward
@@ -512,7 +531,7 @@ func (s *RendezvousServer) handle(c net.Conn) {
 	s.conns[rank] = c
 	s.inc[rank] = 0 // (until it says)
 	if !s.seen[rank] {
-		s.seen[rank], s.member[rank] = true, true
+		s.seen[rank], s.member[rank], s.knows[rank] = true, true, true
 	}
 	s.mu.Unlock()
 	select {
@@ -527,6 +546,7 @@ func (s *RendezvousServer) handle(c net.Conn) {
 		if s.conns[rank] == c {
 			delete(s.conns, rank)
 			delete(s.member, rank)
+			delete(s.knows, rank)
 			if rank == s.steward {
 				s.succeed(rank)
 			}
@@ -562,7 +582,10 @@ func (s *RendezvousServer) handle(c net.Conn) {
 // the order of everything else it is told: the processes agree on it
 // whatever the lost steward told each of them before it went (an
 // admission it was telling the others of when it was lost, say).
-// Lookups wait until the successor says where it listens (Succeed).
+// Lookups wait until the successor says where it listens (Succeed). A
+// successor without the job's list has it from the others that know it;
+// if none is left (the steward admitted replacements and was lost before
+// their lists came), nobody can steer: next is -1.
 func (s *RendezvousServer) succeed(lost int) {
 	inc := s.inc[lost]
 	next := -1
@@ -571,6 +594,13 @@ func (s *RendezvousServer) succeed(lost int) {
 			next = r
 			break
 		}
+	}
+	known := false
+	for r := range s.knows {
+		known = known || s.conns[r] != nil
+	}
+	if !known {
+		next = -1
 	}
 	s.steward = next
 	s.log.Info("rendezvous: the steward is gone", zap.Int("lost", lost), zap.Int("next", next))
@@ -591,7 +621,7 @@ func (s *RendezvousServer) pushAll(line string, except int) {
 
 // rendezvousRequest is one line a process sends charmrun's rendezvous.
 type rendezvousRequest struct {
-	kind   byte   // 'I', 'P', 'S', 'L', 'J', 'X' or 'K' (see parseRequest)
+	kind   byte   // 'I', 'P', 'S', 'L', 'J', 'H', 'X' or 'K' (see parseRequest)
 	addr   string // P, S: a control address, host:port
 	rank   int    // X: the steward found gone; K: the hung process; I: the incarnation
 	inc    int    // K: the hung process's incarnation
@@ -604,18 +634,19 @@ type rendezvousRequest struct {
 // (process 0, at the start: its control address),
 // "S addr" (the successor of a lost steward, or process 0 once the
 // steering came back: its own), "L" (where is the steward?), "J member"
-// (the steward admitted a replacement: encodeMember), "X rank" (the
+// (the steward admitted a replacement: encodeMember), "H" (a replacement
+// has the job's list: Listed), "X rank" (the
 // steward, process rank, is gone: Suspect), "K rank inc" (process rank
 // of incarnation inc hangs where none of the others can kill it:
 // EndHung).
 func parseRequest(line string, from, procs int) (rendezvousRequest, error) {
 	kind, arg, _ := strings.Cut(line, " ")
 	switch kind {
-	case "L":
+	case "L", "H":
 		if arg != "" {
-			return rendezvousRequest{}, fmt.Errorf("a lookup takes nothing: %q", line)
+			return rendezvousRequest{}, fmt.Errorf("%q takes nothing: %q", kind, line)
 		}
-		return rendezvousRequest{kind: 'L'}, nil
+		return rendezvousRequest{kind: kind[0]}, nil
 	case "P", "S":
 		if kind == "P" && from != 0 {
 			return rendezvousRequest{}, fmt.Errorf("process %d published an address: only process 0 does, at the start", from)
@@ -698,9 +729,14 @@ func (s *RendezvousServer) request(rank int, c net.Conn, line string) {
 			s.member[req.rank] = true
 		}
 		s.pushAll("R "+req.word+"\n", rank)
-		select {
-		case s.admitted <- req.rank:
-		default: // (charmrun is ending: nobody reads)
+	case 'H':
+		if s.conns[rank] == c && !s.knows[rank] {
+			// (its admission may come after: another connection)
+			s.member[rank], s.knows[rank] = true, true
+			select {
+			case s.listed <- rank:
+			default: // (charmrun is ending: nobody reads)
+			}
 		}
 	case 'X':
 		if w := s.conns[req.rank]; w != nil && req.rank == s.steward && req.rank != rank {

@@ -223,9 +223,7 @@ const RuntimeUsage = `runtime flags (every charmgo program):
                          docs/SPMD.md)
   --teams N|process|auto teams for --ft team and spmd (and camel: camel+teams): blocks of
                          N consecutive PEs, each process's PEs (the default
-                         with several processes under team and spmd, and
-                         under camel where a process has several PEs), or
-                         auto: chosen at
+                         with several processes under team), or auto: chosen at
                          each checkpoint from the traffic measured since the one
                          before (papers/001's Algorithm 1; one process)
   --teams-alpha A, --teams-beta B
@@ -830,20 +828,6 @@ func limitClusters(n int) func(rows [][]uint64) ([][2]int32, error) {
 // PE's second snapshot copy in another team (and, as stride asked, in
 // another process).
 func chooseTeams(cfg Config, spec ftlayer.ProtocolSpec, stride int) (ftlayer.Teams, int, error) {
-	if spec.WithTeams && cfg.Teams == "" && cfg.Procs > 1 && cfg.PEs > cfg.Procs {
-		// camel over processes of several PEs: each process a team. A
-		// process is lost whole, and camel alone recovers one PE at a
-		// time, so its loss would roll every PE back; as a team its
-		// replacement recovers it alone (and messages inside a process
-		// go unlogged). Where a process holds more than half the PEs its
-		// PEs cannot be a team (their checkpoint copies must be outside
-		// it): every PE alone, as --teams 1 asks.
-		cfg.Teams = "process"
-		if teams, stride, err := chooseTeams(cfg, spec, stride); err == nil {
-			return teams, stride, nil
-		}
-		return ftlayer.Teams{}, stride, nil
-	}
 	if !spec.Teams && (!spec.WithTeams || cfg.Teams == "") {
 		return ftlayer.Teams{}, stride, nil
 	}

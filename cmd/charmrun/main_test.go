@@ -515,8 +515,7 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 		// a process is a team (--teams process, the default): its PEs
 		// roll back together, alone
 		{[]string{"++n", "2", "++ppn", "2", "--ft", "team"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (team)", "team, 1 failures, 2 PEs rolled back", 2},
-		// and so under camel with several PEs a process, unasked
-		{[]string{"++n", "2", "++ppn", "2", "--ft", "camel"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (camel+teams)", "camel+teams, 1 failures, 2 PEs rolled back", 2},
+		{[]string{"++n", "2", "++ppn", "2", "--ft", "camel", "--teams", "process"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (camel+teams)", "camel+teams, 1 failures, 2 PEs rolled back", 2},
 	} {
 		if want == "" {
 			var out, errb bytes.Buffer

@@ -224,13 +224,7 @@ func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 		t.Fatalf("charmrun took process %d's replacement for in the job before it had its list", r)
 	default:
 	}
-	require.NoError(t, replacement.Listed())
-	select {
-	case r := <-srv.Listed():
-		require.Equal(t, 0, r)
-	case <-time.After(5 * time.Second):
-		t.Fatal("charmrun did not hear the replacement had its list")
-	}
+	listedAt(t, srv, replacement)
 	select {
 	case n := <-p1.Notices():
 		t.Fatalf("the steward was told of its own admission: %+v", n)
@@ -247,16 +241,11 @@ func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 func TestTheRendezvousNamesNoSuccessorThatCannotKnowTheJob(t *testing.T) {
 	for _, listed := range []bool{false, true} {
 		t.Run(fmt.Sprint("listed ", listed), func(t *testing.T) {
-			secret, err := NewSecret()
-			require.NoError(t, err)
-			srv, err := ServeRendezvous("127.0.0.1", secret, 2, zap.NewNop(), 0)
-			require.NoError(t, err)
-			defer srv.Close()
-			at := func(r, inc int) *Charmrun { return &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: r, Inc: inc} }
+			srv, at := testRendezvous(t, 2)
 			soon := func() time.Time { return time.Now().Add(5 * time.Second) }
 			p0, p1 := at(0, 0), at(1, 0)
 			require.NoError(t, p0.Publish("127.0.0.1:10"))
-			_, err = p1.Lookup(soon())
+			_, err := p1.Lookup(soon())
 			require.NoError(t, err)
 			p0.Close()
 			<-p0.Gone()
@@ -269,17 +258,38 @@ func TestTheRendezvousNamesNoSuccessorThatCannotKnowTheJob(t *testing.T) {
 			require.NoError(t, p1.Admitted(m))
 			require.Equal(t, Notice{Joined: &m, Lost: -1, LostInc: -1, Next: -1}, nextNotice(t, r0))
 			if listed {
-				require.NoError(t, r0.Listed())
-				select {
-				case r := <-srv.Listed():
-					require.Equal(t, 0, r)
-				case <-time.After(5 * time.Second):
-					t.Fatal("charmrun did not hear the replacement had its list")
-				}
+				listedAt(t, srv, r0)
 			}
 			p1.Close()
 			require.Equal(t, Notice{Lost: 1, LostInc: 0, Next: map[bool]int{false: -1, true: 0}[listed]}, nextNotice(t, r0))
 		})
+	}
+}
+
+// testRendezvous serves charmrun's rendezvous for a job of procs
+// processes, closed when t ends, and makes each process's side of it (at).
+func testRendezvous(t *testing.T, procs int) (srv *RendezvousServer, at func(rank, inc int) *Charmrun) {
+	t.Helper()
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	srv, err = ServeRendezvous("127.0.0.1", secret, procs, zap.NewNop(), 0)
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	return srv, func(rank, inc int) *Charmrun {
+		return &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: rank, Inc: inc}
+	}
+}
+
+// listedAt: replacement p says it has its list, and charmrun's launcher
+// hears it (within 5 s).
+func listedAt(t *testing.T, srv *RendezvousServer, p *Charmrun) {
+	t.Helper()
+	require.NoError(t, p.Listed())
+	select {
+	case r := <-srv.Listed():
+		require.Equal(t, p.Rank, r)
+	case <-time.After(5 * time.Second):
+		t.Fatal("charmrun did not hear the replacement had its list")
 	}
 }
 
@@ -821,11 +831,7 @@ const endingEnv = "CLUSTER_TEST_ENDING"
 // looks it up, says so, and waits for ever, as one waiting for its list
 // from a steward that ended would.
 func endingProcess(dir string) int {
-	rank, inc, rv, err := jobProcess()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
+	rank, inc, rv := jobProcess()
 	marker := filepath.Join(dir, "replacement")
 	switch {
 	case rank == 0:
@@ -881,12 +887,16 @@ func launchTwo(t *testing.T, env, stuck string) string {
 }
 
 // jobProcess is a test job's process as the launcher started it: its
-// rank, incarnation and rendezvous.
-func jobProcess() (rank, inc int, rv *Charmrun, err error) {
+// rank, incarnation and rendezvous (without a secret it ends, exit 2).
+func jobProcess() (rank, inc int, rv *Charmrun) {
 	rank, _ = strconv.Atoi(os.Getenv(RankEnv))
 	inc, _ = strconv.Atoi(os.Getenv(ReplacementEnv))
 	secret, err := ParseSecret(os.Getenv(SecretEnv))
-	return rank, inc, &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank, Inc: inc}, err
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	return rank, inc, &Charmrun{Addr: os.Getenv(CharmrunEnv), Secret: secret, Rank: rank, Inc: inc}
 }
 
 // waitForFile waits until f exists (a file is all a test job's processes
@@ -912,11 +922,7 @@ const unlistedEnv = "CLUSTER_TEST_UNLISTED"
 // of its admission from charmrun, before any list went; the replacement
 // waits for ever, as one waiting for its list would.
 func unlistedProcess(dir string) int {
-	rank, inc, rv, err := jobProcess()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
+	rank, inc, rv := jobProcess()
 	looked, replacement, heard := filepath.Join(dir, "looked"), filepath.Join(dir, "replacement"), filepath.Join(dir, "heard")
 	soon := time.Now().Add(10 * time.Second)
 	switch {
@@ -1004,11 +1010,7 @@ const hungEnv = "CLUSTER_TEST_HUNG"
 // host none of the others shares does), and exits with 0 (the job's end)
 // once process 1's replacement has looked the steward up too.
 func hungProcess(dir string) int {
-	rank, inc, rv, err := jobProcess()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
+	rank, inc, rv := jobProcess()
 	hung, replaced := filepath.Join(dir, "hung"), filepath.Join(dir, "replaced")
 	if rank == 0 {
 		if err := rv.Publish("127.0.0.1:1"); err != nil {

@@ -154,8 +154,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md, purego, bench)\n", *only)
 		return 2
 	}
+	var spans []groupSpan
 	for _, group := range groups(chosen) {
-		for _, r := range runGroup(group, *long, env, stdout, *verbose) {
+		began := time.Now()
+		results := runGroup(group, *long, env, stdout, *verbose)
+		spans = append(spans, groupSpan{group, time.Since(began)})
+		for _, r := range results {
 			if r.err != nil {
 				fmt.Fprintf(stderr, "testall: %s: %v\n", r.tier, r.err)
 				return 1
@@ -164,7 +168,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			failed = failed || !r.ok
 		}
 	}
-	report(stdout, pkgs, tests, time.Since(start))
+	report(stdout, pkgs, tests, spans, time.Since(start))
 	if failed {
 		fmt.Fprintf(stderr, "testall: FAIL (see the failures above)\n")
 		return 1
@@ -342,9 +346,16 @@ func readEvents(r io.Reader, tierName string, out io.Writer, verbose bool) ([]pk
 	return pkgs, tests, ok, sc.Err()
 }
 
-// report prints every package's time in every tier, slowest first, and
-// the ten slowest tests.
-func report(w io.Writer, pkgs []pkgResult, tests []testResult, total time.Duration) {
+// groupSpan is how long a group of tiers took, from the start of its go
+// tests to the end of the last: the suite's time is theirs, summed.
+type groupSpan struct {
+	tiers []tier
+	took  time.Duration
+}
+
+// report prints every package's time in every tier, slowest first, the
+// ten slowest tests, and each group's time.
+func report(w io.Writer, pkgs []pkgResult, tests []testResult, spans []groupSpan, total time.Duration) {
 	slices.SortFunc(pkgs, func(a, b pkgResult) int { return cmp.Compare(b.elapsed, a.elapsed) })
 	fmt.Fprintf(w, "\ntime per package and tier (go test -json), slowest first:\n")
 	for _, p := range pkgs {
@@ -358,5 +369,13 @@ func report(w io.Writer, pkgs []pkgResult, tests []testResult, total time.Durati
 	for _, t := range tests[:min(10, len(tests))] {
 		fmt.Fprintf(w, "  %8.1fs  %-8s %s %s\n", t.elapsed.Seconds(), t.tier, strings.TrimPrefix(t.pkg, "github.com/charmgo/charmgo/"), t.test)
 	}
-	fmt.Fprintf(w, "all tiers: %s\n", total.Round(time.Second))
+	var each []string
+	for _, g := range spans {
+		var names []string
+		for _, t := range g.tiers {
+			names = append(names, t.name)
+		}
+		each = append(each, fmt.Sprintf("%s %s", strings.Join(names, "+"), g.took.Round(time.Second)))
+	}
+	fmt.Fprintf(w, "all tiers: %s (%s)\n", total.Round(time.Second), strings.Join(each, ", "))
 }

@@ -45,8 +45,10 @@ func TestReadEvents(t *testing.T) {
 	require.NotContains(t, s, "m/d", "a package without tests says nothing")
 
 	var r bytes.Buffer
-	report(&r, pkgs, tests, 12*time.Second)
+	spans := []groupSpan{{[]tier{{name: "race"}}, 8 * time.Second}, {[]tier{{name: "chaos"}, {name: "bench"}}, 4 * time.Second}}
+	report(&r, pkgs, tests, spans, 12*time.Second)
 	require.Regexp(t, `(?s)7\.2s  race +m/c +pass.*3\.5s  race +m/a +fail.*the ten slowest tests:\n +7\.0s  race +m/c TestZ\n +2\.0s  race +m/a TestX`, r.String())
+	require.Contains(t, r.String(), "all tiers: 12s (race 8s, chaos+bench 4s)\n")
 }
 
 func TestBadFlags(t *testing.T) {

@@ -570,7 +570,11 @@ func (p *Processes) decide() {
 		case s.local && s.teams.On() && len(dead) > 1:
 			s.lostWhat += fmt.Sprintf(" (%d PEs at once, not one team (teams %v): %s recovers one team at a time, so every PE rolls back)", len(dead), s.teams, s.ft.Protocol)
 		case s.local && len(dead) > 1:
-			s.lostWhat += fmt.Sprintf(" (%d PEs at once: %s recovers one PE at a time, so every PE rolls back)", len(dead), s.ft.Protocol)
+			s.lostWhat += fmt.Sprintf(" (%d PEs at once: %s recovers one PE at a time, so every PE rolls back", len(dead), s.ft.Protocol)
+			if s.mayTeam {
+				s.lostWhat += "; with --teams process each process is a team, which recovers alone"
+			}
+			s.lostWhat += ")"
 		}
 		st.Rollback.What = s.lostWhat
 	}

@@ -243,6 +243,9 @@ type Supervisor struct {
 	events ftlayer.EventLog
 	// jointTeams: teams failing at once recover together (spmd)
 	jointTeams bool
+	// mayTeam: the protocol may log by teams (camel): a process lost
+	// whole, several PEs at once, is then one team, recovered alone
+	mayTeam bool
 	// buddyStride pairs each PE with the holder of its checkpoint's
 	// second copy (ftlayer.NewBuddies): PEs failing at once with the
 	// holders of their copies cannot recover alone; chosenTeams: the last
@@ -282,6 +285,7 @@ func New(cfg Config) *Supervisor {
 	s.local = cfg.Protocol.RecoversAlone && cfg.PEs > 1
 	s.anySet = cfg.Protocol.AnySet
 	s.jointTeams = cfg.Protocol.JointTeams
+	s.mayTeam = cfg.Protocol.WithTeams
 	if s.anySet {
 		s.events = ftlayer.NewMemEventLog(cfg.PEs)
 	}

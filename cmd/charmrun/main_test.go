@@ -516,6 +516,10 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 		// roll back together, alone
 		{[]string{"++n", "2", "++ppn", "2", "--ft", "team"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (team)", "team, 1 failures, 2 PEs rolled back", 2},
 		{[]string{"++n", "2", "++ppn", "2", "--ft", "camel", "--teams", "process"}, "charmgo: process 1 (PEs 2..3) was lost; its PEs are one team: its replacement recovers them from the last checkpoint (camel+teams)", "camel+teams, 1 failures, 2 PEs rolled back", 2},
+		// without teams a process of two PEs is two failures at once,
+		// which camel does not replay: every PE rolls back, and the line
+		// says what recovers the process alone
+		{[]string{"++n", "2", "++ppn", "2", "--ft", "camel"}, "(2 PEs at once: camel recovers one PE at a time, so every PE rolls back; with --teams process each process is a team, which recovers alone)", "camel, 1 failures, 4 PEs rolled back", 0},
 	} {
 		if want == "" {
 			var out, errb bytes.Buffer

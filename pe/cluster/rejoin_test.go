@@ -160,15 +160,10 @@ func TestWhyAPeerIsTakenForLost(t *testing.T) {
 // admissions reach charmrun and every other process. A line that is no
 // request is refused and the connection serves on.
 func TestTheRendezvousFollowsTheSteward(t *testing.T) {
-	secret, err := NewSecret()
-	require.NoError(t, err)
-	srv, err := ServeRendezvous("127.0.0.1", secret, 3, zap.NewNop(), 0)
-	require.NoError(t, err)
-	defer srv.Close()
-	at := func(r int) *Charmrun { return &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: r} }
+	srv, at := testRendezvous(t, 3)
 	soon := func() time.Time { return time.Now().Add(5 * time.Second) }
 
-	p0, p1, p2 := at(0), at(1), at(2)
+	p0, p1, p2 := at(0, 0), at(1, 0), at(2, 0)
 	require.NoError(t, p0.Publish("127.0.0.1:10"))
 	for _, p := range []*Charmrun{p1, p2} {
 		addr, err := p.Lookup(soon())
@@ -183,8 +178,7 @@ func TestTheRendezvousFollowsTheSteward(t *testing.T) {
 	}
 
 	// its replacement looks the steward up: it waits for the successor
-	replacement := at(0)
-	replacement.Inc = 1
+	replacement := at(0, 1)
 	got := make(chan string, 1)
 	go func() {
 		addr, err := replacement.Lookup(soon())
@@ -316,14 +310,9 @@ func nextNotice(t *testing.T, p *Charmrun) Notice {
 func TestTheRendezvousNamesOneSuccessor(t *testing.T) {
 	for _, admitted := range []bool{false, true} {
 		t.Run(fmt.Sprint("admitted ", admitted), func(t *testing.T) {
-			secret, err := NewSecret()
-			require.NoError(t, err)
-			srv, err := ServeRendezvous("127.0.0.1", secret, 4, zap.NewNop(), 0)
-			require.NoError(t, err)
-			defer srv.Close()
-			at := func(r int) *Charmrun { return &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: r} }
+			srv, at := testRendezvous(t, 4)
 			soon := func() time.Time { return time.Now().Add(5 * time.Second) }
-			p := []*Charmrun{at(0), at(1), at(2), at(3)}
+			p := []*Charmrun{at(0, 0), at(1, 0), at(2, 0), at(3, 0)}
 			require.NoError(t, p[0].Publish("127.0.0.1:10"))
 			for _, q := range p[1:] {
 				_, err := q.Lookup(soon())
@@ -331,9 +320,8 @@ func TestTheRendezvousNamesOneSuccessor(t *testing.T) {
 			}
 			p[1].Close() // process 1 is lost: not the steward, nobody is told
 			<-p[1].Gone()
-			r1 := at(1) // its replacement looks the steward up
-			r1.Inc = 1
-			_, err = r1.Lookup(soon())
+			r1 := at(1, 1) // its replacement looks the steward up
+			_, err := r1.Lookup(soon())
 			require.NoError(t, err)
 			m := Member{Rank: 1, Inc: 1, Control: "127.0.0.1:12", Data: "127.0.0.1:13"}
 			if admitted {

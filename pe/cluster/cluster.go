@@ -587,6 +587,13 @@ func (j *Job) connect(deadline time.Time) error {
 	}
 }
 
+// peerGone reports whether a dial's error says the peer's process is
+// gone: its port refused the connection, or reset it as it answered (a
+// port still listening answers; a dead process's does not).
+func peerGone(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // dialListed connects the data plane to process r, of a lower rank. At
 // the first start a failure ends the job. A replacement takes r for lost
 // when its port refuses the connection or resets it (killed as it
@@ -602,7 +609,7 @@ func (j *Job) dialListed(r int, deadline time.Time) error {
 			return nil
 		case j.cfg.Incarnation == 0:
 			return err
-		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		case peerGone(err):
 			j.log.Info("a process the steward listed refused or reset the connection: taken for lost", zap.Int("process", r), zap.Error(err))
 			j.lostWhileJoining(r, "its data port refused or reset this replacement's connection (the process is gone)")
 			return nil
@@ -1419,7 +1426,7 @@ func (j *Job) dialJoined(who Member) {
 		switch {
 		case superseded:
 			return
-		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		case peerGone(err):
 			j.ctl <- control{Kind: ctlLost, From: who.Rank, Inc: who.Inc, Err: "its data port refused or reset the connection as it joined (the process is gone)"}
 			return
 		case !time.Now().Before(deadline):

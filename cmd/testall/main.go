@@ -131,6 +131,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	start := time.Now()
+	// a binary or a data set committed by mistake fails the suite before
+	// any test runs: CI runs this command
+	switch big, err := oversizedTracked("."); {
+	case errors.Is(err, errNotACheckout):
+		fmt.Fprintf(stdout, "testall: not a git checkout: the tracked files' sizes are not checked\n")
+	case err != nil:
+		fmt.Fprintf(stderr, "testall: checking the tracked files' sizes: %v\n", err)
+		return 1
+	case len(big) > 0:
+		fmt.Fprintf(stderr, "testall: files over %d bytes are tracked (binaries and data do not belong in the repository: git rm --cached them): %s\n", maxTrackedBytes, strings.Join(big, ", "))
+		return 1
+	}
 	// the tests' temporary files in memory where the user left TMPDIR
 	// unset (memoryTempDir)
 	var env []string

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +141,40 @@ func TestRunGroupPassesTheSuitesEnvironment(t *testing.T) {
 	require.Len(t, rs, 1)
 	require.False(t, rs[0].ok, out.String())
 	require.Contains(t, out.String(), "absent")
+}
+
+// A file over the limit that git tracks is named with its size; one git
+// does not track, or one removed from the work tree, is not.
+func TestOversizedTracked(t *testing.T) {
+	dir := t.TempDir()
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-c", "user.email=t@t", "-c", "user.name=t"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	git("init", "-q")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "small.go"), []byte("package x\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "prog"), make([]byte, maxTrackedBytes+1), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gone"), make([]byte, 2*maxTrackedBytes), 0o644))
+	git("add", "small.go", "prog", "gone")
+	require.NoError(t, os.Remove(filepath.Join(dir, "gone")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "untracked"), make([]byte, 2*maxTrackedBytes), 0o644))
+	big, err := oversizedTracked(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{"prog (1.0 MB)"}, big)
+
+	_, err = oversizedTracked(t.TempDir())
+	require.ErrorIs(t, err, errNotACheckout)
+}
+
+// The repository itself tracks no file over the limit (a 24.9 MB binary,
+// examples/imbalance built at the root, once did).
+func TestTheRepositoryTracksNoLargeFile(t *testing.T) {
+	big, err := oversizedTracked("../..")
+	if errors.Is(err, errNotACheckout) {
+		t.Skip("not a git checkout")
+	}
+	require.NoError(t, err)
+	require.Empty(t, big)
 }

@@ -42,6 +42,10 @@ type syncState struct {
 	moved    int64 // packed bytes this PE migrated away
 }
 
+// BalancesPeriodically reports whether the run balances every so often
+// (+LBPeriod), where AtSync is an error.
+func (m *Manager) BalancesPeriodically() bool { return m.opt.LB.Periodic }
+
 // AtSync marks e as ready for load balancing. When every element of the
 // array has called it, the strategy runs, elements migrate, and each gets
 // ResumeFromSync.

@@ -39,8 +39,9 @@ func (m *Manager) onDump(msg *DumpMsg) {
 // Describe writes this PE's state for a dump of a run that stalled (the
 // watchdog, SIGQUIT) or went quiet with work unfinished: its queues, the
 // work it has begun and not finished (Pending), quiescence detection,
-// checkpoints and recovery, and the fault-tolerance hook's state. Call it
-// on the PE's goroutine.
+// checkpoints and recovery, the fault-tolerance hook's state, and what
+// its elements wait for (AtSync, the chare layer's Gathers). Call it on
+// the PE's goroutine.
 func (m *Manager) Describe(w io.Writer) {
 	sys, app := m.PE.QueueLens()
 	fmt.Fprintf(w, "PE %d: %d system and %d application messages queued; sent %d, processed %d (quiescence counts)\n", m.Me(), sys, app, m.Sent, m.Processed)
@@ -68,6 +69,12 @@ func (m *Manager) Describe(w io.Writer) {
 		fmt.Fprintf(w, "  a new incarnation (%d): waiting for its snapshot %v, replaying %v; %d messages kept until its snapshot is in\n", r.inc, r.reviving, r.recovering, len(r.stash))
 	}
 	m.ft.Describe(w)
+	for _, line := range m.atSyncWaits() {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+	for _, line := range m.host.Waits(m) {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
 	for _, line := range m.Pending() {
 		fmt.Fprintf(w, "  %s\n", line)
 	}
@@ -205,4 +212,42 @@ func (m *Manager) pendingRounds(out []string, red *Reduction, what string, missi
 		out = append(out, line)
 	}
 	return out
+}
+
+// atSyncWaits describes, for each array with elements on this PE at
+// AtSync, which of them wait there and which have not reached it: a
+// load-balancing step waits for every element of the array.
+func (m *Manager) atSyncWaits() []string {
+	var out []string
+	for _, id := range sortedKeys(m.colls) {
+		c := m.colls[id]
+		if c.sync.atSync == 0 && len(c.sync.reported) == 0 {
+			continue
+		}
+		var at, not []string
+		for _, e := range c.Locals() {
+			if e.AtSync {
+				at = append(at, fmt.Sprintf("%s%v", c.Name, e.Index))
+			} else {
+				not = append(not, fmt.Sprintf("%s%v", c.Name, e.Index))
+			}
+		}
+		if len(at) == 0 {
+			continue
+		}
+		line := fmt.Sprintf("%d of the %d elements of %s here wait at AtSync for the array's load-balancing step: %s", len(at), len(at)+len(not), c.Name, elided(at, 8))
+		if len(not) > 0 {
+			line += "; not there yet: " + elided(not, 8)
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// elided joins names, the first n of them and a count of the rest.
+func elided(names []string, n int) string {
+	if len(names) > n {
+		return strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more", len(names)-n)
+	}
+	return strings.Join(names, ", ")
 }

@@ -126,7 +126,7 @@ func (m *Manager) invokeRecorded(e *Element, env *pe.Envelope) {
 	}
 	var size uint32
 	if env.Flags != FlagInline {
-		size = uint32(min(uint64(PayloadSize(env.Payload)), 1<<32-1))
+		size = uint32(min(uint64(max(PayloadSize(env.Payload), 0)), 1<<32-1)) // -1: no size
 	}
 	m.PE.RecordEntry(start, env.Type, env.Kind, e.Coll.ID, &e.Index, size)
 }

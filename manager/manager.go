@@ -98,6 +98,11 @@ type Host interface {
 	// Pending lists the chare layer's unfinished work on this PE (entry
 	// methods blocked on futures), for Manager.Pending.
 	Pending(m *Manager) []string
+	// Waits lists what this PE's elements wait for in the chare layer's
+	// own constructs (messages a Gather waits for), for dumps
+	// (Manager.Describe): a program may end with elements waiting, so
+	// it is not unfinished work.
+	Waits(m *Manager) []string
 }
 
 // Options configure every manager of a run.

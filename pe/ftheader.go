@@ -3,6 +3,7 @@ package pe
 import (
 	"encoding/binary"
 	"fmt"
+	"reflect"
 )
 
 // Det is a determinant of message logging: the reception of message
@@ -423,11 +424,15 @@ func (d Det) String() string {
 	return fmt.Sprintf("<%d→%d ssn %d rsn %d>", d.Sender, d.Recver, d.SSN, d.RSN)
 }
 
-// Sizer is implemented by payloads that know their size on the wire.
+// Sizer is implemented by payloads that know their size on the wire. A
+// payload that does not implement it is sized by DataSize, which walks
+// it: implement Sizer where a message type is sent often and its size is
+// cheap to say (a slice's length times its element's size).
 type Sizer interface{ WireSize() int }
 
-// PayloadSize is the wire size of a payload when it can be known cheaply, or
-// -1.
+// PayloadSize is a payload's size on the wire: its own (Sizer), or its
+// data's (DataSize); -1 for a payload that has no size (a channel or a
+// function inside it).
 func PayloadSize(v any) int {
 	switch x := v.(type) {
 	case nil:
@@ -451,5 +456,5 @@ func PayloadSize(v any) int {
 	case struct{}:
 		return 0
 	}
-	return -1
+	return DataSize(reflect.ValueOf(v))
 }

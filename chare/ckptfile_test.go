@@ -3,6 +3,7 @@ package chare_test
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"hash/crc32"
 	"os"
@@ -342,4 +343,28 @@ func FuzzRestartFromCheckpoint(f *testing.F) {
 			require.NotContains(t, res.Err.Error(), "panic", "a crafted checkpoint is refused with an error, never a panic")
 		}
 	})
+}
+
+// A restart says, in one line from the job's first process, that the
+// program's flags and arguments given with it are not used (the run
+// resumes from its checkpoint, main chare and all); the summary records
+// them with the program's other words. Without any, it says nothing.
+func TestARestartSaysTheProgramsFlagsAreNotUsed(t *testing.T) {
+	dir, want := qtCheckpoint(t, 2)
+	var notices bytes.Buffer
+	sum := filepath.Join(t.TempDir(), "sum.json")
+	res, got := qtRun(t, chare.Config{PEs: 2, Restart: dir, Args: []string{"5"}, ProgramFlags: []string{"-iters", "10"}, Notices: &notices, SummaryJSON: sum})
+	require.NoError(t, res.Err)
+	require.Equal(t, want, got)
+	require.Equal(t, "charmgo: --restart "+dir+": the run resumes from its checkpoint, main chare and all: the program's flags and arguments given with it (-iters 10 5) are not used\n", notices.String())
+	b, err := os.ReadFile(sum)
+	require.NoError(t, err)
+	var s chare.Summary
+	require.NoError(t, json.Unmarshal(b, &s))
+	require.Equal(t, []string{"-iters", "10", "5"}, s.Args)
+
+	notices.Reset()
+	_, got = qtRun(t, chare.Config{PEs: 2, Restart: dir, Notices: &notices})
+	require.Equal(t, want, got)
+	require.Empty(t, notices.String())
 }

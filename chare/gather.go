@@ -106,6 +106,15 @@ func (g *Gather[M]) fire(ctx *Ctx, i int) {
 		ctx.Fail(fmt.Errorf("chare.Gather: a continuation with id %#x is not registered (a state from another program?)", w.Then))
 		return
 	}
+	if ctx.m != nil && ctx.m.PE.Recording() { // (nil: the package's tests of Gather alone)
+		p := ctx.m.PE
+		// the trace shows the continuation as a span of its own, not
+		// as time of the entry whose message completed it
+		was := p.SwitchEntry(w.Then)
+		c.call(ctx, msgs)
+		p.SwitchEntry(was)
+		return
+	}
 	c.call(ctx, msgs)
 }
 

@@ -19,20 +19,23 @@ import (
 // LBStats is what load balancing did in a run (reported by the process
 // that holds PE 0).
 type LBStats struct {
-	Strategies string // the chain, as given
-	Steps      int
-	Moved      int   // chares migrated
-	MovedBytes int64 // their packed state
-	PlanNanos  int64 // time in strategies
+	Strategies string `json:"strategies"` // the chain, as given
+	Steps      int    `json:"steps"`
+	Moved      int    `json:"moved"`       // chares migrated
+	MovedBytes int64  `json:"moved_bytes"` // their packed state
+	PlanNanos  int64  `json:"plan_ns"`     // time in strategies
 	// SectionsMoved counts sections set up again to follow their members.
-	SectionsMoved int
-	StepNanos     int64 // time from the last report to the last migration
+	SectionsMoved int   `json:"sections_moved"`
+	StepNanos     int64 `json:"step_ns"` // time from the last report to the last migration
 	// First and Last are the first and last steps' PE load max/avg:
 	// measured before, predicted after.
-	FirstBefore, FirstAfter, LastBefore, LastAfter float64
+	FirstBefore float64 `json:"first_before"`
+	FirstAfter  float64 `json:"first_after"`
+	LastBefore  float64 `json:"last_before"`
+	LastAfter   float64 `json:"last_after"`
 	// Measured is the max/avg measured over the period after the last
 	// step that was followed by another (0: none was).
-	Measured float64
+	Measured float64 `json:"measured"`
 }
 
 // String is the run summary's line.

@@ -60,9 +60,10 @@ func mainWith[C, A any](main *Type[C, A], fs *flag.FlagSet, parse func(args []st
 
 // FlagSetFlags is fs's flags as ParseFlagsWith takes them: each as
 // -name and --name; a boolean also as -name=value. A flag named as one
-// of the runtime's is an error.
+// of the runtime's is an error. The list is never nil: a program whose
+// line MainWith parses declares its flags, even none.
 func FlagSetFlags(fs *flag.FlagSet) ([]Flag, error) {
-	var out []Flag
+	out := []Flag{} // not nil: the program declares its flags, even none
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		isBool := false

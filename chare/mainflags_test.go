@@ -114,3 +114,44 @@ func TestAMistypedFlagSuggestsTheRightOne(t *testing.T) {
 		require.EqualError(t, err, want, flagName)
 	}
 }
+
+// A program that declares its flags (MainWith) has a mistyped one refused,
+// naming the one meant, in either spelling: -itres used to reach the
+// program's positional arguments, and --itres=10 was called an unknown
+// runtime flag. A negative number stays an argument; after "--" anything
+// does. The program's flags as given are recorded (ProgramFlags).
+func TestAProgramsMistypedFlagIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-sise", "10"}, "unknown flag -sise: neither the program's nor the runtime's (did you mean -size? see --help)"},
+		{[]string{"--blokcs=10"}, "unknown flag --blokcs=10: neither the program's nor the runtime's (did you mean --blocks? see --help)"},
+		{[]string{"7", "-x"}, "unknown flag -x: neither the program's nor the runtime's (did you mean -v? see --help)"},
+		{[]string{"--kil", "1@2"}, "unknown flag --kil: neither the program's nor the runtime's (did you mean --kill? see --help)"},
+		{[]string{"+ppn", "2"}, "unknown runtime flag +ppn (did you mean ++ppn? see --help)"},
+	} {
+		var p mfParams
+		own, err := FlagSetFlags(mfFlags(&p))
+		require.NoError(t, err)
+		_, err = ParseFlagsWith(c.args, own)
+		require.EqualError(t, err, c.want, c.args)
+	}
+	var p mfParams
+	own, err := FlagSetFlags(mfFlags(&p))
+	require.NoError(t, err)
+	cfg, err := ParseFlagsWith([]string{"-3", "-size", "5", "-.5", "--blocks=2", "-v", "--", "-itres"}, own)
+	require.NoError(t, err)
+	require.Equal(t, []string{"-3", "-.5", "-itres"}, cfg.Args)
+	require.Equal(t, []string{"-size", "5", "--blocks=2", "-v"}, cfg.ProgramFlags)
+
+	// a program that declares no flags refuses them too; one that parses
+	// its own line (ParseFlags) is given a single-dash word as an argument
+	none, err := FlagSetFlags(flag.NewFlagSet("none", flag.ContinueOnError))
+	require.NoError(t, err)
+	_, err = ParseFlagsWith([]string{"-itres", "10"}, none)
+	require.EqualError(t, err, "unknown flag -itres: neither the program's nor the runtime's (see --help)")
+	cfg, err = ParseFlags([]string{"-itres", "10"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"-itres", "10"}, cfg.Args)
+}

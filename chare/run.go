@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,8 +170,18 @@ type Config struct {
 	// execution trace (--cpuprofile, --memprofile, --trace-go); with
 	// several processes each adds ".N", N its rank.
 	CPUProfile, MemProfile, GoTrace string
-	Args                            []string
+	// Args is the program's positional arguments (the flags taken out).
+	Args []string
+	// ProgramFlags is the program's own flags as they were given (a flag
+	// and its value as two words, or -name=value as one), for the
+	// summary and the trace, which record the program's line: Args
+	// alone would leave out what a program takes through MainWith.
+	ProgramFlags []string
 }
+
+// programLine is the program's part of its command line: its own flags
+// as given, then its arguments.
+func (cfg *Config) programLine() []string { return slices.Concat(cfg.ProgramFlags, cfg.Args) }
 
 // MaxPEs is the most PEs one process runs: every PE keeps a buffer slot per
 // destination PE, so the cost grows with the square of the count.
@@ -301,6 +312,17 @@ var runtimeFlags = map[string]bool{
 	"--summary-json": true, "--cpuprofile": true, "--memprofile": true, "--trace-go": true, "--progress-line": true, "--trace": true,
 }
 
+// looksLikeFlag reports whether a is a dash, or two, then a letter: a
+// flag's spelling, where "-3" and "-.5" are numbers.
+func looksLikeFlag(a string) bool {
+	rest := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+	if len(rest) == len(a) || rest == "" {
+		return false
+	}
+	c := rest[0]
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
 // RuntimeFlag reports whether name (with its dashes or plus, without
 // "=value") is one of the runtime's flags, and whether it takes a value:
 // launchers pass such flags on to the program.
@@ -328,7 +350,12 @@ type Flag struct {
 // program's own arguments in Args. "--" ends runtime flags.
 func ParseFlags(args []string) (Config, error) { return ParseFlagsWith(args, nil) }
 
-// ParseFlagsWith is ParseFlags for a program that has flags of its own.
+// ParseFlagsWith is ParseFlags for a program that declares flags of its
+// own: own, not nil even when it declares none. On its line an argument
+// that looks like a flag (a dash, then a letter: -itres, --itres=10) and
+// is neither the program's nor the runtime's is an error, where
+// ParseFlags would pass a single-dash one on in Args; a negative number
+// is an argument. The program's flags as given are in ProgramFlags.
 func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 	cfg := Config{PEs: runtime.GOMAXPROCS(0), Branching: manager.DefaultBranching}
 	var pesGiven int
@@ -595,13 +622,23 @@ func ParseFlagsWith(args []string, own []Flag) (Config, error) {
 				if err := f.Set(v); err != nil {
 					return cfg, fmt.Errorf("flag %s: %w", name, err)
 				}
+				if f.Arg != "" && !hasVal {
+					cfg.ProgramFlags = append(cfg.ProgramFlags, name, v)
+				} else {
+					cfg.ProgramFlags = append(cfg.ProgramFlags, a)
+				}
 				continue
 			}
-			if strings.HasPrefix(a, "+") || (strings.HasPrefix(a, "--") && len(a) > 2) {
+			if strings.HasPrefix(a, "+") || (strings.HasPrefix(a, "--") && len(a) > 2) || (own != nil && looksLikeFlag(a)) {
 				hint := didYouMean(name, own)
 				if hint == "" && strings.HasPrefix(a, "+p") {
 					_, err := num("+p", a[2:], 1, MaxPEs) // +pmany: a PE count, mistyped
 					return cfg, err
+				}
+				if own != nil && strings.HasPrefix(a, "-") {
+					// a program that declares its flags: a mistyped one is
+					// refused, not taken for an argument
+					return cfg, fmt.Errorf("unknown flag %s: neither the program's nor the runtime's (%ssee --help)", a, hint)
 				}
 				return cfg, fmt.Errorf("unknown runtime flag %s (%ssee --help)", a, hint)
 			}
@@ -1170,6 +1207,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 				job.KillProcess(r, fmt.Sprintf("--kill %s: process %d holds PE %d", k.Flag(), r, k.PE))
 			}
 		}, func(k recovery.Kill) bool { return holder(k) == job.Rank() }, job.Replacement())
+	}
+	if given := cfg.programLine(); cfg.Restart != "" && len(given) > 0 && cfg.Notices != nil && (job == nil || job.Rank() == 0) {
+		fmt.Fprintf(cfg.Notices, "charmgo: --restart %s: the run resumes from its checkpoint, main chare and all: the program's flags and arguments given with it (%s) are not used\n", cfg.Restart, strings.Join(given, " "))
 	}
 	teams, stride, err := chooseTeams(cfg, spec, opt.BuddyStride)
 	if err != nil {

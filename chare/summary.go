@@ -25,8 +25,10 @@ import (
 
 // SummarySchema names the summary's JSON form (Summary): a reader checks
 // it. A field added keeps the number; a field that changes its meaning or
-// goes away takes the next.
-const SummarySchema = "charmgo.summary/1"
+// goes away takes the next (2: load_balancing's keys in snake case, as
+// the rest; args with the program's own flags; the steps' figures
+// without the last step, which has no end).
+const SummarySchema = "charmgo.summary/2"
 
 // Summary is a run as data (the process of PE 0 makes it: Result.Summary).
 // Its JSON form (--summary-json FILE, schema SummarySchema) names every
@@ -35,7 +37,7 @@ const SummarySchema = "charmgo.summary/1"
 type Summary struct {
 	Schema  string   `json:"schema"`
 	Program string   `json:"program"`
-	Args    []string `json:"args"` // the program's arguments (the runtime's flags taken out)
+	Args    []string `json:"args"` // the program's own flags and arguments (the runtime's flags taken out)
 	// ExitCode and Error are how the run ended.
 	ExitCode int    `json:"exit_code"`
 	Error    string `json:"error,omitempty"`
@@ -71,13 +73,17 @@ type SummaryProcess struct {
 }
 
 // SummarySteps is the steps the program began (AtStep): from First to
-// Last, and the time from each step's beginning to the next's (the last
-// step's to the end of the run), as the run went in the end (a step a
-// recovery ran again counts as it ran the last time).
+// Last, and the time from each step's beginning to the next's, as the run
+// went in the end (a step a recovery ran again counts as it ran the last
+// time). The last step has no next: its time is left out (to the end of
+// the run it would count what the program does after its steps, a serial
+// check of the result), unless it is the only one. Timed is how many
+// steps the figures cover.
 type SummarySteps struct {
 	First        int     `json:"first"`
 	Last         int     `json:"last"`
 	Count        int     `json:"count"`
+	Timed        int     `json:"timed"`
 	MeanMs       float64 `json:"mean_ms"`
 	MedianMs     float64 `json:"median_ms"`
 	MinMs, MaxMs float64 `json:"-"`
@@ -359,7 +365,7 @@ func (r *runRecord) reported() []SummaryResult {
 // summarize makes the run's summary from the processes' results (process
 // 0), ended at end.
 func summarize(cfg Config, res *Result, results []processResult, started, end time.Time) *Summary {
-	s := &Summary{Schema: SummarySchema, Program: programName(), Args: slices.Clone(cfg.Args), ExitCode: res.Code,
+	s := &Summary{Schema: SummarySchema, Program: programName(), Args: cfg.programLine(), ExitCode: res.Code,
 		Started: started, WallSeconds: end.Sub(started).Seconds(), LoadBalancing: res.Stats.LB}
 	if s.Args == nil {
 		s.Args = []string{}
@@ -479,14 +485,14 @@ func stepSummary(steps map[int]int64, end time.Time) *SummarySteps {
 	}
 	keys := slices.Sorted(maps.Keys(steps))
 	var d []float64
-	for i, k := range keys {
-		next := end.UnixNano()
+	for i, k := range keys[:max(len(keys)-1, 1)] {
+		next := end.UnixNano() // the only step: to the end of the run
 		if i+1 < len(keys) {
 			next = steps[keys[i+1]]
 		}
 		d = append(d, float64(next-steps[k])/1e6)
 	}
-	s := &SummarySteps{First: keys[0], Last: keys[len(keys)-1], Count: len(keys)}
+	s := &SummarySteps{First: keys[0], Last: keys[len(keys)-1], Count: len(keys), Timed: len(d)}
 	for _, v := range d {
 		s.MeanMs += v
 	}
@@ -525,7 +531,11 @@ func (s *Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "\nSummary\n")
 	fmt.Fprintf(w, "  %s, %.3f s\n", s.layoutLine(), s.WallSeconds)
 	if st := s.Steps; st != nil {
-		fmt.Fprintf(w, "  steps %d..%d: time per step: mean %.3f ms, median %.3f ms\n", st.First, st.Last, st.MeanMs, st.MedianMs)
+		timed := ""
+		if st.Timed < st.Count {
+			timed = fmt.Sprintf(" (of %d..%d: the last step has no end)", st.First, st.Last-1)
+		}
+		fmt.Fprintf(w, "  steps %d..%d: time per step%s: mean %.3f ms, median %.3f ms\n", st.First, st.Last, timed, st.MeanMs, st.MedianMs)
 	}
 	s.WriteRuntime(w)
 	for _, r := range s.Results {

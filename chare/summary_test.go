@@ -86,7 +86,7 @@ func TestSummaryAsDataAndAsText(t *testing.T) {
 	require.Equal(t, 3, s.Layout.PEs)
 	require.Len(t, s.Layout.Processes, 1)
 	require.NotNil(t, s.Steps)
-	require.Equal(t, [3]int{1, 3, 3}, [3]int{s.Steps.First, s.Steps.Last, s.Steps.Count})
+	require.Equal(t, [4]int{1, 3, 3, 2}, [4]int{s.Steps.First, s.Steps.Last, s.Steps.Count, s.Steps.Timed})
 	require.Greater(t, s.Steps.MedianMs, 4.0, "each step works 5 ms on some PE")
 	o := res.Stats.Ops
 	require.Equal(t, o.Contributions, s.Messages.Contributions.Count)
@@ -117,7 +117,7 @@ func TestSummaryAsDataAndAsText(t *testing.T) {
 	res.Summary.WriteText(&text)
 	for _, want := range []string{
 		"3 PEs in one process",
-		fmt.Sprintf("steps 1..3: time per step: mean %.3f ms, median %.3f ms", s.Steps.MeanMs, s.Steps.MedianMs),
+		fmt.Sprintf("steps 1..3: time per step (of 1..2: the last step has no end): mean %.3f ms, median %.3f ms", s.Steps.MeanMs, s.Steps.MedianMs),
 		fmt.Sprintf("reduction:      %d contributions, %d bytes", s.Messages.Contributions.Count, s.Messages.Contributions.Bytes),
 		fmt.Sprintf("broadcast:      %d broadcasts", s.Messages.Broadcasts.Count),
 		"total: 126", "steps: [1,2,3]", "per PE (max/mean): bytes sent ",

@@ -36,7 +36,7 @@ import (
 
 // TraceSchema names the page's and the JSON's data (Chrome's trace event
 // format carries it in its metadata).
-const TraceSchema = "charmgo.trace/1"
+const TraceSchema = "charmgo.trace/2"
 
 // traceFormat is the trace's format from the file's name.
 func traceFormat(path string) (string, error) {
@@ -112,15 +112,18 @@ type trace struct {
 	Missing   []int       // processes whose part did not come
 }
 
+// traceProc is one process of the trace, as the page's data names it.
 type traceProc struct {
-	Rank, FirstPE, PEs int
-	Host               string
-	OffsetNs           int64 // its clock minus process 0's
+	Rank     int    `json:"rank"`
+	FirstPE  int    `json:"first_pe"`
+	PEs      int    `json:"pes"`
+	Host     string `json:"host"`
+	OffsetNs int64  `json:"offset_ns"` // its clock minus process 0's
 }
 
 // mergeTrace puts the parts on part 0's clock.
 func mergeTrace(cfg Config, npes int, parts []tracePart, offsets map[int]time.Duration, wall time.Duration) *trace {
-	t := &trace{Program: programName(), Args: cfg.Args, PEs: npes, Colls: map[uint32]string{}, Spans: make([][]pe.Span, npes), WallNs: int64(wall)}
+	t := &trace{Program: programName(), Args: cfg.programLine(), PEs: npes, Colls: map[uint32]string{}, Spans: make([][]pe.Span, npes), WallNs: int64(wall)}
 	slices.SortFunc(parts, func(a, b tracePart) int { return cmp.Compare(a.Rank, b.Rank) })
 	origin := parts[0].Origin
 	t.Started = time.Unix(0, origin)
@@ -154,6 +157,18 @@ func mergeTrace(cfg Config, npes int, parts []tracePart, offsets map[int]time.Du
 		}
 	}
 	return t
+}
+
+// spanName names an entry's span: the entry method (its message type),
+// or the continuation that ran in it (a Gather's, named as its method).
+func spanName(s *pe.Span) string {
+	if s.Cont != 0 {
+		if ci, ok := continuations.Get(s.Cont); ok {
+			return ci.name
+		}
+		return fmt.Sprintf("continuation %#x", s.Cont)
+	}
+	return pe.TypeName(s.Type)
 }
 
 // chare names a span's chare: its collection and index.
@@ -193,7 +208,7 @@ type entryTotal struct {
 }
 
 func (t *trace) entryTotals() []entryTotal {
-	idx := map[uint32]int{}
+	idx := map[[2]uint32]int{}
 	var out []entryTotal
 	for _, spans := range t.Spans {
 		for i := range spans {
@@ -201,11 +216,11 @@ func (t *trace) entryTotals() []entryTotal {
 			if s.Kind != pe.SpanEntry {
 				continue
 			}
-			k, ok := idx[s.Type]
+			k, ok := idx[[2]uint32{s.Type, s.Cont}]
 			if !ok {
 				k = len(out)
-				idx[s.Type] = k
-				out = append(out, entryTotal{Name: pe.TypeName(s.Type)})
+				idx[[2]uint32{s.Type, s.Cont}] = k
+				out = append(out, entryTotal{Name: spanName(s)})
 			}
 			e := &out[k]
 			e.Count++
@@ -301,7 +316,7 @@ func (t *trace) writeJSON(w io.Writer) error {
 			}
 			line = append(line[:0], ",\n{\"name\":"...)
 			if s.Kind == pe.SpanEntry {
-				line = append(line, quote(pe.TypeName(s.Type))...)
+				line = append(line, quote(spanName(s))...)
 				line = append(line, ",\"cat\":\"entry\""...)
 			} else {
 				line = append(line, "\"idle\",\"cat\":\"idle\""...)

@@ -87,7 +87,7 @@ func (t *trace) writeHTML(w io.Writer) error {
 				cols.pe = binary.LittleEndian.AppendUint16(cols.pe, uint16(q))
 				cols.start = binary.LittleEndian.AppendUint64(cols.start, math.Float64bits(float64(s.Start)))
 				cols.dur = binary.LittleEndian.AppendUint64(cols.dur, math.Float64bits(float64(s.Dur)))
-				cols.name = binary.LittleEndian.AppendUint16(cols.name, uint16(colour[pe.TypeName(s.Type)]))
+				cols.name = binary.LittleEndian.AppendUint16(cols.name, uint16(colour[spanName(s)]))
 				cols.chare = binary.LittleEndian.AppendUint32(cols.chare, k)
 				cols.kind = append(cols.kind, uint8(s.MsgKind))
 				cols.size = binary.LittleEndian.AppendUint32(cols.size, s.Size)
@@ -221,8 +221,8 @@ const LEFT = 96, LANE = 15, HEAD = 17, USAGE = 118, AXIS = 18, EVENTS = 15;
 const rows = []; // {y, pe} or {y, header}
 let y = AXIS + EVENTS; // a row for the names of instants (a failure, a rollback)
 for (const pr of T.processes) {
-  rows.push({ y, header: "process " + pr.Rank + (pr.Host ? " (" + pr.Host + ")" : "") }); y += HEAD;
-  for (let p = pr.FirstPE; p < pr.FirstPE + pr.PEs; p++) { rows.push({ y, pe: p }); y += LANE; }
+  rows.push({ y, header: "process " + pr.rank + (pr.host ? " (" + pr.host + ")" : "") }); y += HEAD;
+  for (let p = pr.first_pe; p < pr.first_pe + pr.pes; p++) { rows.push({ y, pe: p }); y += LANE; }
 }
 const lanesH = y + 4;
 const usage = document.getElementById("usage"), lanes = document.getElementById("lanes"), tip = document.getElementById("tip");

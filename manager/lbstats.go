@@ -118,17 +118,17 @@ func (m *Manager) invoke(e *Element, env *pe.Envelope) {
 
 // invokeRecorded is invoke on a PE that records its timeline.
 func (m *Manager) invokeRecorded(e *Element, env *pe.Envelope) {
-	start := m.PE.TimelineNow()
+	var size uint32
+	if env.Flags != FlagInline {
+		size = uint32(min(uint64(max(PayloadSize(env.Payload), 0)), 1<<32-1)) // -1: no size
+	}
+	outer := m.PE.BeginEntry(env.Type, env.Kind, e.Coll.ID, &e.Index, size)
 	if m.lb.on {
 		m.invokeMeasured(e, env)
 	} else {
 		m.host.Invoke(m, e, env)
 	}
-	var size uint32
-	if env.Flags != FlagInline {
-		size = uint32(min(uint64(max(PayloadSize(env.Payload), 0)), 1<<32-1)) // -1: no size
-	}
-	m.PE.RecordEntry(start, env.Type, env.Kind, e.Coll.ID, &e.Index, size)
+	m.PE.EndEntry(outer)
 }
 
 func (m *Manager) invokeMeasured(e *Element, env *pe.Envelope) {

@@ -26,7 +26,11 @@ type Span struct {
 	Coll       uint32 // entries: the chare's collection
 	Index      Index  // entries: the chare's index
 	Size       uint32 // entries: the message's payload bytes, if known
-	Label      string // phases
+	// Cont, for an entry, is the continuation that ran in it (a
+	// Gather's, which the entry's message completed: the layer above
+	// names it), or 0 for the entry method itself.
+	Cont  uint32
+	Label string // phases
 }
 
 // timeline is a PE's recording.
@@ -34,6 +38,7 @@ type timeline struct {
 	origin time.Time
 	spans  []Span
 	open   map[string]int64 // phases begun and not ended, by label
+	entry  Span             // the entry method running (BeginEntry), its current part
 }
 
 func (t *timeline) now() int64 { return int64(time.Since(t.origin)) }
@@ -41,15 +46,42 @@ func (t *timeline) now() int64 { return int64(time.Since(t.origin)) }
 // Recording reports whether this PE records its timeline.
 func (p *PE) Recording() bool { return p.tl != nil }
 
-// TimelineNow is the time on this PE's timeline (call it only when
-// Recording).
-func (p *PE) TimelineNow() int64 { return p.tl.now() }
-
-// RecordEntry adds an entry method that began at start (TimelineNow) and
-// ends now (call it only when Recording).
-func (p *PE) RecordEntry(start int64, typ uint32, kind Kind, coll uint32, ix *Index, size uint32) {
+// BeginEntry begins an entry method's span, which EndEntry ends (call
+// both only when Recording). It returns the span of an entry already
+// running, to pass to EndEntry (an entry run inside another).
+func (p *PE) BeginEntry(typ uint32, kind Kind, coll uint32, ix *Index, size uint32) (outer Span) {
 	t := p.tl
-	t.spans = append(t.spans, Span{Start: start, Dur: t.now() - start, Kind: SpanEntry, MsgKind: kind, Type: typ, Coll: coll, Index: *ix, Size: size})
+	outer = t.entry
+	t.entry = Span{Start: t.now(), Kind: SpanEntry, MsgKind: kind, Type: typ, Coll: coll, Index: *ix, Size: size}
+	return outer
+}
+
+// EndEntry ends the entry method's span now; outer is what BeginEntry
+// returned.
+func (p *PE) EndEntry(outer Span) {
+	t := p.tl
+	t.entry.Dur = t.now() - t.entry.Start
+	t.spans = append(t.spans, t.entry)
+	t.entry = outer
+}
+
+// SwitchEntry ends the running entry's current part now and begins one
+// for continuation cont (0: the entry method itself) of the same chare
+// and message, so that a continuation the entry ran is a span of its
+// own; it returns the continuation of the part it ended, to switch back
+// to once cont returns. Outside an entry method (a constructor, a
+// ResumeFromSync) it does nothing. Call it only when Recording.
+func (p *PE) SwitchEntry(cont uint32) (was uint32) {
+	t := p.tl
+	if t.entry.Kind != SpanEntry {
+		return 0
+	}
+	now := t.now()
+	t.entry.Dur = now - t.entry.Start
+	t.spans = append(t.spans, t.entry)
+	was = t.entry.Cont
+	t.entry.Start, t.entry.Cont = now, cont
+	return was
 }
 
 // RecordPhase begins (or, begin false, ends) the phase label on this PE's

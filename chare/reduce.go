@@ -199,6 +199,11 @@ type Indexed[T any] struct {
 
 // Concat returns the reducer that gathers every contribution into one slice,
 // in contributor-index order.
+// Make it once, at package level (var gather = chare.Concat[T]()): making
+// it registers the reducer, which every process must know before a run
+// starts, so made inside an entry method it panics (the entry fails with
+// "registered after a run started"); the same call at package level
+// twice gives the same reducer.
 func Concat[T any]() Reducer[T, []T] {
 	name := "concat." + reflect.TypeFor[T]().String()
 	return Reducer[T, []T]{canonical[T](name, func(items []manager.Item) ([]T, error) {
@@ -212,6 +217,11 @@ func Concat[T any]() Reducer[T, []T] {
 
 // Set returns the reducer that gathers every contribution with its
 // contributor's index, in index order.
+// Make it once, at package level (var gather = chare.Set[T]()): making
+// it registers the reducer, which every process must know before a run
+// starts, so made inside an entry method it panics (the entry fails with
+// "registered after a run started"); the same call at package level
+// twice gives the same reducer.
 func Set[T any]() Reducer[T, []Indexed[T]] {
 	name := "set." + reflect.TypeFor[T]().String()
 	return Reducer[T, []Indexed[T]]{canonical[T](name, func(items []manager.Item) ([]Indexed[T], error) {
@@ -223,9 +233,11 @@ func Set[T any]() Reducer[T, []Indexed[T]] {
 	})}
 }
 
-// NewReducer registers a user reducer (at package level: the name must be
-// the same in every process, and no other reducer's; registering a name
-// twice panics). combine must not modify its arguments. When exact is true
+// NewReducer registers a user reducer. Make it once, at package level
+// (var maxAbs = chare.NewReducer("maxabs", ...)): the name must be the
+// same in every process, and no other reducer's; registering a name twice
+// panics, and so does registering one inside an entry method (after the
+// run started). combine must not modify its arguments. When exact is true
 // combine must be associative and commutative to the bit, and partial
 // results are combined anywhere in the tree; otherwise contributions are
 // folded left to right in contributor-index order, at the root.

@@ -345,6 +345,10 @@ type host struct {
 	qd      map[uint64]manager.Callback
 	nextQD  uint64
 	run     *runState
+	// unresumed counts, by collection, the elements a load-balancing
+	// step resumed that have no ResumeFromSync: a dump says so, in case
+	// nothing else drives them (Waits)
+	unresumed map[uint32]int
 }
 
 func identity(m *manager.Manager, e *manager.Element) string {
@@ -482,7 +486,12 @@ func (h *host) Unpack(m *manager.Manager, e *manager.Element, state []byte) erro
 func (h *host) ResumeFromSync(m *manager.Manager, e *manager.Element) {
 	if r, ok := e.Obj.(ResumeFromSync); ok {
 		h.guard(m, e, "ResumeFromSync", r.ResumeFromSync)
+		return
 	}
+	if h.unresumed == nil {
+		h.unresumed = map[uint32]int{}
+	}
+	h.unresumed[e.Coll.ID]++
 }
 
 func (h *host) Quiescent(m *manager.Manager, tag uint64) {

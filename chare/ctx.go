@@ -61,17 +61,20 @@ func (c *Ctx) Migrate(pe int) {
 
 // AtSync says the element is ready for load balancing; ResumeFromSync is
 // called on it when every element of its array got there and the balancer's
-// migrations are done. An element whose type has no ResumeFromSync
-// method ends the run with an error naming the type (nothing would
-// resume it).
+// migrations are done. An element whose type has no ResumeFromSync but
+// a method spelt near it (ResumeFromSynch) ends the run at once with an
+// error naming both; one with neither is resumed by other messages, or
+// the run goes quiet saying that nothing resumed it.
 func (c *Ctx) AtSync() {
 	if c.e.Coll.Kind != manager.CollArray {
 		c.Fail(fmt.Errorf("AtSync: only array elements take part in load balancing"))
 		return
 	}
 	if _, ok := c.e.Obj.(ResumeFromSync); !ok && !c.m.BalancesPeriodically() {
-		c.Fail(noResumeFromSync(c.e.Obj))
-		return
+		if err := misspeltResumeFromSync(c.e.Obj); err != nil {
+			c.Fail(err)
+			return
+		}
 	}
 	c.m.AtSync(c.e)
 }

@@ -34,6 +34,17 @@ func (g *Gather[M]) waitState() (GatherWait, int, map[int64]int) {
 // the count it waits for and has, and what else it holds.
 func (h *host) Waits(m *manager.Manager) []string {
 	var out []string
+	for _, id := range slices.Sorted(maps.Keys(h.unresumed)) {
+		c := m.Collection(id)
+		if c == nil {
+			continue
+		}
+		t := "its type"
+		if ti := lookupType(c.Type); ti != nil {
+			t = fmt.Sprint(reflect.TypeOf(ti.alloc()))
+		}
+		out = append(out, fmt.Sprintf("%d elements of %s here were resumed after AtSync with nothing to run: %s has no method ResumeFromSync(ctx *chare.Ctx) (an element other messages drive needs none)", h.unresumed[id], c.Name, t))
+	}
 	names := m.CollectionNames()
 	for _, id := range slices.Sorted(maps.Keys(names)) {
 		c := m.Collection(id)
@@ -112,27 +123,29 @@ func elide(items []string, n int) string {
 	return strings.Join(items, ", ")
 }
 
-// noResumeFromSync is the error of an element calling AtSync whose type
-// has no ResumeFromSync: nothing would resume it once the balancer is
-// done, and the run would go quiet with no word of why (a misspelt
-// method still compiles). It names the type's methods whose names are
-// near, with its signature.
-func noResumeFromSync(obj any) error {
+// misspeltResumeFromSync is the error of an element calling AtSync
+// whose type has no ResumeFromSync(ctx *Ctx) but a method spelt near it
+// (ResumeFromSynch, or ResumeFromSync with another signature): Go takes
+// it for just another method, so nothing would resume the element once
+// the balancer is done, and the run would go quiet with no word of why.
+// nil where the type has none: an element without ResumeFromSync may
+// be driven by other messages (LeanMD's computes are).
+func misspeltResumeFromSync(obj any) error {
 	t := reflect.TypeOf(obj)
-	msg := fmt.Sprintf("AtSync: %v has no method ResumeFromSync(ctx *chare.Ctx), so nothing would resume it once the load-balancing step is done", t)
 	var near []string
 	for i := range t.NumMethod() {
 		m := t.Method(i)
-		if editDistance(strings.ToLower(m.Name), "resumefromsync") <= 3 {
-			var params []string
-			for j := 1; j < m.Type.NumIn(); j++ { // In(0) is the receiver
-				params = append(params, m.Type.In(j).String())
-			}
-			near = append(near, fmt.Sprintf("%s(%s)", m.Name, strings.Join(params, ", ")))
+		if editDistance(strings.ToLower(m.Name), "resumefromsync") > 2 {
+			continue
 		}
+		var params []string
+		for j := 1; j < m.Type.NumIn(); j++ { // In(0) is the receiver
+			params = append(params, m.Type.In(j).String())
+		}
+		near = append(near, fmt.Sprintf("%s(%s)", m.Name, strings.Join(params, ", ")))
 	}
-	if len(near) > 0 {
-		msg += fmt.Sprintf(" (it has %s: misspelt, or another signature?)", strings.Join(near, ", "))
+	if len(near) == 0 {
+		return nil
 	}
-	return fmt.Errorf("%s", msg)
+	return fmt.Errorf("AtSync: %v has no method ResumeFromSync(ctx *chare.Ctx), so nothing would resume it once the load-balancing step is done (it has %s: misspelt, or another signature?)", t, strings.Join(near, ", "))
 }

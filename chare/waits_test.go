@@ -45,6 +45,38 @@ func TestAMisspeltResumeFromSyncIsNamed(t *testing.T) {
 	}
 }
 
+// An element type with no ResumeFromSync at all may be driven by other
+// messages after AtSync (LeanMD's computes are): the run goes on; if
+// nothing drives it, the run goes quiet, and its one line says that the
+// balancing step resumed elements with nothing to run.
+type UnresumedMain struct{}
+
+type Unresumed struct{}
+
+var (
+	unresumedMain = chare.NewMainType[UnresumedMain]("wt.UnresumedMain")
+	unresumedT    = chare.NewType[Unresumed, struct{}]("wt.Unresumed")
+	unresumedSync *chare.Entry[Unresumed, struct{}]
+)
+
+func init() { unresumedSync = chare.NewEntry(unresumedT, (*Unresumed).Sync) }
+
+func (*UnresumedMain) Init(ctx *chare.Ctx, _ []string) {
+	unresumedSync.Broadcast(ctx, unresumedT.NewArray(ctx, []int{4}, struct{}{}), struct{}{})
+}
+
+func (*Unresumed) Init(*chare.Ctx, struct{}) {}
+
+func (*Unresumed) Sync(ctx *chare.Ctx, _ struct{}) { ctx.AtSync() }
+
+func TestElementsResumedWithNothingToRunAreNamed(t *testing.T) {
+	res := chare.Run(unresumedMain, chare.Config{PEs: 1})
+	require.Equal(t, 1, res.Code, "%v", res.Err)
+	require.EqualError(t, res.Err, "the run went quiet before the program ended it (no Exit came, and the program did not say that quiescence ends it: chare.EndWhenQuiet); waiting: 4 elements of wt.Unresumed here were resumed after AtSync with nothing to run: *chare_test.Unresumed has no method ResumeFromSync(ctx *chare.Ctx) (an element other messages drive needs none)")
+	res = chare.Run(unresumedMain, chare.Config{PEs: 2})
+	require.ErrorContains(t, res.Err, "; waiting: 2 elements of wt.Unresumed here were resumed after AtSync with nothing to run: *chare_test.Unresumed has no method ResumeFromSync(ctx *chare.Ctx) (an element other messages drive needs none) (and 1 more: see the dump)")
+}
+
 // A run that went quiet describes what its elements wait for: each Gather
 // waiting, with the number, the count it waits for and has, and what
 // else it holds; and the elements at AtSync, with those not there yet.

@@ -69,10 +69,7 @@ func (m *Manager) Describe(w io.Writer) {
 		fmt.Fprintf(w, "  a new incarnation (%d): waiting for its snapshot %v, replaying %v; %d messages kept until its snapshot is in\n", r.inc, r.reviving, r.recovering, len(r.stash))
 	}
 	m.ft.Describe(w)
-	for _, line := range m.atSyncWaits() {
-		fmt.Fprintf(w, "  %s\n", line)
-	}
-	for _, line := range m.host.Waits(m) {
+	for _, line := range m.Waits() {
 		fmt.Fprintf(w, "  %s\n", line)
 	}
 	for _, line := range m.Pending() {
@@ -213,6 +210,12 @@ func (m *Manager) pendingRounds(out []string, red *Reduction, what string, missi
 	}
 	return out
 }
+
+// Waits lists what this PE's elements wait for: the load-balancing step
+// of those at AtSync, and the chare layer's (Host.Waits). A program may
+// end with elements waiting, so it is not unfinished work (Pending); a
+// run that went quiet before the program ended it names the first.
+func (m *Manager) Waits() []string { return append(m.atSyncWaits(), m.host.Waits(m)...) }
 
 // atSyncWaits describes, for each array with elements on this PE at
 // AtSync, which of them wait there and which have not reached it: a

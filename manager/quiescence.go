@@ -271,7 +271,7 @@ func (m *Manager) onQDReply(r *QDReplyMsg) {
 // and holding every PE's description. A nil then fails the run either
 // way: it went quiet before the program ended it.
 func (m *Manager) CheckQuiet(then func()) {
-	m.quiet = quietCheck{asked: true, then: then, pending: make([][]string, m.NumPEs()), dumps: make([]string, m.NumPEs())}
+	m.quiet = quietCheck{asked: true, then: then, pending: make([][]string, m.NumPEs()), waits: make([][]string, m.NumPEs()), dumps: make([]string, m.NumPEs())}
 	for p := 0; p < m.NumPEs(); p++ {
 		m.PE.Send(p, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{All: then == nil}})
 	}
@@ -280,9 +280,10 @@ func (m *Manager) CheckQuiet(then func()) {
 // StrandedMsg asks a PE for its unfinished work (Reply: here it is, and
 // its description if there is any).
 type StrandedMsg struct {
-	All     bool // describe the PE even with nothing unfinished
+	All     bool // describe the PE even with nothing unfinished, and what its elements wait for
 	Reply   bool
 	Pending []string `msgpack:",omitempty"`
+	Waits   []string `msgpack:",omitempty"`
 	Dump    string   `msgpack:",omitempty"`
 }
 
@@ -291,6 +292,7 @@ type quietCheck struct {
 	then    func() // nil: the run fails whatever is pending
 	replies int
 	pending [][]string
+	waits   [][]string
 	dumps   []string
 }
 
@@ -302,6 +304,11 @@ type QuietError struct {
 	More    int    // how many more there are
 	State   string // every PE's description that had some
 	Unended bool   // the program neither ended the run nor said quiescence ends it
+	// Waiting is, for a run Unended with no work unfinished, the first
+	// thing an element waits for (Manager.Waits): what stopped it, most
+	// likely; MoreWaiting counts the others
+	Waiting     string
+	MoreWaiting int
 }
 
 // Dump is the state of the PEs that had unfinished work.
@@ -312,6 +319,12 @@ func (e *QuietError) Error() string {
 	if e.Unended {
 		msg = "the run went quiet before the program ended it (no Exit came, and the program did not say that quiescence ends it: chare.EndWhenQuiet)"
 		if e.First == "" {
+			if e.Waiting != "" {
+				msg += "; waiting: " + e.Waiting
+				if e.MoreWaiting > 0 {
+					msg += fmt.Sprintf(" (and %d more: see the dump)", e.MoreWaiting)
+				}
+			}
 			return msg
 		}
 		msg += "; unfinished: " + e.First
@@ -326,6 +339,9 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 	s := env.Payload.(*StrandedMsg)
 	if !s.Reply {
 		r := &StrandedMsg{Reply: true, Pending: m.Pending()}
+		if s.All {
+			r.Waits = m.Waits()
+		}
 		if len(r.Pending) > 0 || s.All {
 			var b strings.Builder
 			m.Describe(&b)
@@ -338,7 +354,7 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 	if !q.asked {
 		return
 	}
-	q.pending[env.Src], q.dumps[env.Src] = s.Pending, s.Dump
+	q.pending[env.Src], q.waits[env.Src], q.dumps[env.Src] = s.Pending, s.Waits, s.Dump
 	if q.replies++; q.replies < m.NumPEs() {
 		return
 	}
@@ -353,6 +369,9 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 		e := &QuietError{Unended: true, State: strings.Join(q.dumps, "")}
 		if len(all) > 0 {
 			e.First, e.More = MostTelling(all), len(all)-1
+		}
+		if waits := slices.Concat(q.waits...); len(waits) > 0 {
+			e.Waiting, e.MoreWaiting = waits[0], len(waits)-1
 		}
 		m.Fail(e)
 	case len(all) == 0:

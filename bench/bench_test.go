@@ -5,12 +5,12 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/internal/crosscore"
 )
 
 // Each charmgo benchmark is a small chare program. Its main measures the
@@ -233,34 +233,7 @@ func BenchmarkPingPong_CrossCore(b *testing.B) {
 
 // crossCoreRoundTrips bounces a counter n times between two threads (see
 // BenchmarkPingPong_CrossCore) and returns the time it took.
-func crossCoreRoundTrips(n int) time.Duration {
-	var ping, pong struct {
-		v atomic.Int64
-		_ [56]byte // each on a cache line of its own
-	}
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for i := int64(1); i <= int64(n); i++ {
-			for ping.v.Load() != i {
-			}
-			pong.v.Store(i)
-		}
-		close(done)
-	}()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	start := time.Now()
-	for i := int64(1); i <= int64(n); i++ {
-		ping.v.Store(i)
-		for pong.v.Load() != i {
-		}
-	}
-	took := time.Since(start)
-	<-done
-	return took
-}
+func crossCoreRoundTrips(n int) time.Duration { return crosscore.RoundTrips(n) }
 
 // reportFloor adds the machine's cross-core round trip, measured just
 // before (100,000 round trips), to a cross-PE benchmark's figures, so

@@ -27,12 +27,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/charmgo/charmgo/internal/crosscore"
 	"github.com/charmgo/charmgo/internal/syncio"
 )
 
@@ -166,6 +168,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "testall: flag --tier: no tier %q (race, plain, chaos, chaos-md, purego, bench)\n", *only)
 		return 2
 	}
+	// which mode the host is in: the suite's time depends on it
+	floor, mode := hostFloor()
+	fmt.Fprintf(stdout, "testall: %s\n", floor)
 	var spans []groupSpan
 	for _, group := range groups(chosen) {
 		began := time.Now()
@@ -180,7 +185,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			failed = failed || !r.ok
 		}
 	}
-	report(stdout, pkgs, tests, spans, time.Since(start))
+	report(stdout, pkgs, tests, spans, time.Since(start), mode)
 	if failed {
 		fmt.Fprintf(stderr, "testall: FAIL (see the failures above)\n")
 		return 1
@@ -367,7 +372,7 @@ type groupSpan struct {
 
 // report prints every package's time in every tier, slowest first, the
 // ten slowest tests, and each group's time.
-func report(w io.Writer, pkgs []pkgResult, tests []testResult, spans []groupSpan, total time.Duration) {
+func report(w io.Writer, pkgs []pkgResult, tests []testResult, spans []groupSpan, total time.Duration, mode string) {
 	slices.SortFunc(pkgs, func(a, b pkgResult) int { return cmp.Compare(b.elapsed, a.elapsed) })
 	fmt.Fprintf(w, "\ntime per package and tier (go test -json), slowest first:\n")
 	for _, p := range pkgs {
@@ -389,5 +394,29 @@ func report(w io.Writer, pkgs []pkgResult, tests []testResult, spans []groupSpan
 		}
 		each = append(each, fmt.Sprintf("%s %s", strings.Join(names, "+"), g.took.Round(time.Second)))
 	}
-	fmt.Fprintf(w, "all tiers: %s (%s)\n", total.Round(time.Second), strings.Join(each, ", "))
+	fmt.Fprintf(w, "all tiers: %s (%s), the host in its %s mode\n", total.Round(time.Second), strings.Join(each, ", "), mode)
 }
+
+// hostFloor measures the host's cross-core round trip (5 times 100,000
+// round trips, about 0.1 s in the fast mode) and says which mode that
+// is, in a line and a word: on this project's machines the suite takes about twice as long in
+// the slow one, whose processes' messages cross cores slowly.
+func hostFloor() (line, mode string) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		return "one core: no cross-core round trip to measure", "one-core"
+	}
+	var ns []float64
+	for range 5 {
+		ns = append(ns, float64(crosscore.RoundTrips(100_000).Nanoseconds())/1e5)
+	}
+	slices.Sort(ns)
+	mode = "fast"
+	if ns[2] >= slowFloorNs {
+		mode = "slow"
+	}
+	return fmt.Sprintf("the host's cross-core round trip (floor-ns): %.0f / %.0f / %.0f ns, min / median / max of 5: its %s mode", ns[0], ns[2], ns[4], mode), mode
+}
+
+// slowFloorNs divides the host's modes: about 110 ns in the fast one,
+// 500–1,000 ns in the slow one (bench/README).
+const slowFloorNs = 300

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -49,9 +50,9 @@ func TestReadEvents(t *testing.T) {
 
 	var r bytes.Buffer
 	spans := []groupSpan{{[]tier{{name: "race"}}, 8 * time.Second}, {[]tier{{name: "chaos"}, {name: "bench"}}, 4 * time.Second}}
-	report(&r, pkgs, tests, spans, 12*time.Second)
+	report(&r, pkgs, tests, spans, 12*time.Second, "fast")
 	require.Regexp(t, `(?s)7\.2s  race +m/c +pass.*3\.5s  race +m/a +fail.*the ten slowest tests:\n +7\.0s  race +m/c TestZ\n +2\.0s  race +m/a TestX`, r.String())
-	require.Contains(t, r.String(), "all tiers: 12s (race 8s, chaos+bench 4s)\n")
+	require.Contains(t, r.String(), "all tiers: 12s (race 8s, chaos+bench 4s), the host in its fast mode\n")
 }
 
 func TestBadFlags(t *testing.T) {
@@ -177,4 +178,17 @@ func TestTheRepositoryTracksNoLargeFile(t *testing.T) {
 	}
 	require.NoError(t, err)
 	require.Empty(t, big)
+}
+
+// The suite says first which mode the host is in, from its cross-core
+// round trip.
+func TestHostFloor(t *testing.T) {
+	line, mode := hostFloor()
+	if runtime.GOMAXPROCS(0) < 2 {
+		require.Equal(t, "one-core", mode)
+		return
+	}
+	require.Contains(t, []string{"fast", "slow"}, mode)
+	require.Regexp(t, `^the host's cross-core round trip \(floor-ns\): \d+ / \d+ / \d+ ns, min / median / max of 5: its (fast|slow) mode$`, line)
+	require.True(t, strings.HasSuffix(line, mode+" mode"))
 }

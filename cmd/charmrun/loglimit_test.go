@@ -19,8 +19,9 @@ import (
 // failure-free energies, bitwise; among the kills, one rolls back PEs of
 // other processes along with the lost one.
 func TestALogLimitAcrossProcesses(t *testing.T) {
+	plainTierOnly(t)
 	bin := buildLeanMD(t)
-	params := []string{"3", "3", "3", "41", "1000", "1000", "10"}
+	params := []string{"2", "2", "2", "41", "1000", "1000", "10"}
 	leanmd := func(args ...string) (string, chare.Summary) {
 		js := filepath.Join(t.TempDir(), "summary.json")
 		var out, errb bytes.Buffer

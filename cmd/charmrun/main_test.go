@@ -65,7 +65,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{bin, "-3", "3", "3"}, "leanmd: argument X: -3 is out of range (want 1 to 64)"},
 		{[]string{bin, "3", "3", "3", "0"}, "leanmd: argument steps: 0 is out of range"},
 		{[]string{"+p5000", bin}, "leanmd: flag +p: 5000 is out of range (want 1 to 1024)"},
-		{[]string{bin, "--frobnicate"}, "leanmd: unknown runtime flag --frobnicate (see --help)"},
+		{[]string{bin, "--frobnicate"}, "leanmd: unknown flag --frobnicate: neither the program's nor the runtime's (see --help)"},
+		{[]string{bin, "-progres", "5"}, "leanmd: unknown flag -progres: neither the program's nor the runtime's (did you mean --progress? see --help)"},
 		{[]string{"+pmany", bin}, `leanmd: flag +p: "many" is not a whole number`},
 		{[]string{bin, "--progress", "0"}, "leanmd: flag --progress:"},
 		{[]string{bin, "--kernel", "avx9"}, `leanmd: flag --kernel: "avx9" is not a kernel (auto, avx512, avx2, scalar)`},
@@ -155,16 +156,46 @@ func TestRuntimeFlagsAfterTheProgramCountForCharmrun(t *testing.T) {
 	require.ErrorContains(t, err, `flag --connect-timeout: "soon" is not a positive duration`)
 }
 
+// failureFree is the energies of LeanMD run with params in one process
+// of 2 PEs, without a failure: what a run that recovers must end with,
+// on any PE count and layout (TestLeanMDOverProcesses checks that they
+// do not depend on them). Each params' run is made once for the test
+// binary: a dozen tests compare with the same two.
+func failureFree(t *testing.T, leanmd string, params []string) string {
+	t.Helper()
+	v, _ := references.LoadOrStore(leanmd+" "+strings.Join(params, " "), &reference{})
+	r := v.(*reference)
+	r.once.Do(func() {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"+p2", leanmd}, params...), &out, &errb); code != 0 {
+			r.err = fmt.Sprintf("the failure-free run %v: exit %d: %s", params, code, errb.String())
+			return
+		}
+		r.energies = energies(t, out.String())
+	})
+	require.Empty(t, r.err)
+	return r.energies
+}
+
+// references is the failure-free runs made so far (failureFree).
+var references sync.Map
+
+type reference struct {
+	once     sync.Once
+	energies string
+	err      string
+}
+
+// plainTierOnly skips t under the race detector (raceOn says why).
+func plainTierOnly(t *testing.T) {
+	t.Helper()
+	if raceOn {
+		t.Skip("processes built without the race detector: the README's test command runs this in its plain tier")
+	}
+}
+
 // energies are the lines of LeanMD's summary that must be bitwise equal
 // between runs.
-// failureFree is the energies of LeanMD run with params on pes PEs in one
-// process, without a failure: what a run that recovers must end with.
-func failureFree(t *testing.T, leanmd string, pes int, params []string) string {
-	t.Helper()
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run(append([]string{"+p" + strconv.Itoa(pes), leanmd}, params...), &out, &errb), errb.String())
-	return energies(t, out.String())
-}
 
 func energies(t *testing.T, out string) string {
 	t.Helper()
@@ -189,21 +220,29 @@ func TestLeanMDOverProcesses(t *testing.T) {
 		return out.String(), errb.String()
 	}
 	want := map[int]string{}
-	for _, p := range []string{"2", "3", "4"} {
+	pes := []string{"2", "3", "4"}
+	layouts := []struct {
+		args    []string
+		summary string
+	}{
+		{[]string{"++n", "2", "++ppn", "2"}, "2 processes: 2 PEs (0..1) on"},
+		{[]string{"++n", "2", "++ppn", "1"}, "2 processes: 1 PEs (0..0) on"},
+		{[]string{"++n", "3", "++ppn", "1"}, "3 processes: 1 PEs (0..0) on"},
+		{[]string{"+p", "4", "++ppn", "2"}, "2 processes: 2 PEs (0..1) on"},
+	}
+	if raceOn { // the launcher in this binary, under the detector: one job
+		pes, layouts = pes[:1], layouts[:1]
+	}
+	for _, p := range pes {
 		out, _ := leanmd("+p" + p)
 		n, _ := strconv.Atoi(p)
 		want[n] = energies(t, out)
 	}
-	require.Equal(t, want[2], want[3], "the energies do not depend on the PE count either")
-	for _, c := range []struct {
-		args    []string
-		summary string
-	}{
-		{[]string{"++n", "2", "++ppn", "1"}, "2 processes: 1 PEs (0..0) on"},
-		{[]string{"++n", "2", "++ppn", "2"}, "2 processes: 2 PEs (0..1) on"},
-		{[]string{"++n", "3", "++ppn", "1"}, "3 processes: 1 PEs (0..0) on"},
-		{[]string{"+p", "4", "++ppn", "2"}, "2 processes: 2 PEs (0..1) on"},
-	} {
+	if !raceOn {
+		require.Equal(t, want[2], want[3], "the energies do not depend on the PE count either")
+		require.Equal(t, want[2], want[4])
+	}
+	for _, c := range layouts {
 		js := filepath.Join(t.TempDir(), "summary.json")
 		out, errs := leanmd(append(c.args, "--summary-json", js)...)
 		require.Equal(t, want[2], energies(t, out), "%v", c.args)
@@ -485,6 +524,7 @@ func waitGone(t *testing.T, pid int) {
 
 // No process outlives its job: SIGKILL of charmrun ends every process.
 func TestNoOrphansWhenCharmrunIsKilled(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	j := startJob(t, cr, leanmd, []string{"++n", "2", "++ppn", "1"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
 	require.Len(t, j.kids, 2)
@@ -499,11 +539,19 @@ func TestNoOrphansWhenCharmrunIsKilled(t *testing.T) {
 // under scmel and camel with one PE per process only the replacement
 // does, and under team (a process is a team) only the replacement's PEs.
 // Either way the run ends with the failure-free energies, bitwise.
+//
+// Under the race detector one case runs, with charmrun and LeanMD built
+// with the detector too: the launcher replacing a
+// process, the job's membership and links, the recovery's messages
+// between processes.
 func TestAKilledProcessIsReplaced(t *testing.T) {
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
-	var want string
-	for _, c := range []struct {
+	params := []string{"2", "2", "2", "41", "20", "20", "10", "--progress", "1"}
+	if raceOn {
+		cr, leanmd = programs.BuildRace(t, ".", "charmrun"), programs.BuildRace(t, "../../apps/leanmd", "leanmd")
+	}
+	want := failureFree(t, leanmd, params)
+	for i, c := range []struct {
 		args      []string
 		notice    string
 		ft        string
@@ -521,10 +569,8 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 		// says what recovers the process alone
 		{[]string{"++n", "2", "++ppn", "2", "--ft", "camel"}, "(2 PEs at once: camel recovers one PE at a time, so every PE rolls back; with --teams process each process is a team, which recovers alone)", "camel, 1 failures, 4 PEs rolled back", 0},
 	} {
-		if want == "" {
-			var out, errb bytes.Buffer
-			require.Equal(t, 0, run(append([]string{"+p2", leanmd}, params...), &out, &errb), errb.String())
-			want = energies(t, out.String())
+		if raceOn && i != 1 {
+			continue // camel, 2 processes of 1 PE
 		}
 		j := startJob(t, cr, leanmd, append(c.args, "--watchdog", "60s"), params, "Step 15 Benchmark")
 		j.signal(t, 1, syscall.SIGKILL)
@@ -546,9 +592,10 @@ func TestAKilledProcessIsReplaced(t *testing.T) {
 // replaces it as a crashed one, and the run ends with the failure-free
 // energies, bitwise.
 func TestAHungProcessIsReplaced(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
-	want := failureFree(t, leanmd, 2, params)
+	params := []string{"2", "2", "2", "41", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, params)
 	type hungCase struct {
 		args []string
 		hung int // the process stopped
@@ -584,9 +631,10 @@ func TestAHungProcessIsReplaced(t *testing.T) {
 // --ckpt-dir the job recovers from there, without it, PE 0's snapshot
 // went with both copies and the job ends with a line saying so.
 func TestTheStewardsLossIsReplaced(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	params := []string{"3", "3", "3", "61", "20", "20", "10", "--progress", "1"}
-	want := failureFree(t, leanmd, 3, params)
+	params := []string{"2", "2", "2", "61", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, params)
 	type stewardCase struct {
 		name   string
 		layout []string
@@ -667,9 +715,10 @@ func TestTheStewardsLossIsReplaced(t *testing.T) {
 // The second lost while the first's replacement recovers, within a
 // second of it: the same (with a directory the job recovers, bitwise).
 func TestTwoProcessesLostCloseTogether(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	params := []string{"3", "3", "3", "61", "20", "20", "10", "--progress", "1"}
-	want := failureFree(t, leanmd, 3, params)
+	params := []string{"2", "2", "2", "61", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, params)
 	for _, c := range []struct {
 		name    string
 		args    []string
@@ -717,9 +766,10 @@ func TestTwoProcessesLostCloseTogether(t *testing.T) {
 // the replacement failed on a connection the dying steward reset, or
 // was refused by a steward that had not yet noticed the loss.)
 func TestTheStewardLostAsItAdmitsAReplacement(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	params := []string{"3", "3", "3", "61", "20", "20", "10", "--progress", "1"}
-	want := failureFree(t, leanmd, 4, params)
+	params := []string{"2", "2", "2", "61", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, params)
 	protocols := [][]string{{"--ft", "camel"}}
 	if os.Getenv("FT_LONG") != "" { // (the suite's time: the membership is the same under each)
 		protocols = append(protocols, []string{"--ft", "none"}, []string{"--ft", "scmel"}, []string{"--ft", "team", "--teams", "process"},
@@ -742,6 +792,7 @@ func TestTheStewardLostAsItAdmitsAReplacement(t *testing.T) {
 // replacements), and any process of a job whose launcher does not
 // replace processes (srun, mpirun).
 func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
 	j := startJob(t, cr, leanmd, []string{"++n", "2", "++ppn", "1"}, []string{"3", "3", "3", "1000000"}, "Starting simulation")
 	j.signal(t, 0, syscall.SIGKILL)
@@ -815,9 +866,10 @@ func TestALossThatCannotBeReplacedEndsTheJob(t *testing.T) {
 // with the failure-free energies, bitwise. A second such loss ends the
 // job.
 func TestAJobThatCannotGoOnRunsAgainFromItsCheckpointDirectory(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
-	want := failureFree(t, leanmd, 2, params)
+	params := []string{"2", "2", "2", "41", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, params)
 	type restartCase struct {
 		name   string
 		args   []string
@@ -1068,6 +1120,7 @@ func buildJacobi2D(t *testing.T) string {
 // the time, once; charmrun replaces it and the job ends with every cell
 // bitwise the serial computation's (the program checks it: exit 0).
 func TestKillAProcessAtATime(t *testing.T) {
+	plainTierOnly(t)
 	bin := buildJacobi2D(t)
 	for _, ft := range []string{"none", "camel"} {
 		var out, errb bytes.Buffer
@@ -1101,6 +1154,7 @@ func openAtomEnergies(t *testing.T, out string) string {
 // SIGKILL at a step (--kill) under each protocol, and with a process
 // killed by SIGKILL from outside mid-run and replaced.
 func TestOpenAtomOverProcesses(t *testing.T) {
+	plainTierOnly(t)
 	cr, bin := buildCharmrun(t), buildOpenAtom(t)
 	params := []string{"8", "12", "12", "--grain", "4", "--chunks", "3", "--progress", "1"}
 	openatom := func(args ...string) string {

@@ -22,9 +22,10 @@ import (
 // The first three cases run under FT_LONG: the fourth loses a process,
 // then two at once.
 func TestPessimistAcrossProcesses(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
-	want := failureFree(t, leanmd, 8, params)
+	params := []string{"2", "2", "2", "41", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, params)
 	for _, c := range []struct {
 		name      string
 		args      []string

@@ -17,9 +17,10 @@ import (
 // too: that case runs in CI, the others under FT_LONG (it covers their
 // path but for the teams' size).
 func TestSPMDAcrossProcesses(t *testing.T) {
+	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
-	params := []string{"3", "3", "3", "41", "20", "20", "10", "--progress", "1"}
-	want := failureFree(t, leanmd, 8, params)
+	params := []string{"2", "2", "2", "41", "20", "20", "10", "--progress", "1"}
+	want := failureFree(t, leanmd, params)
 	for _, c := range []struct {
 		name   string
 		ppn    int

@@ -61,14 +61,18 @@ func tiers() []tier {
 	return []tier{
 		// the runtime: PEs, processes and networks run at once, and the
 		// detector looks at every access (LeanMD's package runs its
-		// recovery, migration and checkpoint cases; the plain tier all)
+		// recovery, migration and checkpoint cases, charmrun's the
+		// launcher in the test binary and one job of race-built
+		// processes, chare's tests of several processes one layout; the
+		// plain and chaos tiers all)
 		// (in each tier the longest packages first: go test starts them
 		// in this order, two at a time, and the tier lasts as long as its
 		// longest package and whatever started after it)
 		{name: "race", race: true, pkgs: []string{"./cmd/charmrun", "./apps/leanmd/md", "./chare", "./pe/...", "./examples/...", "./apps/openatom/...", "./bench"}},
 		// state machines, strategies, the deterministic simulator (one
-		// goroutine), LeanMD's every case and sweep: no detector
-		{name: "plain", pkgs: []string{"./apps/leanmd/md", "./ftsim", "./apps/openatom/...", "./internal/...", "./manager", "./recovery", "./ftlayer/...", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/..."}},
+		// goroutine), LeanMD's every case and sweep, charmrun's every
+		// job (its processes are built without the detector): no detector
+		{name: "plain", pkgs: []string{"./apps/leanmd/md", "./ftsim", "./cmd/charmrun", "./apps/openatom/...", "./internal/...", "./manager", "./recovery", "./ftlayer/...", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/..."}},
 		// messages between PEs held back and reordered across channels,
 		// as between processes
 		{name: "chaos", env: []string{"CHARMGO_TRANSPORT_CHAOS=1"}, pkgs: []string{"./chare", "./examples/..."}},

@@ -1,6 +1,7 @@
 // Package testbuild builds this module's programs for tests that run them
 // as processes (charmrun's, charmscale's): each program once per test
-// binary, into a temporary directory removed when the tests end.
+// binary (and once more with the race detector, where asked), into a
+// temporary directory removed when the tests end.
 package testbuild
 
 import (
@@ -15,7 +16,7 @@ import (
 // Programs is a test binary's builds.
 type Programs struct {
 	dir    string
-	builds sync.Map // package → *build
+	builds sync.Map // the program's name → *build
 }
 
 type build struct {
@@ -41,12 +42,26 @@ func Run(m *testing.M, p **Programs) int {
 // directory) as name, once; a failed build fails t with go build's output.
 func (p *Programs) Build(t testing.TB, pkg, name string) string {
 	t.Helper()
-	v, _ := p.builds.LoadOrStore(pkg, &build{})
+	return p.build(t, pkg, name)
+}
+
+// BuildRace is Build with the race detector: for the few runs of a
+// program whose processes' own concurrency the tests look at (a test
+// binary under -race sees only its own).
+func (p *Programs) BuildRace(t testing.TB, pkg, name string) string {
+	t.Helper()
+	return p.build(t, pkg, name+".race", "-race")
+}
+
+func (p *Programs) build(t testing.TB, pkg, name string, flags ...string) string {
+	t.Helper()
+	v, _ := p.builds.LoadOrStore(name, &build{})
 	b := v.(*build)
 	b.once.Do(func() {
 		b.path = filepath.Join(p.dir, name)
-		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		args := append(append([]string{"build"}, flags...), "-o", b.path, pkg)
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go %v: %v\n%s", args, err, out)
 		}
 	})
 	if b.err != nil {

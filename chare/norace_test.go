@@ -1,0 +1,5 @@
+//go:build !race
+
+package chare_test
+
+const raceOn = false

@@ -15,6 +15,7 @@ import (
 func TestBalancersLeaveTheResultUnchanged(t *testing.T) {
 	p := params(3, 3, 3, 9)
 	p.FirstLB, p.LBPeriod = 3, 3
+	p.Atoms = lightAtoms
 	base := run(t, p, chare.Config{PEs: 1, Balancer: "dummy"})
 	for _, strategy := range []string{"greedy", "refine", "greedyrefine", "graph", "random", "rotate", "dummy"} {
 		for pes := 1; pes <= 4; pes++ {
@@ -43,6 +44,7 @@ func TestBalancersLeaveTheResultUnchanged(t *testing.T) {
 func TestAFailureAfterABalancingStepEndsInTheFailureFreeResult(t *testing.T) {
 	p := params(3, 3, 3, 13)
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	p.Atoms = lightAtoms
 	for _, tc := range []struct {
 		ft, balancer string
 		kill         chare.Kill

@@ -21,7 +21,7 @@ func serialEnergies(dimX, dimY, dimZ, steps int) (ke0, ke1, pe0, pe1 float64) {
 	for x := 0; x < dimX; x++ {
 		for y := 0; y < dimY; y++ {
 			for z := 0; z < dimZ; z++ {
-				atoms = append(atoms, initialParticles(x, y, z, dimX, dimY, dimZ)...)
+				atoms = append(atoms, initialParticles(x, y, z, dimX, dimY, dimZ, [2]int{})...)
 			}
 		}
 	}

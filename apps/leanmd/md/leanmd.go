@@ -52,6 +52,12 @@ type Params struct {
 	// Kernel names the force kernel (--kernel): "" or "auto" the widest
 	// this CPU runs, "avx512", "avx2" or "scalar". All give the same bits.
 	Kernel string
+	// Atoms, if set, replaces the original's ramp of atoms a cell starts
+	// with (100 in the first cell to 250 in the last) by Atoms[0] to
+	// Atoms[1]. The runtime's tests use a tenth: the same cells,
+	// computes, sections and messages (smaller), a hundredth of the
+	// force work, which is most of a run.
+	Atoms [2]int
 }
 
 // ComputeArgs build a compute.
@@ -444,7 +450,7 @@ func (m *Main) finish(ctx *chare.Ctx) {
 func (c *Cell) Init(ctx *chare.Ctx, p Params) {
 	ix := ctx.Index()
 	c.P, c.Step = p, 1
-	c.Atoms = initialParticles(int(ix.C[0]), int(ix.C[1]), int(ix.C[2]), p.X, p.Y, p.Z)
+	c.Atoms = initialParticles(int(ix.C[0]), int(ix.C[1]), int(ix.C[2]), p.X, p.Y, p.Z, p.Atoms)
 }
 
 func offset(num int) (dx, dy, dz int) {

@@ -50,6 +50,12 @@ func params(x, y, z, steps int) Params {
 	return p
 }
 
+// lightAtoms is the atoms a cell starts with in the tests of the runtime
+// (fault tolerance, balancing): a tenth of the original's, the same
+// cells, computes and messages, a hundredth of the force work, which was
+// most of their time (Params.Atoms).
+var lightAtoms = [2]int{10, 25}
+
 // Small boxes, past a migration and a load-balancing step: energy is
 // conserved within the tolerance, and every PE count, with and without
 // --wire-check, gives bitwise the same energies and final atoms.
@@ -227,6 +233,7 @@ func TestCheckpointsAreTakenAndComplete(t *testing.T) {
 func TestFailuresEndInTheFailureFreeResult(t *testing.T) {
 	p := params(3, 3, 3, 13)
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	p.Atoms = lightAtoms
 	schedules := append([]schedule{
 		{name: "before the first checkpoint", kills: []chare.Kill{{PE: 1, Step: 2}}},
 		{name: "mid-iteration", kills: []chare.Kill{{PE: 1, Step: 7}}},
@@ -428,6 +435,7 @@ func failures(t *testing.T, p Params, base Report, cfg chare.Config, name string
 func TestMessageLoggingLeavesTheResultUnchanged(t *testing.T) {
 	notUnderRace(t)
 	p := params(3, 3, 3, 13)
+	p.Atoms = lightAtoms
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
 	for _, pes := range []int{2, 5} {
 		base := run(t, p, chare.Config{PEs: pes, Branching: 2})
@@ -667,6 +675,7 @@ func TestTwoRunsAtOnce(t *testing.T) {
 func TestFailuresAtRandomMomentsOfADeterministicRun(t *testing.T) {
 	notUnderRace(t)
 	p := params(2, 2, 2, 12)
+	p.Atoms = lightAtoms
 	p.CkptPeriod = 5
 	base := run(t, p, chare.Config{PEs: 4})
 	trials := 12
@@ -709,6 +718,7 @@ func TestFailuresAtRandomMomentsOfADeterministicRun(t *testing.T) {
 func TestAutoTeamsRecoverTheFailedTeam(t *testing.T) {
 	notUnderRace(t)
 	p := params(3, 3, 3, 13)
+	p.Atoms = lightAtoms
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
 	base := run(t, p, chare.Config{PEs: 4})
 	for _, ft := range []string{"team", "camel"} {
@@ -744,6 +754,7 @@ func TestAutoTeamsRecoverTheFailedTeam(t *testing.T) {
 func TestAutoTeamsAroundTheirCheckpoints(t *testing.T) {
 	notUnderRace(t)
 	p := params(3, 3, 3, 13)
+	p.Atoms = lightAtoms
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
 	base := run(t, p, chare.Config{PEs: 4})
 	for _, ft := range []string{"team", "camel"} {
@@ -795,6 +806,7 @@ func (d *drift) Plan(st *loadbalance.Stats) []loadbalance.Move {
 // Bitwise against the failure-free run.
 func TestFailuresOfTeamsOfThreeThroughBalancing(t *testing.T) {
 	p := params(2, 2, 2, 13)
+	p.Atoms = lightAtoms
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
 	base := run(t, p, chare.Config{PEs: 6})
 	steps := []int{6, 7}

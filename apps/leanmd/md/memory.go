@@ -27,7 +27,7 @@ const (
 func Atoms(p Params) int {
 	n, total := p.cells(), 0
 	for id := 0; id < n; id++ {
-		total += numParticles(id, n)
+		total += numParticles(id, n, p.Atoms)
 	}
 	return total
 }

@@ -20,6 +20,7 @@ func TestPessimistRecoversPEsFailingAtOnce(t *testing.T) {
 	notUnderRace(t)
 	p := params(3, 3, 3, 13)
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	p.Atoms = lightAtoms
 	base := run(t, p, chare.Config{PEs: 6})
 	for _, c := range []struct {
 		pes  []int

@@ -70,16 +70,22 @@ func (r *Rand48) Float64() float64 {
 }
 
 // numParticles is how many atoms cell id of numCells starts with: the
-// original's deliberate ramp from 100 to 250 (integer division).
-func numParticles(id, numCells int) int {
-	return PartsStart + (id*(PartsEnd-PartsStart))/numCells
+// original's deliberate ramp from 100 to 250 (integer division), or
+// from atoms[0] to atoms[1] (Params.Atoms) where they are set.
+func numParticles(id, numCells int, atoms [2]int) int {
+	first, last := PartsStart, PartsEnd
+	if atoms != [2]int{} {
+		first, last = atoms[0], atoms[1]
+	}
+	return first + (id*(last-first))/numCells
 }
 
 // initialParticles places cell (x,y,z)'s atoms on the original's lattice and
-// draws their velocities from drand48 seeded with the cell's id.
-func initialParticles(x, y, z, dimX, dimY, dimZ int) []Particle {
+// draws their velocities from drand48 seeded with the cell's id (atoms:
+// see numParticles).
+func initialParticles(x, y, z, dimX, dimY, dimZ int, atoms [2]int) []Particle {
 	id := z + dimZ*(y+x*dimY)
-	n := numParticles(id, dimX*dimY*dimZ)
+	n := numParticles(id, dimX*dimY*dimZ, atoms)
 	rng := NewRand48(int64(id))
 	ps := make([]Particle, n)
 	for i := range ps {

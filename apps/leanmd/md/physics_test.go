@@ -36,7 +36,7 @@ func TestInitialStateMatchesTheCxxLeanMD(t *testing.T) {
 	}{0: {100, 0x3d30448c8d416442}, 13: {172, 0xb516c8ff6e5ccc08}, 26: {244, 0x00f2c7c04f4a03e0}}
 	for id, w := range want {
 		x, y, z := id/9, (id/3)%3, id%3
-		ps := initialParticles(x, y, z, 3, 3, 3)
+		ps := initialParticles(x, y, z, 3, 3, 3, [2]int{})
 		require.Len(t, ps, w.n)
 		h := uint64(1469598103934665603)
 		for _, p := range ps {

@@ -105,6 +105,7 @@ func spmdBases(t *testing.T, branching int) (Params, map[int]Report) {
 	t.Helper()
 	p := params(3, 3, 3, 13)
 	p.FirstLB, p.LBPeriod, p.CkptPeriod, p.Given = 6, 6, 4, 7
+	p.Atoms = lightAtoms
 	bases := map[int]Report{}
 	for _, pes := range []int{4, 8} {
 		bases[pes] = run(t, p, chare.Config{PEs: pes, Branching: branching})

@@ -18,7 +18,7 @@ func NewStepWorkload(dx, dy, dz int) *StepWorkload {
 	for x := 0; x < dx; x++ {
 		for y := 0; y < dy; y++ {
 			for z := 0; z < dz; z++ {
-				ps := initialParticles(x, y, z, dx, dy, dz)
+				ps := initialParticles(x, y, z, dx, dy, dz, [2]int{})
 				pos := make([]Vec3, len(ps))
 				for i := range ps {
 					pos[i] = ps[i].Pos

@@ -89,7 +89,8 @@ func TestProcessLostWhileAnotherRecovers(t *testing.T) {
 // rollback, also bitwise) or too late (two recoveries in turn); each case
 // runs until it came in time, five times at most. Under team the lost
 // process's checkpoint copies live in the one recovering (PE 4 holds PE
-// 2's): they wait until they are back there.
+// 2's): they wait until they are back there; a loss before they are
+// rolls every PE back from --ckpt-dir.
 func TestProcessLostQueuedBehindARecovery(t *testing.T) {
 	plainTierOnly(t)
 	cr, leanmd := buildCharmrun(t), buildLeanMD(t)
@@ -104,14 +105,21 @@ func TestProcessLostQueuedBehindARecovery(t *testing.T) {
 	}{
 		{"camel", "camel", []string{"++n", "4", "++ppn", "1"}, 4, 1, 3, "PE 1 restored checkpoint",
 			"charmgo: process 3 (PE 3) was lost; PE 1, recovering, holds everything it needs from it: its replacement recovers it once they caught up"},
-		{"team", "team", []string{"++n", "4", "++ppn", "2", "--teams", "process"}, 8, 2, 1, "PE 5 restored checkpoint",
+		// (a second loss too early, before PE 4 held PE 2's copy again,
+		// rolls every PE back from the directory, and the case runs again:
+		// without it, no copy of PE 2's snapshot was left, exit 1)
+		{"team", "team", []string{"++n", "4", "++ppn", "2", "--teams", "process", "--ckpt-dir", "DIR"}, 8, 2, 1, "PE 5 restored checkpoint",
 			"charmgo: process 1 (PEs 2..3) was lost; PEs {4-5}, recovering, hold everything they need from it: its replacement recovers it once they caught up"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want := failureFree(t, leanmd, params)
 			for try := 1; ; try++ {
 				js := filepath.Join(t.TempDir(), "summary.json")
-				args := slices.Concat(c.layout, []string{"--ft", c.ft, "--watchdog", "20s", "--summary-json", js})
+				layout := slices.Clone(c.layout)
+				if i := slices.Index(layout, "DIR"); i >= 0 {
+					layout[i] = t.TempDir()
+				}
+				args := slices.Concat(layout, []string{"--ft", c.ft, "--watchdog", "20s", "--summary-json", js})
 				j := startJob(t, cr, leanmd, args, params, "Step 15 Benchmark")
 				j.signal(t, c.first, syscall.SIGKILL)
 				j.err.waitFor(t, c.when, 20*time.Second)

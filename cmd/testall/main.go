@@ -87,7 +87,7 @@ func tiers() []tier {
 		// every benchmark of the fast path and its baselines, 100
 		// iterations each (BenchmarkLeanMD runs whole simulations: the
 		// tests above run LeanMD)
-		{name: "bench", run: "^$", bench: "^Benchmark(PingPong|Stream|LocalSend|Reduce|Multicast|Procs|LeanMDKernel|PE|Frame|Registry|Spin)", pkgs: []string{"./bench", "./pe"}, alongside: true},
+		{name: "bench", run: "^$", bench: "^Benchmark(PingPong|Stream|LocalSend|Reduce|Multicast|Procs|LeanMDKernel|PE|Frame|Registry|Spin|PayloadSize)", pkgs: []string{"./bench", "./pe"}, alongside: true},
 	}
 }
 

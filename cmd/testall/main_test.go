@@ -192,3 +192,21 @@ func TestHostFloor(t *testing.T) {
 	require.Regexp(t, `^the host's cross-core round trip \(floor-ns\): \d+ / \d+ / \d+ ns, min / median / max of 5: its (fast|slow) mode$`, line)
 	require.True(t, strings.HasSuffix(line, mode+" mode"))
 }
+
+// The README's way to the runnable examples works: `go test -list
+// '^Example' ./chare` lists them (the loop it names among them), where
+// the command it gave before, go doc, printed none.
+func TestTheREADMEsExamplesCommand(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "`go test -list '^Example' ./chare`")
+	require.Contains(t, string(readme), "go test\n-run Example_iterateUntilConverged -v ./chare")
+	cmd := exec.Command("go", "test", "-list", "^Example", "./chare")
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, want := range []string{"Example_iterateUntilConverged", "Example_atSyncWithABalancer", "Example_checkpointAndRestart", "Example_failureUnderCamel"} {
+		require.Contains(t, string(out), want+"\n")
+	}
+	require.NotContains(t, string(out), "TestExamplesAcrossPEsAndWireCheck", "only the examples")
+}

@@ -345,10 +345,10 @@ type host struct {
 	qd      map[uint64]manager.Callback
 	nextQD  uint64
 	run     *runState
-	// unresumed counts, by collection, the elements a load-balancing
-	// step resumed that have no ResumeFromSync: a dump says so, in case
-	// nothing else drives them (Waits)
-	unresumed map[uint32]int
+	// unresumed: the collections whose elements a load-balancing step
+	// resumed here with no ResumeFromSync to run: a dump says so, in
+	// case nothing else drives them (Waits)
+	unresumed map[uint32]bool
 }
 
 func identity(m *manager.Manager, e *manager.Element) string {
@@ -489,9 +489,9 @@ func (h *host) ResumeFromSync(m *manager.Manager, e *manager.Element) {
 		return
 	}
 	if h.unresumed == nil {
-		h.unresumed = map[uint32]int{}
+		h.unresumed = map[uint32]bool{}
 	}
-	h.unresumed[e.Coll.ID]++
+	h.unresumed[e.Coll.ID] = true
 }
 
 func (h *host) Quiescent(m *manager.Manager, tag uint64) {

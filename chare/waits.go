@@ -29,21 +29,23 @@ func (g *Gather[M]) waitState() (GatherWait, int, map[int64]int) {
 	return g.Want, g.Len(g.Want.Ref), held
 }
 
-// Waits implements manager.Host: every element of this PE whose state
-// has a Gather waiting (When) for messages, with the reference number,
-// the count it waits for and has, and what else it holds.
+// Waits implements manager.Host: the arrays whose elements here a
+// balancing step resumed with nothing to run (no ResumeFromSync), and
+// every element of this PE whose state has a Gather waiting (When) for
+// messages, with the reference number, the count it waits for and has,
+// and what else it holds.
 func (h *host) Waits(m *manager.Manager) []string {
 	var out []string
 	for _, id := range slices.Sorted(maps.Keys(h.unresumed)) {
 		c := m.Collection(id)
-		if c == nil {
+		if c == nil || len(c.Locals()) == 0 {
 			continue
 		}
 		t := "its type"
 		if ti := lookupType(c.Type); ti != nil {
 			t = fmt.Sprint(reflect.TypeOf(ti.alloc()))
 		}
-		out = append(out, fmt.Sprintf("%d elements of %s here were resumed after AtSync with nothing to run: %s has no method ResumeFromSync(ctx *chare.Ctx) (an element other messages drive needs none)", h.unresumed[id], c.Name, t))
+		out = append(out, fmt.Sprintf("%d elements of %s here were resumed after AtSync with nothing to run: %s has no method ResumeFromSync(ctx *chare.Ctx) (an element other messages drive needs none)", len(c.Locals()), c.Name, t))
 	}
 	names := m.CollectionNames()
 	for _, id := range slices.Sorted(maps.Keys(names)) {

@@ -47,7 +47,12 @@ func (j *Job) startActors(addr string) error {
 	creds := loggedCreds{TransportCredentials: credentials.NewTLS(tlsCfg), log: j.log, gate: j.ctlGate, timeout: j.cfg.HandshakeTimeout}
 	// grpc's own bound on a connection's set-up is 120 s by default: a
 	// silent client held a connection for as long
-	opts := []remote.ConfigOption{remote.WithServerOptions(grpc.Creds(creds), grpc.ConnectionTimeout(j.cfg.HandshakeTimeout))}
+	opts := []remote.ConfigOption{remote.WithServerOptions(grpc.Creds(creds), grpc.ConnectionTimeout(j.cfg.HandshakeTimeout)),
+		// protoactor-go's writer to each peer starts its mailbox's ring
+		// at 1,000,000 slots (16 MB, most of a process's heap with one
+		// peer, and 16 MB more for each other); the ring doubles when
+		// full, and the control plane carries a few messages at a time
+		remote.WithEndpointWriterQueueSize(endpointQueueSlots)}
 	cfg := remote.Configure(host, p, append(opts,
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))))...)
 	j.rem = remote.NewRemote(j.sys, cfg)
@@ -115,6 +120,10 @@ func (j *Job) receive(ctx actor.Context) {
 		}
 	}
 }
+
+// endpointQueueSlots is the ring a control-plane writer to a peer starts
+// with (it grows as it fills).
+const endpointQueueSlots = 1024
 
 // loggedCreds logs every refused control-plane connection: a client that
 // cannot show the job's certificate (no secret, another job's) fails the

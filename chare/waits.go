@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/charmgo/charmgo/internal/textlist"
 	"github.com/charmgo/charmgo/manager"
 )
 
@@ -69,7 +70,7 @@ func (h *host) Waits(m *manager.Manager) []string {
 					for _, r := range slices.Sorted(maps.Keys(held)) {
 						refs = append(refs, fmt.Sprintf("%d numbered %d", held[r], r))
 					}
-					line += "; it holds " + elide(refs, 6)
+					line += "; it holds " + textlist.Elide(refs, 6)
 				}
 				out = append(out, line)
 			}
@@ -115,14 +116,6 @@ func gathersOf(obj any) []namedGather {
 	}
 	walk(v.Elem(), "", 0)
 	return out
-}
-
-// elide joins items, the first n of them and a count of the rest.
-func elide(items []string, n int) string {
-	if len(items) > n {
-		return strings.Join(items[:n], ", ") + fmt.Sprintf(" and %d more", len(items)-n)
-	}
-	return strings.Join(items, ", ")
 }
 
 // misspeltResumeFromSync is the error of an element calling AtSync

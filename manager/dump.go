@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/charmgo/charmgo/internal/textlist"
 	"github.com/charmgo/charmgo/pe"
 )
 
@@ -238,19 +239,11 @@ func (m *Manager) atSyncWaits() []string {
 		if len(at) == 0 {
 			continue
 		}
-		line := fmt.Sprintf("%d of the %d elements of %s here wait at AtSync for the array's load-balancing step: %s", len(at), len(at)+len(not), c.Name, elided(at, 8))
+		line := fmt.Sprintf("%d of the %d elements of %s here wait at AtSync for the array's load-balancing step: %s", len(at), len(at)+len(not), c.Name, textlist.Elide(at, 8))
 		if len(not) > 0 {
-			line += "; not there yet: " + elided(not, 8)
+			line += "; not there yet: " + textlist.Elide(not, 8)
 		}
 		out = append(out, line)
 	}
 	return out
-}
-
-// elided joins names, the first n of them and a count of the rest.
-func elided(names []string, n int) string {
-	if len(names) > n {
-		return strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more", len(names)-n)
-	}
-	return strings.Join(names, ", ")
 }

@@ -600,7 +600,10 @@ func TestAHungProcessIsReplaced(t *testing.T) {
 		args []string
 		hung int // the process stopped
 	}
-	cases := []hungCase{{[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, 1}, {[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, 0}}
+	// (process 11 of 12: a leaf of the heartbeats' tree, watched by its
+	// parent, process 1, alone)
+	cases := []hungCase{{[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, 1}, {[]string{"++n", "2", "++ppn", "1", "--ft", "camel"}, 0},
+		{[]string{"++n", "12", "++ppn", "1", "--ft", "camel"}, 11}}
 	if os.Getenv("FT_LONG") != "" { // (the suite's time: one protocol is the same path)
 		for _, ft := range []string{"none", "pessimist", "team"} {
 			cases = append(cases, hungCase{[]string{"++n", "2", "++ppn", "2", "--ft", ft}, 1}, hungCase{[]string{"++n", "2", "++ppn", "2", "--ft", ft}, 0})

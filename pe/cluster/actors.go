@@ -22,8 +22,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// watchPeers asks the control actor to watch every other process's.
-type watchPeers struct{ j *Job }
+// watchPeers asks the control actor to watch these peers' control
+// actors, and no others.
+type watchPeers struct{ pids []*actor.PID }
 
 // startActors starts this process's actor system, its remote (mutual TLS
 // from the job's secret) on addr, and the control actor.
@@ -96,14 +97,21 @@ func (j *Job) receive(ctx actor.Context) {
 		}
 		j.ctl <- c
 	case watchPeers:
-		j.mu.Lock()
-		pids := slices.Clone(j.pids)
-		j.mu.Unlock()
-		for r, pid := range pids {
-			if r != j.cfg.Rank && pid != nil {
+		want := map[string]*actor.PID{}
+		for _, pid := range m.pids {
+			want[pid.String()] = pid
+		}
+		for k, pid := range j.watching {
+			if want[k] == nil {
+				ctx.Unwatch(pid)
+			}
+		}
+		for k, pid := range want {
+			if j.watching[k] == nil {
 				ctx.Watch(pid)
 			}
 		}
+		j.watching = want
 	case *actor.Terminated:
 		j.mu.Lock()
 		pids := slices.Clone(j.pids)
@@ -128,8 +136,9 @@ const endpointQueueSlots = 1024
 // loggedCreds logs every refused control-plane connection: a client that
 // cannot show the job's certificate (no secret, another job's) fails the
 // TLS handshake and never reaches protoactor-go. As on the data plane, a
-// handshake has timeout to finish, and at most MaxHandshakes go on at
-// once (one more is closed as it comes).
+// handshake has timeout to finish, counted from its arrival, and at most
+// MaxHandshakes go on at once (MaxHandshakeQueue more wait for a turn,
+// and one more is closed as it comes).
 type loggedCreds struct {
 	credentials.TransportCredentials
 	log     *zap.Logger
@@ -137,16 +146,29 @@ type loggedCreds struct {
 	timeout time.Duration
 }
 
-// errBusy refuses a control connection while MaxHandshakes others try.
-var errBusy = errors.New("too many connections proving the job's secret at once")
+// errBusy refuses a control connection while MaxHandshakes others try
+// and MaxHandshakeQueue more wait; errNoTurn drops one whose turn did not
+// come within the handshake timeout.
+var (
+	errBusy   = errors.New("too many connections proving the job's secret at once")
+	errNoTurn = errors.New("its turn to prove the job's secret did not come within the handshake timeout")
+)
 
 func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if !c.gate.enter() {
+	// (grpc calls this on the connection's own goroutine: waiting here
+	// for a turn holds nothing else up)
+	deadline := time.Now().Add(c.timeout)
+	if !c.gate.reserve() {
 		c.log.Debug("refused a control connection", zap.String("from", conn.RemoteAddr().String()), zap.Error(errBusy))
 		conn.Close()
 		return nil, nil, errBusy
 	}
-	conn.SetDeadline(time.Now().Add(c.timeout))
+	if !c.gate.enter(deadline) {
+		c.log.Debug("dropped a control connection", zap.String("from", conn.RemoteAddr().String()), zap.Error(errNoTurn))
+		conn.Close()
+		return nil, nil, errNoTurn
+	}
+	conn.SetDeadline(deadline)
 	out, info, err := c.TransportCredentials.ServerHandshake(conn)
 	conn.SetDeadline(time.Time{})
 	c.gate.leave()

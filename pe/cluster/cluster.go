@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -127,7 +128,8 @@ type Job struct {
 	count  int
 	dataLn net.Listener
 	// dataGate and ctlGate: connections proving the job's secret to the
-	// data and control listeners (MaxHandshakes each)
+	// data and control listeners (MaxHandshakes each, MaxHandshakeQueue
+	// more waiting)
 	dataGate, ctlGate gate
 	ctl               chan control
 	early             []control // taken during the start, for the run loop
@@ -171,11 +173,24 @@ type Job struct {
 	// hungKilled: the hung peers this process had killed, by incarnation
 	// (one kill each: see killHung)
 	hungKilled map[int]int
-	progress   []uint64 // each peer's part of the job's progress, as its last heartbeat said
-	resultsCh  chan struct{}
-	released   chan struct{}
-	relOnce    sync.Once
-	closeOnce  sync.Once
+	// the tree this process passes heartbeats along (tree.go), as it
+	// last computed it: its parent (-1: it is the root) and children;
+	// progress: each child's subtree's part of the job's progress, as its
+	// last heartbeat said; parentTotal: the job's, as the parent's did
+	parent      int
+	children    []int
+	progress    []uint64
+	parentTotal uint64
+	// watching: the peers' control actors the control actor watches
+	// (its own: only receive touches it)
+	watching map[string]*actor.PID
+	// watchedTree: the neighbours (children, then parent) the control
+	// actor was last asked to watch
+	watchedTree []int
+	resultsCh   chan struct{}
+	released    chan struct{}
+	relOnce     sync.Once
+	closeOnce   sync.Once
 }
 
 // Recovery is what the layer above does when a process of the job is lost
@@ -206,15 +221,15 @@ const (
 	ctlMembers                           // the steward → all (at the start) or a replacement: Members
 	ctlReady                             // → the steward: data links up
 	ctlStart                             // rank 0 → all
-	ctlStop                              // any → all: the run ended here (Code, Err)
+	ctlStop                              // any → its neighbours in the tree, each passing it on: the run ended (Code, Err; Orig, Gone)
 	ctlResult                            // → rank 0: this process's statistics (Data)
-	ctlRelease                           // rank 0 → all: results in, go
+	ctlRelease                           // rank 0 → its children in the tree, each passing it on: results in, go
 	ctlLost                              // local: a peer's actor system is gone (From)
 	ctlRefused                           // the steward → a process: not admitted (Err)
 	ctlRejoin                            // the steward → all: a replacement joined (Member)
 	ctlAction                            // the steward → all: a step of recovery (Data)
 	ctlReport                            // → the steward: how a recovery goes (Data)
-	ctlBeat                              // any → all: alive
+	ctlBeat                              // any → its neighbours in the tree: alive (Progress, Total)
 	ctlCheckBeats                        // local: time to check the others' heartbeats
 	ctlLinked                            // → the steward: this process's data link to a replacement is up (Code: its rank)
 	ctlClock                             // rank 0 → a process: its clock, please (Gen: the request)
@@ -242,10 +257,16 @@ type control struct {
 	// late notice of a replaced one is told from a loss of its
 	// replacement
 	Inc int `msgpack:"i,omitempty"`
-	// Progress (heartbeats): the sender's part of the job's progress
-	// (its PEs ran entry methods), for the others' watchdogs
-	// (pe.Node.Progress)
+	// Progress (heartbeats, to the parent in the tree): the part of the
+	// job's progress (PEs ran entry methods) of the sender's subtree, and
+	// Total (to the children): the job's, as the sender knows it, for
+	// the watchdogs (pe.Node.Progress)
 	Progress uint64 `msgpack:"pg,omitempty"`
+	Total    uint64 `msgpack:"tt,omitempty"`
+	// Orig (ctlStop passed along the tree): 1 + the rank of the process
+	// that ended the run (0: the sender), and Gone: it was lost (or hung)
+	Orig int  `msgpack:"o,omitempty"`
+	Gone bool `msgpack:"go,omitempty"`
 	// Lost (ctlMembers, from a process that took the replacement it is
 	// sent to for the steward: stewardGone): the processes it knows are
 	// lost, which will not dial the replacement
@@ -291,8 +312,8 @@ func Join(cfg Config) (*Job, error) {
 	}
 	j := &Job{cfg: cfg, log: cfg.Log.With(zap.Int("rank", cfg.Rank)), ctl: make(chan control, 1024), linkUp: make(chan int, 4*cfg.Procs),
 		results: map[int][]byte{}, resultsCh: make(chan struct{}, 1), released: make(chan struct{}), lost: map[int]bool{},
-		links: make([]atomic.Pointer[link], cfg.Procs), lastBeat: make([]time.Time, cfg.Procs), progress: make([]uint64, cfg.Procs),
-		dataGate: newGate(MaxHandshakes), ctlGate: newGate(MaxHandshakes), clocks: make(chan control, 4)}
+		parent: -1, links: make([]atomic.Pointer[link], cfg.Procs), lastBeat: make([]time.Time, cfg.Procs), progress: make([]uint64, cfg.Procs),
+		dataGate: newGate(MaxHandshakes, MaxHandshakeQueue), ctlGate: newGate(MaxHandshakes, MaxHandshakeQueue), clocks: make(chan control, 4)}
 	j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
 	j.owner = make([]int, cfg.PEs)
 	for r := 0; r < cfg.Procs; r++ {
@@ -385,7 +406,7 @@ func (j *Job) join(deadline time.Time) error {
 			}
 		}
 	}
-	j.sys.Root.Send(j.pids[cfg.Rank], watchPeers{j})
+	j.watchNeighbours()
 	go j.acceptLoop()
 	if err := j.connect(deadline); err != nil {
 		return err
@@ -536,9 +557,15 @@ func (j *Job) awaitOr(deadline time.Time, want ctlKind, what string, moved <-cha
 // replacement's comes as any other's (rejoined). See dialListed.
 func (j *Job) connect(deadline time.Time) error {
 	cfg := j.cfg
-	for r := 0; r < cfg.Rank; r++ {
-		if err := j.dialListed(r, deadline); err != nil {
+	if cfg.Incarnation == 0 {
+		if err := j.dialAll(deadline); err != nil {
 			return err
+		}
+	} else {
+		for r := 0; r < cfg.Rank; r++ {
+			if err := j.dialListed(r, deadline); err != nil {
+				return err
+			}
 		}
 	}
 	t := time.NewTimer(time.Until(deadline))
@@ -632,6 +659,60 @@ func (j *Job) dialListed(r int, deadline time.Time) error {
 				waiting = false
 			}
 		}
+	}
+}
+
+// parallelDials: how many of its first dials a process has under way at
+// once (each waits on its peer's turn to prove the secret: see gate).
+const parallelDials = 8
+
+// dialAll connects the data plane, at the first start, to every process
+// of a lower rank, parallelDials at a time, each dialed again after a
+// failure (the whole job dials at once: a listener's queue may be full,
+// a busy peer slow to answer) until the deadline, but for a listener
+// that cannot prove the secret. The first error that stays ends the
+// start.
+func (j *Job) dialAll(deadline time.Time) error {
+	next := make(chan int, j.cfg.Rank)
+	for r := range j.cfg.Rank {
+		next <- r
+	}
+	close(next)
+	errs := make(chan error, parallelDials)
+	workers := min(parallelDials, j.cfg.Rank)
+	for range workers {
+		go func() {
+			var err error
+			for r := range next {
+				if err = j.dialRetrying(r, deadline); err != nil {
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range workers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// dialRetrying dials process r until it answers, the deadline passes, or
+// it turns out a stranger, waiting between tries a time that doubles
+// from 10 ms up to a second, each drawn at random from its upper half so
+// that processes refused together do not come back together.
+func (j *Job) dialRetrying(r int, deadline time.Time) error {
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		err := j.dial(r, deadline)
+		var stranger strangerError
+		if err == nil || errors.As(err, &stranger) || !time.Now().Add(wait).Before(deadline) {
+			return err
+		}
+		j.log.Debug("dialing again", zap.Int("process", r), zap.Error(err))
+		time.Sleep(wait/2 + rand.N(wait/2))
 	}
 }
 
@@ -738,6 +819,9 @@ func (j *Job) replacementLinked(r, from int) {
 		delete(j.admitted, q)
 	}
 	j.mu.Unlock()
+	if len(done) > 0 {
+		j.watchNeighbours()
+	}
 	for _, q := range done {
 		j.log.Info("a replacement joined", zap.Int("process", q))
 		if j.recovery != nil {
@@ -781,13 +865,21 @@ func (j *Job) acceptLoop() {
 		if err != nil {
 			return
 		}
-		if !j.dataGate.enter() {
+		if !j.dataGate.reserve() {
 			j.log.Debug("refused a data connection: too many proving the secret at once", zap.String("from", c.RemoteAddr().String()))
 			c.Close()
 			continue
 		}
 		go func() {
-			id, err := acceptHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), j.cfg.HandshakeTimeout, func(id uint32) error {
+			// the handshake's time counts from the connection's arrival,
+			// its wait for a turn included
+			deadline := time.Now().Add(j.cfg.HandshakeTimeout)
+			if !j.dataGate.enter(deadline) {
+				j.log.Debug("dropped a data connection: its turn to prove the secret did not come within the handshake timeout", zap.String("from", c.RemoteAddr().String()))
+				c.Close()
+				return
+			}
+			id, err := acceptHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), time.Until(deadline), func(id uint32) error {
 				r := int(id)
 				if id == CharmrunID || r <= j.cfg.Rank || r >= j.cfg.Procs {
 					return fmt.Errorf("rank %d does not dial process %d", int32(id), j.cfg.Rank)
@@ -866,21 +958,70 @@ func (j *Job) Run(node *pe.Node) {
 	go func() {
 		<-node.Done()
 		j.ending.Store(true)
-		code, err := node.Outcome()
-		var pErr *PeerError
-		if errors.As(err, &pErr) {
-			return // it came from there: the others know
-		}
-		msg := ""
-		if err != nil {
-			msg = err.Error()
-		}
-		for r := range j.cfg.Procs {
-			if r != j.cfg.Rank {
-				j.send(r, control{Kind: ctlStop, Code: code, Err: msg})
-			}
-		}
+		j.passStop(node.Outcome())
 	}()
+}
+
+// passStop tells this process's neighbours in the tree that the run
+// ended (code, err), each of which tells its own: every process hears,
+// and none sends more than one message a neighbour. An end that came
+// from a peer is passed on in its name, except to it.
+func (j *Job) passStop(code int, err error) {
+	stop := control{Kind: ctlStop, Code: code}
+	var pErr *PeerError
+	switch {
+	case errors.As(err, &pErr):
+		stop.Orig, stop.Err, stop.Gone = pErr.Member.Rank+1, pErr.Msg, pErr.Lost
+	case err != nil:
+		stop.Err = err.Error()
+	}
+	j.mu.Lock()
+	parent, children := j.treeLocked(time.Now())
+	j.mu.Unlock()
+	for _, r := range append(children, parent) {
+		if r >= 0 && r != stop.Orig-1 {
+			j.send(r, stop)
+		}
+	}
+}
+
+// treeLocked recomputes this process's neighbours in the tree (j.mu
+// held) from the processes lost now, and gives a process that just
+// became one a whole heartbeat timeout from now.
+func (j *Job) treeLocked(now time.Time) (parent int, children []int) {
+	parent, children = treeNeighbours(j.cfg.Procs, j.cfg.Rank, func(r int) bool { return j.lost[r] })
+	was := func(r int) bool { return r == j.parent || slices.Contains(j.children, r) }
+	for _, r := range append(children, parent) {
+		if r >= 0 && !was(r) {
+			j.lastBeat[r] = now
+		}
+	}
+	if parent != j.parent {
+		j.parentTotal = 0
+	}
+	j.parent, j.children = parent, children
+	return parent, slices.Clone(children)
+}
+
+// watchNeighbours has the control actor watch this process's neighbours
+// in the tree (and no other peer): a neighbour's actor system found gone
+// is a loss (ctlLost), as a broken data link is.
+func (j *Job) watchNeighbours() {
+	if j.sys == nil {
+		return // (a job without its actor system, as unit tests make)
+	}
+	j.mu.Lock()
+	parent, children := j.treeLocked(time.Now())
+	var pids []*actor.PID
+	j.watchedTree = append(children, parent)
+	for _, r := range j.watchedTree {
+		if r >= 0 && j.pids[r] != nil {
+			pids = append(pids, j.pids[r])
+		}
+	}
+	me := j.pids[j.cfg.Rank]
+	j.mu.Unlock()
+	j.sys.Root.Send(me, watchPeers{pids})
 }
 
 // runLink starts l's writer and reader.
@@ -931,10 +1072,13 @@ func (j *Job) EndWith(gone <-chan struct{}, why string) {
 	}()
 }
 
-// beat sends heartbeats to every other process, and has the loop check
-// theirs, until done.
+// beat sends heartbeats to this process's neighbours in the tree, and
+// has the loop check theirs, until done. A heartbeat to the parent
+// carries this process's subtree's part of the job's progress, one to a
+// child the job's, so that the progress of any process reaches every
+// other within twice the tree's depth in heartbeats.
 func (j *Job) beat(done <-chan struct{}) {
-	every := j.cfg.HeartbeatTimeout / 10
+	every := min(j.cfg.HeartbeatTimeout/10, maxBeatEvery)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	now := time.Now()
@@ -949,17 +1093,35 @@ func (j *Job) beat(done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		beat := control{Kind: ctlBeat, Progress: j.node.LocalProgress()}
-		for r := range j.cfg.Procs {
-			if r != j.cfg.Rank {
-				j.send(r, beat)
-			}
+		local := j.node.LocalProgress()
+		j.mu.Lock()
+		parent, children := j.treeLocked(time.Now())
+		rewatch := !slices.Equal(j.watchedTree, append(children, parent))
+		sub := local
+		for _, c := range children {
+			sub += j.progress[c]
+		}
+		known := j.parentTotal + sub
+		j.mu.Unlock()
+		if rewatch {
+			j.watchNeighbours()
+		}
+		if parent >= 0 {
+			j.send(parent, control{Kind: ctlBeat, Progress: sub})
+		}
+		for _, c := range children {
+			j.send(c, control{Kind: ctlBeat, Total: known})
 		}
 		j.ctl <- control{Kind: ctlCheckBeats, From: j.cfg.Rank}
 	}
 }
 
-// checkBeats takes a process that is silent for longer than the heartbeat
+// maxBeatEvery bounds the time between heartbeats (a tenth of the
+// heartbeat timeout unless that is longer): the job's progress crosses
+// the tree in a few of them.
+const maxBeatEvery = time.Second
+
+// checkBeats takes a neighbour in the tree that is silent for longer than the heartbeat
 // timeout for hung: alive, so no connection breaks and no replacement
 // comes by itself. It is killed, to be lost and replaced, when the
 // launcher replaces processes and a process on its host can kill it
@@ -968,8 +1130,9 @@ func (j *Job) checkBeats() {
 	now := time.Now()
 	j.mu.Lock()
 	var hung []int
-	for r, t := range j.lastBeat {
-		if r != j.cfg.Rank && !j.lost[r] && now.Sub(t) > j.cfg.HeartbeatTimeout {
+	parent, children := j.treeLocked(now)
+	for _, r := range append(children, parent) {
+		if r >= 0 && !j.lost[r] && now.Sub(j.lastBeat[r]) > j.cfg.HeartbeatTimeout {
 			hung = append(hung, r)
 		}
 	}
@@ -1091,13 +1254,17 @@ func (j *Job) processLost(r, inc int, why string) {
 	delete(j.replReady, r)
 	j.joining = slices.DeleteFunc(j.joining, func(o Member) bool { return o.Rank == r })
 	delete(j.admitted, r)
+	parent := j.parent
 	j.mu.Unlock()
+	j.watchNeighbours() // (the tree closes up over r)
 	if again || j.ending.Load() {
 		j.signalResults()
-		if r == 0 && j.ending.Load() {
-			// (a second notice of a loss during the run is not the end:
-			// process 0's replacement releases the others then)
-			j.relOnce.Do(func() { close(j.released) })
+		if (r == 0 || r == parent) && j.ending.Load() {
+			// Process 0, or the parent that passes its release on, is
+			// gone at the end: nothing is coming (a second notice of a
+			// loss during the run is not the end: process 0's
+			// replacement releases the others then).
+			j.release()
 		}
 		return
 	}
@@ -1141,7 +1308,7 @@ func (j *Job) recoverOrEnd(r int, why string) {
 	j.signalResults()
 	j.peerFailed(r, why, true)
 	if r == 0 {
-		j.relOnce.Do(func() { close(j.released) })
+		j.release()
 	}
 }
 
@@ -1332,7 +1499,7 @@ func (j *Job) rejoin(m control) {
 	}
 	members := slices.Clone(j.members)
 	j.mu.Unlock()
-	j.sys.Root.Send(j.pids[j.cfg.Rank], watchPeers{j})
+	j.watchNeighbours()
 	// the others hear of the replacements first, and (through a
 	// rendezvous that can name a successor) in one order with the
 	// steward's loss: if this process is lost in between, they agree on
@@ -1399,7 +1566,7 @@ func (j *Job) rejoined(who Member) {
 	j.members[who.Rank], j.pids[who.Rank] = who, actor.NewPID(who.Control, actorName)
 	j.lastBeat[who.Rank] = time.Now()
 	j.mu.Unlock()
-	j.sys.Root.Send(j.pids[j.cfg.Rank], watchPeers{j})
+	j.watchNeighbours()
 	if j.cfg.Rank > who.Rank {
 		go j.dialJoined(who)
 	}
@@ -1633,7 +1800,11 @@ func (j *Job) handle(m control) {
 	switch m.Kind {
 	case ctlStop:
 		if m.Err != "" {
-			j.peerFailed(m.From, m.Err, false)
+			from := m.From
+			if m.Orig > 0 && m.Orig <= j.cfg.Procs {
+				from = m.Orig - 1
+			}
+			j.peerFailed(from, m.Err, m.Gone)
 		} else {
 			j.ending.Store(true)
 			j.node.Stop(m.Code)
@@ -1668,15 +1839,20 @@ func (j *Job) handle(m control) {
 	case ctlBeat:
 		j.mu.Lock()
 		j.lastBeat[m.From] = time.Now()
-		j.progress[m.From] = m.Progress
-		var sum uint64
-		for _, v := range j.progress {
-			sum += v
+		switch {
+		case m.From == j.parent:
+			j.parentTotal = m.Total
+		case slices.Contains(j.children, m.From):
+			j.progress[m.From] = m.Progress
+		}
+		remote := j.parentTotal
+		for _, c := range j.children {
+			remote += j.progress[c]
 		}
 		node := j.node
 		j.mu.Unlock()
 		if node != nil {
-			node.SetRemoteProgress(sum)
+			node.SetRemoteProgress(remote)
 		}
 	case ctlCheckBeats:
 		j.checkBeats()
@@ -1701,8 +1877,26 @@ func (j *Job) handle(m control) {
 		j.mu.Unlock()
 		j.signalResults()
 	case ctlRelease:
-		j.relOnce.Do(func() { close(j.released) })
+		j.release()
 	}
+}
+
+// release ends this process's part at the end (Finish), once process 0
+// has the results, and passes the release on to its children in the tree.
+// Each process exits once released, perhaps before its releases left
+// (protoactor-go drops what its writers hold when the actor system
+// stops): a child that does not hear it sees its parent gone instead,
+// which releases it as well (processLost), since it watches its parent.
+func (j *Job) release() {
+	j.relOnce.Do(func() {
+		j.mu.Lock()
+		_, children := j.treeLocked(time.Now())
+		j.mu.Unlock()
+		for _, c := range children {
+			j.send(c, control{Kind: ctlRelease})
+		}
+		close(j.released)
+	})
 }
 
 func (j *Job) signalResults() {
@@ -1715,8 +1909,9 @@ func (j *Job) signalResults() {
 // Finish ends this process's part once its node stopped: every other
 // process sends its result (encoded statistics) to process 0, which
 // returns them by rank (its own included), waits at most timeout for
-// them, and then releases the others. A process other than 0 returns nil
-// once released (or once process 0 is gone).
+// them, and then releases the others, along the tree. A process other
+// than 0 returns nil once released (or once process 0, or its parent in
+// the tree, is gone).
 func (j *Job) Finish(result []byte, timeout time.Duration) (map[int][]byte, error) {
 	j.ending.Store(true)
 	t := time.NewTimer(timeout)
@@ -1751,9 +1946,7 @@ func (j *Job) Finish(result []byte, timeout time.Duration) (map[int][]byte, erro
 		}
 		break
 	}
-	for r := 1; r < j.cfg.Procs; r++ {
-		j.send(r, control{Kind: ctlRelease})
-	}
+	j.release()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	out := map[int][]byte{0: result}

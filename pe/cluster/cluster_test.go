@@ -68,6 +68,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(hungEnv); dir != "" {
 		os.Exit(hungProcess(dir))
 	}
+	if os.Getenv(progressEnv) != "" {
+		os.Exit(progressProcess())
+	}
 	if dir := os.Getenv(unlistedEnv); dir != "" {
 		os.Exit(unlistedProcess(dir))
 	}
@@ -145,8 +148,18 @@ func testProcess(spec string) int {
 		node.Inject(0, pe.Envelope{Type: tokenType, Kind: pe.KindP2P, Payload: uint64(0)})
 	}
 	node.Start()
+	code, ok := endProcess(rank, j, node)
+	if ok {
+		fmt.Println("seen", seen.Load())
+	}
+	return code
+}
+
+// endProcess waits for the end of a test process's run (a hang ends it
+// in 30 s, with every goroutine's stack) and its part of the job's end:
+// the run's exit code, and whether both went well (if not, it said why).
+func endProcess(rank int, j *Job, node *pe.Node) (int, bool) {
 	go func() {
-		// a hang fails the test in seconds, with every goroutine's stack
 		select {
 		case <-node.Done():
 		case <-time.After(30 * time.Second):
@@ -158,14 +171,13 @@ func testProcess(spec string) int {
 	code, err := node.Wait()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return 1, false
 	}
 	if _, err := j.Finish(nil, 10*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return 1, false
 	}
-	fmt.Println("seen", seen.Load())
-	return code
+	return code, true
 }
 
 // attackJob connects to every listener of the job without its secret:
@@ -223,14 +235,19 @@ func attackJob(members []Member) error {
 	return nil
 }
 
+// flooders is how many silent strangers a flood test sends: 40 more than
+// a listener holds (in a handshake, or waiting for a turn).
+const flooders = MaxHandshakes + MaxHandshakeQueue + 40
+
 // floodHandshake is the handshake timeout of the processes a flood test
 // starts (DefaultHandshakeTimeout would make it wait 10 s).
 const floodHandshake = 500 * time.Millisecond
 
 // floodListener opens n connections to addr that say nothing, as a flood of
-// strangers would. The listener must close the ones past MaxHandshakes at
-// once (within a fifth of timeout), and every one within timeout and a
-// margin for a busy machine.
+// strangers would. The listener must close the ones past MaxHandshakes and
+// MaxHandshakeQueue at once (within a fifth of timeout), and every one
+// (those waiting for a turn too) within timeout and a margin for a busy
+// machine.
 func floodListener(addr string, n int, timeout time.Duration) error {
 	conns := make([]net.Conn, 0, n)
 	defer func() {
@@ -273,8 +290,8 @@ func floodListener(addr string, n int, timeout time.Duration) error {
 			fast++
 		}
 	}
-	if fast < n-MaxHandshakes {
-		return fmt.Errorf("%d of %d silent connections closed at once; %d admitted at a time at most", fast, n, MaxHandshakes)
+	if held := MaxHandshakes + MaxHandshakeQueue; fast < n-held {
+		return fmt.Errorf("%d of %d silent connections closed at once; %d held at a time at most", fast, n, held)
 	}
 	return nil
 }
@@ -376,13 +393,13 @@ func TestForeignClientsAreRefused(t *testing.T) {
 }
 
 // A flood of silent strangers on a process's data and control listeners
-// is bounded: MaxHandshakes at a time may try to prove the secret, the
-// rest are closed as they come, and each is dropped once the handshake
+// is bounded: MaxHandshakes at a time may try to prove the secret and
+// MaxHandshakeQueue more wait for a turn, the rest are closed as they come, and each is dropped once the handshake
 // timeout passes (the control plane's TLS listener used to keep a silent
 // connection past 13 s, grpc's own bound being 120 s); the job goes on to
 // the same result.
 func TestListenersBoundAFloodOfStrangers(t *testing.T) {
-	seen, out, errs := runJob(t, 2, 2, 200, false, 0, MaxHandshakes+40)
+	seen, out, errs := runJob(t, 2, 2, 200, false, 0, flooders)
 	require.Contains(t, out, "flood of data listener: bounded", errs)
 	require.Contains(t, out, "flood of control listener: bounded", errs)
 	require.Equal(t, uint64(201), seen, "the job's result is unaffected")
@@ -423,7 +440,7 @@ func TestRendezvousRefusesStrangers(t *testing.T) {
 	// (this server's handshake timeout: DefaultHandshakeTimeout)
 	fl, err := ServeRendezvous("127.0.0.1", secret, 2, zap.NewNop(), floodHandshake)
 	require.NoError(t, err)
-	require.NoError(t, floodListener(fl.Addr(), MaxHandshakes+40, floodHandshake))
+	require.NoError(t, floodListener(fl.Addr(), flooders, floodHandshake))
 	fl.Close()
 
 	p0 := &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: 0}
@@ -484,4 +501,36 @@ func FuzzAcceptHandshake(f *testing.F) {
 		require.Error(t, err)
 		a.Close()
 	})
+}
+
+// A crowd of the job's own processes proving the secret at once, more
+// than MaxHandshakes, all get in: those past the gate's slots wait for a
+// turn instead of being closed (a job's processes all dial process 0 as
+// they start; 128 of them failed the start when the 65th was closed).
+func TestListenerQueuesACrowdOfTheJobsProcesses(t *testing.T) {
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	const crowd = 3 * MaxHandshakes
+	srv, err := ServeRendezvous("127.0.0.1", secret, crowd, zap.NewNop(), 0)
+	require.NoError(t, err)
+	defer srv.Close()
+	errs := make(chan error, crowd)
+	for rank := range crowd {
+		go func() {
+			c, err := net.Dial("tcp", srv.Addr())
+			if err != nil {
+				errs <- err
+				return
+			}
+			// each holds its connection until the crowd is in
+			errs <- dialHandshake(c, secret, uint32(rank), CharmrunID)
+		}()
+	}
+	for range crowd {
+		require.NoError(t, <-errs)
+	}
+	joined := map[int]bool{}
+	for len(joined) < crowd {
+		joined[<-srv.Joined()] = true
+	}
 }

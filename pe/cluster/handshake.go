@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,29 +34,65 @@ const (
 	// is dropped.
 	DefaultHandshakeTimeout = 10 * time.Second
 	// MaxHandshakes is how many connections one listener lets try to
-	// prove the secret at once; one more is closed as it comes, so a
-	// flood of strangers costs a bounded number of goroutines and files.
+	// prove the secret at once; up to MaxHandshakeQueue more wait for
+	// their turn (a job's processes all dial process 0 as they start),
+	// each within the handshake timeout counted from its arrival, and one
+	// more than both is closed as it comes, so a flood of strangers costs
+	// a bounded number of goroutines and files.
 	MaxHandshakes = 64
+	// MaxHandshakeQueue: connections waiting to begin their handshake.
+	MaxHandshakeQueue = 512
 )
 
 // gate admits at most a fixed number of connections into their handshake
-// at once.
-type gate chan struct{}
+// at once, and queues a bounded number more.
+type gate struct {
+	slots   chan struct{}
+	pending *atomic.Int32 // in a handshake, or waiting for a slot
+	limit   int32         // the most pending: slots and queue
+}
 
-func newGate(n int) gate { return make(gate, n) }
+func newGate(slots, queue int) gate {
+	return gate{slots: make(chan struct{}, slots), pending: new(atomic.Int32), limit: int32(slots + queue)}
+}
 
-// enter reports whether a connection may begin its handshake (then it
-// must leave).
-func (g gate) enter() bool {
+// reserve reports whether a connection may wait for its handshake (then
+// it must call enter, and leave if enter admits it, or cancel if not).
+// It never blocks: a listener's accept loop calls it before it starts the
+// connection's goroutine.
+func (g gate) reserve() bool {
+	if g.pending.Add(1) > g.limit {
+		g.pending.Add(-1)
+		return false
+	}
+	return true
+}
+
+// enter waits, until deadline, for a connection that reserved its place
+// to begin its handshake, and reports whether it may (then it must
+// leave); if not, its place is given up.
+func (g gate) enter(deadline time.Time) bool {
 	select {
-	case g <- struct{}{}:
+	case g.slots <- struct{}{}:
 		return true
 	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	case <-t.C:
+		g.pending.Add(-1)
 		return false
 	}
 }
 
-func (g gate) leave() { <-g }
+// leave ends an admitted connection's handshake.
+func (g gate) leave() {
+	<-g.slots
+	g.pending.Add(-1)
+}
 
 func ids(a, b uint32) []byte {
 	var x [8]byte
@@ -85,12 +122,20 @@ func dialHandshake(c net.Conn, s Secret, me, want uint32) error {
 	}
 	nl := reply[:nonceSize]
 	if !hmac.Equal(reply[nonceSize:], s.mac([]byte("listener"), nd, nl, ids(want, me))) {
-		return fmt.Errorf("handshake: %s could not prove the job's secret (another job's process, or not charmgo)", c.RemoteAddr())
+		return strangerError{addr: c.RemoteAddr().String()}
 	}
 	if _, err := c.Write(s.mac([]byte("dialer"), nd, nl, ids(me, want))); err != nil {
 		return fmt.Errorf("handshake: %w", err)
 	}
 	return nil
+}
+
+// strangerError: a listener answered and could not prove the job's
+// secret. Dialing it again cannot help.
+type strangerError struct{ addr string }
+
+func (e strangerError) Error() string {
+	return fmt.Sprintf("handshake: %s could not prove the job's secret (another job's process, or not charmgo)", e.addr)
 }
 
 // acceptHandshake proves the listening side (id me) and checks the

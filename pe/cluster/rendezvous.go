@@ -404,7 +404,7 @@ type RendezvousServer struct {
 	procs     int
 	log       *zap.Logger
 	handshake time.Duration // DefaultHandshakeTimeout unless a test says
-	gate      gate          // connections proving the secret (MaxHandshakes)
+	gate      gate          // connections proving the secret (MaxHandshakes, MaxHandshakeQueue waiting)
 
 	mu   sync.Mutex
 	addr string // the steward's, once published (process 0's first)
@@ -445,7 +445,7 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, han
 	if handshake <= 0 {
 		handshake = DefaultHandshakeTimeout
 	}
-	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes),
+	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes, MaxHandshakeQueue),
 		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), listed: make(chan int, 2*procs), suspected: make(chan Ending, 2*procs),
 		steward: -1, member: map[int]bool{}, knows: map[int]bool{}, seen: map[int]bool{}, inc: map[int]int{}}
 	go s.serve()
@@ -498,7 +498,7 @@ func (s *RendezvousServer) serve() {
 		if err != nil {
 			return
 		}
-		if !s.gate.enter() {
+		if !s.gate.reserve() {
 			s.log.Debug("refused a rendezvous connection: too many proving the secret at once", zap.String("from", c.RemoteAddr().String()))
 			c.Close()
 			continue
@@ -508,7 +508,13 @@ func (s *RendezvousServer) serve() {
 }
 
 func (s *RendezvousServer) handle(c net.Conn) {
-	id, err := acceptHandshake(c, s.secret, CharmrunID, s.handshake, func(id uint32) error {
+	deadline := time.Now().Add(s.handshake)
+	if !s.gate.enter(deadline) {
+		s.log.Debug("dropped a rendezvous connection: its turn to prove the secret did not come within the handshake timeout", zap.String("from", c.RemoteAddr().String()))
+		c.Close()
+		return
+	}
+	id, err := acceptHandshake(c, s.secret, CharmrunID, time.Until(deadline), func(id uint32) error {
 		if int(id) >= s.procs {
 			return fmt.Errorf("rank %d: the job has %d processes", int32(id), s.procs)
 		}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Jobs of many processes on one host, all sharing its cores: a job of 16
+// processes of one PE, one of them killed mid-run and replaced, ends with
+// the failure-free energies, bitwise, and not one warning. FT_LONG adds
+// jobs of 64 and 128 processes the same way (a replacement joins a job of
+// 64), and hello on 64, 128 and 256 processes (the time each took is
+// logged, not asserted: bench/README's "Cost as the job grows" measures it).
+func TestManyProcesses(t *testing.T) {
+	plainTierOnly(t)
+	leanmd := buildLeanMD(t)
+	params := []string{"2", "2", "2", "31", "20", "20", "10"}
+	want := failureFree(t, leanmd, params)
+	procs := []int{16}
+	if os.Getenv("FT_LONG") != "" {
+		procs = append(procs, 64, 128)
+	}
+	for _, n := range procs {
+		t.Run(fmt.Sprintf("leanmd on %d processes, one killed", n), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			victim := n/2 + 1
+			kill := fmt.Sprintf("%d@15", victim)
+			code := run(append([]string{"++n", fmt.Sprint(n), "++ppn", "1", "--ft", "camel", "--kill", kill, "--watchdog", "60s", leanmd}, params...), &out, &errb)
+			errs := errb.String()
+			require.Equal(t, 0, code, errs)
+			require.Equal(t, want, energies(t, out.String()))
+			require.Contains(t, errs, fmt.Sprintf("charmrun: process %d was killed by SIGKILL; starting its replacement", victim))
+			require.NotContains(t, errs, "\tWARN\t", "a job of %d processes warned", n)
+		})
+	}
+	if os.Getenv("FT_LONG") == "" {
+		return
+	}
+	hello := programs.Build(t, "../../examples/hello", "hello")
+	for _, n := range []int{64, 128, 256} {
+		t.Run(fmt.Sprintf("hello on %d processes", n), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			start := time.Now()
+			code := run([]string{"++n", fmt.Sprint(n), "++ppn", "1", "--watchdog", "60s", hello, fmt.Sprint(2 * n)}, &out, &errb)
+			took := time.Since(start)
+			errs := errb.String()
+			require.Equal(t, 0, code, errs)
+			require.Equal(t, 2*n, strings.Count(out.String(), "says hello"))
+			require.NotContains(t, errs, "\tWARN\t", "a job of %d processes warned", n)
+			t.Logf("hello on %d processes: %v", n, took)
+		})
+	}
+}

@@ -1,0 +1,175 @@
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/charmgo/charmgo/pe"
+)
+
+func TestTreeNeighbours(t *testing.T) {
+	none := func(int) bool { return false }
+	lost := func(rs ...int) func(int) bool {
+		return func(r int) bool {
+			for _, q := range rs {
+				if q == r {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	for _, tc := range []struct {
+		name        string
+		procs, rank int
+		lost        func(int) bool
+		parent      int
+		children    []int
+	}{
+		{"alone", 1, 0, none, -1, nil},
+		{"root of two", 2, 0, none, -1, []int{1}},
+		{"leaf of two", 2, 1, none, 0, nil},
+		{"root's children are the next fanout", 20, 0, none, -1, []int{1, 2, 3, 4, 5, 6, 7, 8}},
+		{"second level", 20, 1, none, 0, []int{9, 10, 11, 12, 13, 14, 15, 16}},
+		{"last of the second level", 20, 2, none, 0, []int{17, 18, 19}},
+		{"a leaf", 20, 19, none, 2, nil},
+		{"a lost parent is skipped", 20, 9, lost(1), 0, nil},
+		{"the root lost: the lowest live rank is the root", 20, 1, lost(0), -1, []int{2, 3, 4, 5, 6, 7, 8, 9}},
+		{"its children close up", 20, 2, lost(0), 1, []int{10, 11, 12, 13, 14, 15, 16, 17}},
+		{"a lost child's place goes to the next live rank", 20, 0, lost(3), -1, []int{1, 2, 4, 5, 6, 7, 8, 9}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent, children := treeNeighbours(tc.procs, tc.rank, tc.lost)
+			require.Equal(t, tc.parent, parent)
+			require.Equal(t, tc.children, children)
+		})
+	}
+}
+
+// Every live process is in one tree: each but the root has a parent
+// that lists it as a child, and a process has at most treeFanout + 1
+// neighbours, whatever is lost.
+func TestTreeSpansTheLiveProcesses(t *testing.T) {
+	for _, procs := range []int{1, 2, 9, 10, 73, 256, 1000} {
+		for _, gone := range [][]int{nil, {0}, {1, 2, 3}, {procs - 1}, {0, procs / 2}} {
+			isLost := map[int]bool{}
+			for _, r := range gone {
+				if r < procs {
+					isLost[r] = true
+				}
+			}
+			lost := func(r int) bool { return isLost[r] }
+			roots := 0
+			for r := range procs {
+				if isLost[r] {
+					continue
+				}
+				parent, children := treeNeighbours(procs, r, lost)
+				require.LessOrEqual(t, len(children), treeFanout)
+				if parent < 0 {
+					roots++
+					continue
+				}
+				require.False(t, isLost[parent])
+				_, siblings := treeNeighbours(procs, parent, lost)
+				require.Contains(t, siblings, r, "procs %d lost %v: %d's parent %d", procs, gone, r, parent)
+			}
+			if len(isLost) < procs {
+				require.Equal(t, 1, roots, "procs %d lost %v", procs, gone)
+			}
+		}
+	}
+}
+
+// progressEnv makes the test binary a process of TestTheJobsProgressCrossesTheTree.
+const progressEnv = "CLUSTER_TEST_PROGRESS"
+
+// The job's progress reaches every process along the tree: in a job of 12
+// processes of one PE, only process 0's PE runs entry methods (for a
+// second and a half, a millisecond each), and process 11, a leaf under
+// process 1, sees the job's progress move again and again while its own
+// PE idles (its watchdog would otherwise take the job for stalled).
+func TestTheJobsProgressCrossesTheTree(t *testing.T) {
+	const procs = 12
+	var out, errb bytes.Buffer
+	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: procs, ConnectTimeout: 30 * time.Second,
+		Env: []string{progressEnv + "=1", "GORACE=atexit_sleep_ms=0"}, Stdout: &out, Stderr: &errb}
+	require.Equal(t, 0, l.Run(), errb.String())
+	var moves int
+	_, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "moves "):], "moves %d", &moves)
+	require.NoError(t, err, out.String())
+	t.Logf("process 11 saw the job's progress move %d times", moves)
+	require.GreaterOrEqual(t, moves, 3, "process 11 saw the job's progress move %d times", moves)
+}
+
+// busyPE: process 0's PE sends itself a message a millisecond until its
+// time is up, then ends the job; the others' PEs get nothing.
+type busyPE struct{ until time.Time }
+
+func (b busyPE) Handle(p *pe.PE, env *pe.Envelope) {
+	p.Ran()
+	if time.Now().After(b.until) {
+		p.Node().Stop(0)
+		return
+	}
+	time.Sleep(time.Millisecond) // an entry method's work
+	p.Send(p.ID(), &pe.Envelope{Type: tokenType, Kind: pe.KindP2P, Payload: uint64(0)})
+}
+
+func progressProcess() int {
+	rank, _, rv := jobProcess()
+	procs, _ := strconv.Atoi(os.Getenv(ProcsEnv))
+	// heartbeats every 100 ms
+	j, err := Join(Config{Rank: rank, Procs: procs, PEs: procs, Secret: rv.Secret, ConnectTimeout: 20 * time.Second,
+		HeartbeatTimeout: time.Second, Rendezvous: rv, Types: pe.TypesDigest()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer j.Close()
+	first, count := j.PEs()
+	until := time.Now().Add(1500 * time.Millisecond)
+	node, err := pe.NewNode(pe.Config{NumPEs: procs, FirstPE: first, LocalPEs: count, Remote: j},
+		func(*pe.PE) pe.Handler { return busyPE{until: until} })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	j.Run(node)
+	if rank == 0 {
+		node.Inject(0, pe.Envelope{Type: tokenType, Kind: pe.KindP2P, Payload: uint64(0)})
+	}
+	node.Start()
+	moves := make(chan int, 1) // process 11's count, sampled as the run goes
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		n, last := 0, node.Progress()
+		for {
+			select {
+			case <-node.Done():
+				moves <- n
+				return
+			case <-tick.C:
+				if p := node.Progress(); p != last {
+					n, last = n+1, p
+				}
+			}
+		}
+	}()
+	code, ok := endProcess(rank, j, node)
+	if !ok {
+		return code
+	}
+	if rank == procs-1 {
+		fmt.Println("moves", <-moves)
+	}
+	return code
+}

@@ -239,6 +239,12 @@ func (m *Manager) home(c *Collection, ix pe.Index) int {
 // element on every PE); larger arrays use the map alone.
 const denseLimit = 1 << 16
 
+// denseProcessLimit bounds the slots of one array's lookup tables over
+// every PE of a process (24 bytes a slot): an array of an element a PE on
+// 16,384 PEs in one process would hold 268 million; past it, each PE
+// knows the locations it learns (a map) and computes the rest.
+const denseProcessLimit = 1 << 22
+
 func (m *Manager) coll(id uint32) *Collection {
 	if c := m.last; c != nil && c.ID == id {
 		return c
@@ -337,7 +343,14 @@ func (m *Manager) onCreate(cm *CreateMsg) {
 			m.newElement(c, pe.Idx(0), cm.Arg)
 		}
 	case CollArray:
-		if !c.Sparse {
+		switch {
+		case c.Sparse:
+		case c.Map == MapBlock:
+			// this PE's block, found without visiting the others' (an
+			// array of an element a PE, on 16,384 PEs, is 16,384 indices
+			// on each of them)
+			forBlock(c.Bounds, me, m.NumPEs(), func(ix pe.Index) { m.newElement(c, ix, cm.Arg) })
+		default:
 			forEachIndex(c.Bounds, func(ix pe.Index) {
 				if m.home(c, ix) == me {
 					m.newElement(c, ix, cm.Arg)
@@ -379,7 +392,9 @@ func (m *Manager) defineCollection(cm *CreateMsg) *Collection {
 		m.lbStartPeriod(c)
 	}
 	if len(c.Bounds) > 0 {
-		if total := boundsTotal(c.Bounds); total <= denseLimit && len(c.Bounds) <= pe.MaxDims {
+		total := boundsTotal(c.Bounds)
+		perProcess := int64(m.NumPEs()) / int64(max(m.layout().Procs, 1)) // PEs holding a table each
+		if total <= denseLimit && total*perProcess <= denseProcessLimit && len(c.Bounds) <= pe.MaxDims {
 			c.dense = make([]*Element, total)
 			c.dlocs = make([]loc, total)
 			for i := range c.dlocs {
@@ -392,6 +407,31 @@ func (m *Manager) defineCollection(cm *CreateMsg) *Collection {
 		}
 	}
 	return c
+}
+
+// forBlock calls f with each index of an array of bounds that the block
+// map homes on PE me of n (those whose linear number lin has lin·n/total
+// = me), in order.
+func forBlock(bounds []int, me, n int, f func(pe.Index)) {
+	if len(bounds) == 0 || n <= 0 {
+		return
+	}
+	total := boundsTotal(bounds)
+	if total <= 0 {
+		return
+	}
+	lo := (int64(me)*total + int64(n) - 1) / int64(n)
+	hi := (int64(me+1)*total + int64(n) - 1) / int64(n)
+	for lin := lo; lin < hi && lin < total; lin++ {
+		var ix pe.Index
+		ix.Dims = uint8(len(bounds))
+		rest := lin
+		for d := len(bounds) - 1; d >= 0; d-- {
+			ix.C[d] = int32(rest % int64(bounds[d]))
+			rest /= int64(bounds[d])
+		}
+		f(ix)
+	}
 }
 
 func forEachIndex(bounds []int, f func(pe.Index)) {

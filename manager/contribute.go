@@ -219,7 +219,7 @@ func hasChildren(c *Collection, s *Section) bool {
 	case c != nil:
 		t = c.tree
 	}
-	return t != nil && len(t.Members) > 1
+	return t != nil && t.Size() > 1
 }
 
 // DeliverCallback sends a result to where cb points.

@@ -17,6 +17,12 @@ type Tree struct {
 	// (NewTreeIn across processes)
 	up   map[int]int
 	down map[int][]int
+	// all: the tree over every PE of the job rooted at PE 0 (PETreeIn),
+	// which every collection spans: its shape follows from the PE count
+	// and layout alone, so it is computed, not listed (Members is nil),
+	// and costs nothing per PE however many PEs the job has
+	all    int
+	layout Layout
 }
 
 // Layout says which process runs each PE: the job's PEs dealt to its
@@ -81,9 +87,100 @@ func NewTreeIn(members []int, k int, l Layout) *Tree {
 	return t
 }
 
-// PETreeIn is PETree for layout l.
+// PETreeIn is PETree for layout l. Rooted at PE 0 it is computed as it is
+// walked, not listed: the same tree as NewTreeIn's over PEs 0..n-1.
 func PETreeIn(n, root, k int, l Layout) *Tree {
-	return NewTreeIn(PETree(n, root, k).Members, k, l)
+	if root != 0 || n <= 0 || l.Procs > 1 && (l.PEs != n || l.Procs > n) {
+		return NewTreeIn(PETree(n, root, k).Members, k, l)
+	}
+	if k < 2 {
+		k = DefaultBranching
+	}
+	return &Tree{K: k, all: n, layout: l}
+}
+
+// block gives the PEs process r runs under l (as pe/cluster's Block).
+func (l Layout) block(r int) (first, count int) {
+	if l.Procs <= 1 {
+		return 0, l.PEs
+	}
+	q, extra := l.PEs/l.Procs, l.PEs%l.Procs
+	first = r*q + min(r, extra)
+	count = q
+	if r < extra {
+		count++
+	}
+	return first, count
+}
+
+// split reports whether the computed tree (all) is two-level: its PEs
+// are in several processes.
+func (t *Tree) split() bool { return t.layout.Procs > 1 }
+
+// allParent is Parent for the computed tree, for a PE in it.
+func (t *Tree) allParent(pe int) int {
+	if !t.split() {
+		if pe == 0 {
+			return -1
+		}
+		return (pe - 1) / t.K
+	}
+	r := t.layout.ProcessOf(pe)
+	first, _ := t.layout.block(r)
+	if pe != first { // under its process's first PE
+		return first + (pe-first-1)/t.K
+	}
+	if r == 0 {
+		return -1
+	}
+	lead, _ := t.layout.block((r - 1) / t.K) // the first PE of another process
+	return lead
+}
+
+// allChildren is Children for the computed tree, for a PE in it: a
+// process's first PE has the first PEs of other processes first, then
+// its own process's.
+func (t *Tree) allChildren(pe int, dst []int) []int {
+	if !t.split() {
+		for c := t.K*pe + 1; c <= t.K*pe+t.K && c < t.all; c++ {
+			dst = append(dst, c)
+		}
+		return dst
+	}
+	r := t.layout.ProcessOf(pe)
+	first, count := t.layout.block(r)
+	if pe == first {
+		for q := t.K*r + 1; q <= t.K*r+t.K && q < t.layout.Procs; q++ {
+			lead, _ := t.layout.block(q)
+			dst = append(dst, lead)
+		}
+	}
+	i := pe - first
+	for c := t.K*i + 1; c <= t.K*i+t.K && c < count; c++ {
+		dst = append(dst, first+c)
+	}
+	return dst
+}
+
+// List gives the tree's PEs, root first (a new slice for the computed
+// tree over every PE: 0 … n-1).
+func (t *Tree) List() []int {
+	if t.all > 0 {
+		out := make([]int, t.all)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	return t.Members
+}
+
+// Size is the number of PEs in the tree.
+func (t *Tree) Size() int {
+	if t.all > 0 {
+		return t.all
+	}
+	return len(t.Members)
 }
 
 // SectionTreeIn is SectionTree for layout l.
@@ -131,13 +228,30 @@ func SectionTree(root int, pes []int, k int) *Tree {
 }
 
 // Root is the tree's root PE.
-func (t *Tree) Root() int { return t.Members[0] }
+func (t *Tree) Root() int {
+	if t.all > 0 {
+		return 0
+	}
+	return t.Members[0]
+}
 
 // Contains reports whether pe is in the tree.
-func (t *Tree) Contains(pe int) bool { _, ok := t.pos[pe]; return ok }
+func (t *Tree) Contains(pe int) bool {
+	if t.all > 0 {
+		return pe >= 0 && pe < t.all
+	}
+	_, ok := t.pos[pe]
+	return ok
+}
 
 // Parent returns pe's parent, or -1 for the root or a PE outside the tree.
 func (t *Tree) Parent(pe int) int {
+	if t.all > 0 {
+		if !t.Contains(pe) {
+			return -1
+		}
+		return t.allParent(pe)
+	}
 	i, ok := t.pos[pe]
 	if !ok || i == 0 {
 		return -1
@@ -150,6 +264,12 @@ func (t *Tree) Parent(pe int) int {
 
 // Children appends pe's children to dst.
 func (t *Tree) Children(pe int, dst []int) []int {
+	if t.all > 0 {
+		if !t.Contains(pe) {
+			return dst
+		}
+		return t.allChildren(pe, dst)
+	}
 	i, ok := t.pos[pe]
 	if !ok {
 		return dst

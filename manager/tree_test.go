@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/charmgo/charmgo/pe"
 	"github.com/charmgo/charmgo/pe/cluster"
 )
 
@@ -42,9 +43,9 @@ func TestTreesKeepEachProcesssPEsTogether(t *testing.T) {
 					for _, p := range tr.Subtree(tr.Root(), nil) {
 						seen[p]++
 					}
-					require.Len(t, seen, len(tr.Members), name)
+					require.Len(t, seen, tr.Size(), name)
 					crossing, perParent := 0, map[int]map[bool]int{}
-					for _, p := range tr.Members {
+					for _, p := range tr.List() {
 						require.Equal(t, 1, seen[p], "%s: PE %d reached once", name, p)
 						kids := tr.Children(p, nil)
 						perParent[p] = map[bool]int{}
@@ -61,7 +62,7 @@ func TestTreesKeepEachProcesssPEsTogether(t *testing.T) {
 					}
 					require.Equal(t, -1, tr.Parent(tr.Root()), name)
 					procs := map[int]bool{}
-					for _, p := range tr.Members {
+					for _, p := range tr.List() {
 						procs[lay.ProcessOf(p)] = true
 					}
 					require.Equal(t, len(procs)-1, crossing, "%s: edges between processes", name)
@@ -92,4 +93,57 @@ func TestTreesKeepEachProcesssPEsTogether(t *testing.T) {
 	require.Equal(t, []int{2, 1}, tr.Children(0, nil))
 	require.Equal(t, []int{3}, tr.Children(2, nil))
 	require.Equal(t, []int{1, 2, 3}, PETree(4, 0, DefaultBranching).Children(0, nil))
+}
+
+// The tree over every PE that collections span is computed, not listed,
+// and is the tree NewTreeIn lists, edge for edge and in the same order of
+// children, for every PE count, process count and branching.
+func TestTheComputedPETreeIsTheListedOne(t *testing.T) {
+	for _, k := range []int{2, 3, 4, 8} {
+		for n := 1; n <= 40; n++ {
+			for procs := 1; procs <= n; procs++ {
+				l := Layout{PEs: n, Procs: procs}
+				listed := NewTreeIn(PETree(n, 0, k).Members, k, l)
+				computed := PETreeIn(n, 0, k, l)
+				require.Nil(t, computed.Members, "n %d procs %d: computed", n, procs)
+				require.Equal(t, n, computed.Size())
+				require.Equal(t, 0, computed.Root())
+				for p := -1; p <= n; p++ {
+					require.Equal(t, listed.Contains(p), computed.Contains(p), "n %d procs %d k %d PE %d", n, procs, k, p)
+					require.Equal(t, listed.Parent(p), computed.Parent(p), "n %d procs %d k %d: parent of %d", n, procs, k, p)
+					require.Equal(t, listed.Children(p, nil), computed.Children(p, nil), "n %d procs %d k %d: children of %d", n, procs, k, p)
+				}
+				require.ElementsMatch(t, listed.Subtree(0, nil), computed.Subtree(0, nil))
+			}
+		}
+	}
+}
+
+// It costs nothing per PE: a job of 16,384 PEs has it in a few words.
+func TestTheComputedPETreeOfAHugeJob(t *testing.T) {
+	tr := PETreeIn(16384, 0, 4, Layout{PEs: 16384, Procs: 256})
+	require.Equal(t, []int{64, 128, 192, 256, 1, 2, 3, 4}, tr.Children(0, nil))
+	require.Equal(t, 0, tr.Parent(64))
+	require.Equal(t, 64, tr.Parent(65))
+	require.Len(t, tr.Subtree(0, nil), 16384)
+}
+
+// The block map's PE finds its own elements by arithmetic: exactly those
+// Home gives it, in order, for every array shape and PE count.
+func TestForBlockIsTheBlockMapsShare(t *testing.T) {
+	for _, bounds := range [][]int{{1}, {7}, {16}, {3, 5}, {2, 3, 4}, {100}, {5, 1, 9}} {
+		for n := 1; n <= 20; n++ {
+			c := &Collection{Kind: CollArray, Map: MapBlock, Bounds: bounds}
+			for me := 0; me < n; me++ {
+				var want, got []pe.Index
+				forEachIndex(bounds, func(ix pe.Index) {
+					if c.Home(ix, n) == me {
+						want = append(want, ix)
+					}
+				})
+				forBlock(bounds, me, n, func(ix pe.Index) { got = append(got, ix) })
+				require.Equal(t, want, got, "bounds %v, PE %d of %d", bounds, me, n)
+			}
+		}
+	}
 }

@@ -221,9 +221,7 @@ func NewNode(cfg Config, mk func(p *PE) Handler) (*Node, error) {
 			}
 			p.tl = &timeline{origin: n.tlOrigin}
 		}
-		p.outApp = make([][]Envelope, cfg.NumPEs)
-		p.outSys = make([][]Envelope, cfg.NumPEs)
-		p.dirty = make([]bool, cfg.NumPEs)
+		p.out = make([]*outChunk, (cfg.NumPEs+outChunkSize-1)/outChunkSize)
 		p.exited = make(chan struct{})
 		n.pes[i] = p
 	}
@@ -378,11 +376,16 @@ func (p *PE) clear() {
 	p.taken = in.pushes.Load()
 	in.mu.Unlock()
 	p.sysq, p.appq = queue{}, queue{}
-	for d := range p.outApp {
-		clear(p.outApp[d])
-		clear(p.outSys[d])
-		p.outApp[d], p.outSys[d] = p.outApp[d][:0], p.outSys[d][:0]
-		p.dirty[d] = false
+	for _, c := range p.out {
+		if c == nil {
+			continue
+		}
+		for d := range c {
+			b := &c[d]
+			clear(b.app)
+			clear(b.sys)
+			b.app, b.sys, b.dirty = b.app[:0], b.sys[:0], false
+		}
 	}
 	p.dirtyList = p.dirtyList[:0]
 	p.sinceFlush = 0
@@ -854,9 +857,7 @@ type PE struct {
 	in         inbox // written by other PEs: kept off the owner's cache lines
 	_          [64]byte
 	sysq, appq queue
-	outApp     [][]Envelope
-	outSys     [][]Envelope
-	dirty      []bool
+	out        []*outChunk // by destination PE, in chunks made on first use (outbox)
 	dirtyList  []int
 	cur        *Envelope // the envelope being handled, for a panic's report
 	sinceFlush int
@@ -933,16 +934,17 @@ func (p *PE) Send(dst int, env *Envelope) {
 		appendEnv(&q.buf, env).Src = int32(p.id)
 		return
 	}
-	box := &p.outApp[dst]
+	ob := p.outbox(dst)
+	box := &ob.app
 	if env.SystemLane() {
-		box = &p.outSys[dst]
+		box = &ob.sys
 	}
 	// Src goes on the copy: set on env, just before the copy's wide loads
 	// read it, it stalled them (store forwarding). Under WireCheck the
 	// batch is encoded when it is handed over (flushTo).
 	appendEnv(box, env).Src = int32(p.id)
-	if !p.dirty[dst] {
-		p.dirty[dst] = true
+	if !ob.dirty {
+		ob.dirty = true
 		p.dirtyList = append(p.dirtyList, dst)
 	}
 	if len(*box) >= p.flushEvery && !p.dead() {
@@ -965,6 +967,32 @@ func (p *PE) sendLocalWire(env *Envelope) {
 		return
 	}
 	q.push(&e)
+}
+
+// outbox is what a PE has buffered for one destination PE, not yet
+// handed over: its system lane's messages and its program's, and whether
+// it is on the PE's list to flush.
+type outbox struct {
+	app, sys []Envelope
+	dirty    bool
+}
+
+// outChunkSize: a PE's outboxes come in chunks of this many destinations,
+// made when the PE first sends to one of them. A PE that talks to a few
+// PEs of a job of thousands holds a few chunks (and a pointer for every
+// outChunkSize PEs of the job), not an outbox for every PE.
+const outChunkSize = 64
+
+type outChunk [outChunkSize]outbox
+
+// outbox is the PE's outbox for dst.
+func (p *PE) outbox(dst int) *outbox {
+	c := p.out[dst/outChunkSize]
+	if c == nil {
+		c = new(outChunk)
+		p.out[dst/outChunkSize] = c
+	}
+	return &c[dst%outChunkSize]
 }
 
 // appendEnv appends a copy of *e to *buf, in place (append(b, *e) copies
@@ -999,7 +1027,7 @@ func (p *PE) Flush() {
 		p.progress.Add(1)
 	}
 	for _, dst := range p.dirtyList {
-		if p.dirty[dst] {
+		if p.outbox(dst).dirty {
 			p.flushTo(dst)
 		}
 	}
@@ -1008,11 +1036,12 @@ func (p *PE) Flush() {
 }
 
 func (p *PE) flushTo(dst int) {
-	p.dirty[dst] = false
+	ob := p.outbox(dst)
+	ob.dirty = false
 	for _, sys := range [2]bool{true, false} {
-		box := &p.outApp[dst]
+		box := &ob.app
 		if sys {
-			box = &p.outSys[dst]
+			box = &ob.sys
 		}
 		if len(*box) == 0 {
 			continue

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/charmgo/charmgo/ftlayer"
@@ -14,8 +15,11 @@ import (
 // and the supervisor's lock is held while PEs are being stopped.
 type channelGate struct {
 	mu sync.Mutex
-	// off[z][y]: PE z stopped logging its messages to y
-	off [][]bool
+	// n: the job's PEs; off[z][y]: PE z stopped logging its messages to
+	// y (a row only for a PE that stopped logging on a channel: the gate
+	// costs nothing for the PEs of a large job that log everything)
+	n   int
+	off map[int]map[int]bool
 	// frozen: a failure's rollback set is being recovered; no channel
 	// may stop logging until it caught up (the set was computed from the
 	// channels as they were)
@@ -28,10 +32,15 @@ type channelGate struct {
 func (g *channelGate) StopLogging(me, dst int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.frozen || me < 0 || me >= len(g.off) || dst < 0 || dst >= len(g.off) {
+	if g.frozen || me < 0 || me >= g.n || dst < 0 || dst >= g.n {
 		return false
 	}
-	g.off[me][dst] = true
+	row := g.off[me]
+	if row == nil {
+		row = map[int]bool{}
+		g.off[me] = row
+	}
+	row[dst] = true
 	g.granted++
 	return true
 }
@@ -40,19 +49,14 @@ func (g *channelGate) StopLogging(me, dst int) bool {
 func (g *channelGate) LoggingOn(me int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if me >= 0 && me < len(g.off) {
-		clear(g.off[me])
-	}
+	delete(g.off, me)
 }
 
 func (g *channelGate) begin(n int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.off) != n {
-		g.off = make([][]bool, n)
-		for p := range g.off {
-			g.off[p] = make([]bool, n)
-		}
+	if g.n != n || g.off == nil {
+		g.n, g.off = n, map[int]map[int]bool{}
 	}
 }
 
@@ -66,7 +70,7 @@ func (g *channelGate) freeze(failed []int32, teams ftlayer.Teams) ([]int32, int,
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.frozen = true
-	n := len(g.off)
+	n := g.n
 	off := g.offLocked()
 	fs := make([]int, len(failed))
 	for i, p := range failed {
@@ -78,7 +82,7 @@ func (g *channelGate) freeze(failed []int32, teams ftlayer.Teams) ([]int32, int,
 	out := make([]int32, len(set))
 	for i, p := range set {
 		out[i] = int32(p)
-		clear(g.off[p])
+		delete(g.off, p)
 	}
 	return out, chain, off
 }
@@ -94,9 +98,7 @@ func (g *channelGate) thaw() {
 func (g *channelGate) reset() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, row := range g.off {
-		clear(row)
-	}
+	clear(g.off)
 	g.frozen = false
 }
 
@@ -109,15 +111,23 @@ func (g *channelGate) offChannels() [][]int32 {
 }
 
 func (g *channelGate) offLocked() [][]int32 {
-	out := make([][]int32, len(g.off))
-	for z, row := range g.off {
-		for y, off := range row {
-			if off {
-				out[z] = append(out[z], int32(y))
-			}
-		}
+	out := make([][]int32, g.n)
+	for z := range g.off {
+		out[z] = g.rowLocked(z)
 	}
 	return out
+}
+
+// rowLocked lists the PEs z stopped logging to, in order.
+func (g *channelGate) rowLocked(z int) []int32 {
+	var ys []int32
+	for y, off := range g.off[z] {
+		if off {
+			ys = append(ys, int32(y))
+		}
+	}
+	slices.Sort(ys)
+	return ys
 }
 
 // grants is how many times PEs were let stop logging on a channel.
@@ -141,7 +151,7 @@ type ExpectedRollback struct {
 func (g *channelGate) sample(teams ftlayer.Teams, into *ExpectedRollback) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := len(g.off)
+	n := g.n
 	if n == 0 || n > maxSampled {
 		return
 	}
@@ -174,11 +184,9 @@ func (g *channelGate) freezeRows(first, count int) map[int32][]int32 {
 	defer g.mu.Unlock()
 	g.frozen = true
 	out := map[int32][]int32{}
-	for z := first; z < first+count && z < len(g.off); z++ {
-		for y, off := range g.off[z] {
-			if off {
-				out[int32(z)] = append(out[int32(z)], int32(y))
-			}
+	for z := first; z < first+count && z < g.n; z++ {
+		if ys := g.rowLocked(z); len(ys) > 0 {
+			out[int32(z)] = ys
 		}
 	}
 	return out
@@ -191,14 +199,20 @@ func (g *channelGate) freezeRows(first, count int) map[int32][]int32 {
 func (g *channelGate) closure(failed []int32, teams ftlayer.Teams, rows map[int32][]int32) ([]int32, int, [][]int32) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := len(g.off)
-	off := make([][]bool, n)
+	n := g.n
+	off := map[int]map[int]bool{}
 	byPE := make([][]int32, n)
-	for z := range off {
-		off[z] = make([]bool, n)
-		for _, y := range rows[int32(z)] {
+	for z32, ys := range rows {
+		z := int(z32)
+		if z < 0 || z >= n {
+			continue
+		}
+		for _, y := range ys {
 			if y >= 0 && int(y) < n {
-				off[z][y] = true
+				if off[z] == nil {
+					off[z] = map[int]bool{}
+				}
+				off[z][int(y)] = true
 				byPE[z] = append(byPE[z], y)
 			}
 		}
@@ -211,7 +225,7 @@ func (g *channelGate) closure(failed []int32, teams ftlayer.Teams, rows map[int3
 	out := make([]int32, len(set))
 	for i, p := range set {
 		out[i] = int32(p)
-		clear(g.off[p])
+		delete(g.off, p)
 	}
 	return out, chain, byPE
 }

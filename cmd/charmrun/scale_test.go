@@ -57,3 +57,25 @@ func TestManyProcesses(t *testing.T) {
 		})
 	}
 }
+
+// Jobs of many PEs in one process: hello on 16,384 PEs (the most a job
+// runs), a greeter each, and LeanMD on 4,096 (most of them idle: 8 cells)
+// end as they should. (Plain tier only: the race detector allows 8,128
+// goroutines.)
+func TestManyPEs(t *testing.T) {
+	plainTierOnly(t)
+	hello := programs.Build(t, "../../examples/hello", "hello")
+	var out, errb bytes.Buffer
+	code := run([]string{"+p16384", "--watchdog", "60s", hello, "16384"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "hello: 16384 greeters on 16384 PEs")
+	require.Equal(t, 16384, strings.Count(out.String(), "says hello"))
+	leanmd := buildLeanMD(t)
+	params := []string{"2", "2", "2", "11"}
+	want := failureFree(t, leanmd, params)
+	out.Reset()
+	errb.Reset()
+	code = run(append([]string{"+p4096", "--watchdog", "60s", leanmd}, params...), &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Equal(t, want, energies(t, out.String()))
+}

@@ -49,6 +49,14 @@ type Params struct {
 	// BrokenKernel flips the sign of every force (for the test that the
 	// energy check catches a broken kernel).
 	BrokenKernel bool
+	// Local places for locality (--placement local): the cells in boxes
+	// of neighbouring cells, a box a PE (localCells), and each compute on
+	// the PE of the cell that creates it, so that most of a PE's messages
+	// go to the few PEs holding the cells beside its own. Unset, the
+	// original's placement: cells in blocks of the array's linear order,
+	// computes dealt round-robin from the next PE (every PE talks to
+	// almost every other).
+	Local bool
 	// Kernel names the force kernel (--kernel): "" or "auto" the widest
 	// this CPU runs, "avx512", "avx2" or "scalar". All give the same bits.
 	Kernel string
@@ -117,6 +125,18 @@ func Flags(p *Params) []chare.Flag {
 					return err
 				}
 				p.Kernel = v
+				return nil
+			}},
+		{Name: "--placement", Arg: "P", Usage: "spread (the original's: computes dealt round-robin over the PEs) or local (cells in boxes of neighbours, a box a PE, each compute with its cell)",
+			Set: func(v string) error {
+				switch v {
+				case "spread":
+					p.Local = false
+				case "local":
+					p.Local = true
+				default:
+					return fmt.Errorf("%q is not a placement (want spread or local)", v)
+				}
 				return nil
 			}},
 		{Name: "--progress", Arg: "N", Usage: "print the step line every N steps (1: every step, as the original; default 100)",
@@ -333,7 +353,11 @@ func (m *Main) Init(ctx *chare.Ctx, p Params) {
 			printf(ctx, line, []int{p.Steps, p.FirstLB, p.LBPeriod, p.CkptPeriod}[i])
 		}
 	}
-	m.Cells = CellT.NewArray(ctx, []int{p.X, p.Y, p.Z}, p) // block map, as the original's CellMap
+	if p.Local {
+		m.Cells = CellT.NewArray(ctx, []int{p.X, p.Y, p.Z}, p, localCells)
+	} else {
+		m.Cells = CellT.NewArray(ctx, []int{p.X, p.Y, p.Z}, p) // block map, as the original's CellMap
+	}
 	m.Computes = ComputeT.NewSparseArray(ctx, nil)
 	cellCreate.Broadcast(ctx, m.Cells, SetupMsg{Computes: m.Computes})
 	printf(ctx, "\nCells: %d X %d X %d .... created\n", p.X, p.Y, p.Z)
@@ -453,6 +477,40 @@ func (c *Cell) Init(ctx *chare.Ctx, p Params) {
 	c.Atoms = initialParticles(int(ix.C[0]), int(ix.C[1]), int(ix.C[2]), p.X, p.Y, p.Z, p.Atoms)
 }
 
+// localCells places the cells for locality (--placement local): the box
+// is cut in two across its longest side, the PEs in two in proportion,
+// and so on down to a PE each (a box a PE; with more PEs than cells,
+// some PEs get none).
+var localCells = chare.RegisterMap("leanmd.localCells", localCell)
+
+func localCell(ix chare.Index, bounds []int, n int) int {
+	var lo, hi [3]int
+	for d := range 3 {
+		hi[d] = bounds[d]
+	}
+	first := 0
+	for n > 1 {
+		d := 0
+		for e := 1; e < 3; e++ {
+			if hi[e]-lo[e] > hi[d]-lo[d] {
+				d = e
+			}
+		}
+		if hi[d]-lo[d] < 2 {
+			break // one cell left: it is the first PE's
+		}
+		n1 := n / 2
+		cut := lo[d] + (hi[d]-lo[d])*n1/n
+		cut = min(max(cut, lo[d]+1), hi[d]-1)
+		if int(ix.C[d]) < cut {
+			hi[d], n = cut, n1
+		} else {
+			lo[d], first, n = cut, first+n1, n-n1
+		}
+	}
+	return first
+}
+
 func offset(num int) (dx, dy, dz int) {
 	return num/(NbrsY*NbrsZ) - NbrsX/2, (num%(NbrsY*NbrsZ))/NbrsZ - NbrsY/2, num%NbrsZ - NbrsZ/2
 }
@@ -470,7 +528,9 @@ func (c *Cell) CreateComputes(ctx *chare.Ctx, s SetupMsg) {
 		if num >= NumNbrs/2 {
 			px1, py1, pz1 := x+KAwayX, y+KAwayY, z+KAwayZ
 			cix := chare.Idx(px1, py1, pz1, px1+dx, py1+dy, pz1+dz)
-			currPE++
+			if !p.Local {
+				currPE++
+			}
 			ComputeT.Insert(ctx, s.Computes, cix, currPE%ctx.NumPEs(), ComputeArgs{P: p, Cells: chare.ThisArray[Cell](ctx)})
 			c.Computes[num] = cix
 		} else {

@@ -877,3 +877,52 @@ func TestFailureQueuedBehindARecovery(t *testing.T) {
 		})
 	}
 }
+
+// The locality placement (--placement local) changes where cells and
+// computes run, never the result: the energies and final atoms are the
+// original placement's, bitwise. It gives every PE one box of neighbouring
+// cells (each cell's neighbours but a surface on its own PE), and with more
+// PEs than cells, a cell each to as many PEs as there are cells.
+func TestLocalPlacement(t *testing.T) {
+	p := params(4, 3, 2, 11)
+	base := run(t, p, chare.Config{PEs: 3})
+	local := p
+	local.Local = true
+	r := run(t, local, chare.Config{PEs: 3})
+	require.Equal(t, base.StateHash, r.StateHash)
+	require.Equal(t, math.Float64bits(base.PE1), math.Float64bits(r.PE1))
+
+	place := func(bounds []int, n int) map[int][][3]int {
+		boxes := map[int][][3]int{}
+		for x := range bounds[0] {
+			for y := range bounds[1] {
+				for z := range bounds[2] {
+					pe := localCell(chare.Idx(x, y, z), bounds, n)
+					boxes[pe] = append(boxes[pe], [3]int{x, y, z})
+				}
+			}
+		}
+		return boxes
+	}
+	for _, c := range []struct {
+		bounds []int
+		n      int
+	}{{[]int{16, 16, 8}, 1024}, {[]int{8, 8, 8}, 64}, {[]int{6, 6, 6}, 16}, {[]int{3, 3, 3}, 4}, {[]int{2, 2, 2}, 64}} {
+		boxes := place(c.bounds, c.n)
+		cells := c.bounds[0] * c.bounds[1] * c.bounds[2]
+		require.Len(t, boxes, min(c.n, cells), "%v on %d PEs: PEs with cells", c.bounds, c.n)
+		for pe, cs := range boxes {
+			require.True(t, pe >= 0 && pe < c.n)
+			// a box: its cells fill the bounding box they span
+			var lo, hi [3]int
+			lo = cs[0]
+			hi = cs[0]
+			for _, q := range cs {
+				for d := range 3 {
+					lo[d], hi[d] = min(lo[d], q[d]), max(hi[d], q[d])
+				}
+			}
+			require.Equal(t, (hi[0]-lo[0]+1)*(hi[1]-lo[1]+1)*(hi[2]-lo[2]+1), len(cs), "%v on %d PEs: PE %d's cells %v", c.bounds, c.n, pe, cs)
+		}
+	}
+}

@@ -255,16 +255,16 @@ func floodListener(addr string, n int, timeout time.Duration) error {
 			c.Close()
 		}
 	}()
-	start := time.Now()
+	// each connection's time counts from its own dial (opening hundreds
+	// takes a while under the race detector)
+	closedAt := make(chan time.Duration, n)
 	for range n {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			return err
 		}
 		conns = append(conns, c)
-	}
-	closedAt := make(chan time.Duration, n)
-	for _, c := range conns {
+		start := time.Now()
 		go func() {
 			c.SetReadDeadline(start.Add(timeout + 5*time.Second))
 			var b [64]byte

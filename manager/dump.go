@@ -53,7 +53,7 @@ func (m *Manager) Describe(w io.Writer) {
 			for i, x := range q.waiters {
 				tags[i] = qdTagName(x.tag, x.pe)
 			}
-			fmt.Fprintf(w, "  quiescence detection: wave %d (in a wave: %v, %d replies), waiting: %s\n", q.wave, q.inWave, q.replies, strings.Join(tags, ", "))
+			fmt.Fprintf(w, "  quiescence detection: wave %d (in a wave: %v, %d PEs counted), waiting: %s\n", q.wave, q.inWave, q.replies, strings.Join(tags, ", "))
 		}
 	}
 	for _, tag := range m.qdAsked {

@@ -389,11 +389,13 @@ type QDProbeMsg struct {
 	From int32
 }
 
-// QDReplyMsg answers a probe with the PE's counters.
+// QDReplyMsg answers a probe with the counters of a PE's subtree: the
+// sums over PEs of its PEs.
 type QDReplyMsg struct {
 	Wave      uint64
 	Sent      uint64
 	Processed uint64
+	PEs       int32
 }
 
 var (

@@ -14,15 +14,68 @@ import (
 // Processed); once the process has gone idle, PE 0 asks every PE for its
 // counts (a wave), and when two waves in a row find the sums equal and
 // unchanged, nothing was in flight between them: the detections waiting
-// are released. qdRoot is that counting, a plain state machine; the
-// handlers below carry its probes and replies.
+// are released. A wave goes down the spanning tree over every PE and its
+// sums come back up it (each PE adds its subtree's), so no PE sends or
+// receives more than its children's worth. qdRoot is that counting and
+// qdGather a PE's part of a wave's sums, plain state machines; the
+// handlers below carry the probes and replies.
 
 // qdState is a PE's part of quiescence detection.
 type qdState struct {
-	// a probe waiting for this PE to go idle before it answers
-	probe     uint64
+	// probeFrom: a wave's probe came; this PE's own counts go in once it
+	// is idle
 	probeFrom bool
+	gather    qdGather
 	root      qdRoot // PE 0
+	tree      *Tree  // over every PE, rooted at PE 0 (made on first use)
+}
+
+// qdGather is a PE's part of a wave: the probe came down from its parent
+// (or the wave began here, at the root) and went on to its children; the
+// PE answers once it has gone idle itself and every child answered, with
+// its subtree's sums and how many PEs they count.
+type qdGather struct {
+	wave       uint64
+	active     bool // the probe of wave came and the answer has not gone
+	own        bool // this PE's counts are in
+	kids       int  // children still to answer
+	pes        int  // PEs counted
+	sent, proc uint64
+}
+
+// probe begins wave here, with children to hear from (an earlier wave's
+// part is dropped: it was abandoned).
+func (g *qdGather) probe(wave uint64, children int) {
+	*g = qdGather{wave: wave, active: true, kids: children}
+}
+
+// self adds this PE's counts; it reports whether the subtree is complete.
+func (g *qdGather) self(sent, proc uint64) bool {
+	if !g.active || g.own {
+		return false
+	}
+	g.own, g.pes, g.sent, g.proc = true, g.pes+1, g.sent+sent, g.proc+proc
+	return g.complete()
+}
+
+// child adds a child's answer for wave (pes PEs); it reports whether the
+// subtree is complete. An answer for another wave, or one too many, is
+// dropped.
+func (g *qdGather) child(wave uint64, pes int, sent, proc uint64) bool {
+	if !g.active || wave != g.wave || g.kids == 0 {
+		return false
+	}
+	g.kids--
+	g.pes, g.sent, g.proc = g.pes+pes, g.sent+sent, g.proc+proc
+	return g.complete()
+}
+
+func (g *qdGather) complete() bool {
+	if g.own && g.kids == 0 {
+		g.active = false
+		return true
+	}
+	return false
 }
 
 type qdWaiter struct {
@@ -96,7 +149,7 @@ func firstLocal(n *pe.Node) int {
 	return first
 }
 
-// reply adds one PE's counts to wave (of n PEs). Once every PE answered it
+// reply adds the counts of pes PEs to wave (of n PEs). Once every PE answered it
 // says what comes next and which waiting detections are released: at a
 // quiet moment a checkpoint's goes alone (it resumes the program, so the
 // others wait for the next), and the end of the run's only with nothing
@@ -106,11 +159,11 @@ func firstLocal(n *pe.Node) int {
 // process every PE parked meant nothing was in flight, and a checkpoint
 // was over; between processes, or under a chaos transport, its messages
 // can be on their way while every PE waits).
-func (q *qdRoot) reply(wave, sent, proc uint64, n int, busy bool) (release []qdWaiter, next qdNext) {
+func (q *qdRoot) reply(wave, sent, proc uint64, pes, n int, busy bool) (release []qdWaiter, next qdNext) {
 	if wave != q.wave || !q.inWave {
 		return nil, qdWait // an old wave's
 	}
-	q.replies++
+	q.replies += pes
 	q.sent += sent
 	q.proc += proc
 	if q.replies < n {
@@ -208,9 +261,29 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 		if m.qd.root.idle() {
 			m.qdWave()
 		}
-	default: // a wave's probe: answered once this PE is idle
-		m.qd.probe, m.qd.probeFrom = p.Wave, true
+	default: // a wave's probe: on down the tree; answered once this PE is idle
+		m.qdProbe(p.Wave)
 	}
+}
+
+// qdTree is the spanning tree over every PE that waves travel.
+func (m *Manager) qdTree() *Tree {
+	if m.qd.tree == nil {
+		m.qd.tree = PETreeIn(m.NumPEs(), 0, m.opt.Branching, m.layout())
+	}
+	return m.qd.tree
+}
+
+// qdProbe takes this PE's part in wave: the probe goes on to its
+// children, and its own counts go in once it is idle (qdIdle).
+func (m *Manager) qdProbe(wave uint64) {
+	var buf [8]int
+	kids := m.qdTree().Children(m.Me(), buf[:0])
+	for _, c := range kids {
+		m.PE.Send(c, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: wave}})
+	}
+	m.qd.gather.probe(wave, len(kids))
+	m.qd.probeFrom = true
 }
 
 func (m *Manager) armQD() {
@@ -229,11 +302,12 @@ func qdBackoff(busy int) time.Duration {
 	return min(50*time.Microsecond<<min(busy-1, 16), 10*time.Millisecond)
 }
 
+// qdWave begins a wave: its probe comes to PE 0 as to any PE (a message,
+// so that PE 0's own counts go in at its next idle moment, even when the
+// wave began in its idle hook).
 func (m *Manager) qdWave() {
 	w := m.qd.root.startWave()
-	for p := 0; p < m.NumPEs(); p++ {
-		m.PE.Send(p, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: w}})
-	}
+	m.PE.Send(m.Me(), &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: w}})
 }
 
 func (m *Manager) qdIdle() {
@@ -248,11 +322,27 @@ func (m *Manager) qdIdle() {
 		// its process's as sent.
 		sent += node.Injected()
 	}
-	m.PE.Send(0, &pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: m.qd.probe, Sent: sent, Processed: m.Processed}})
+	if m.qd.gather.self(sent, m.Processed) {
+		m.qdAnswer()
+	}
 }
 
+// onQDReply: a child's subtree answered.
 func (m *Manager) onQDReply(r *QDReplyMsg) {
-	release, next := m.qd.root.reply(r.Wave, r.Sent, r.Processed, m.NumPEs(), m.ckpt.taking)
+	if m.qd.gather.child(r.Wave, int(r.PEs), r.Sent, r.Processed) {
+		m.qdAnswer()
+	}
+}
+
+// qdAnswer sends this PE's subtree's sums up the tree; at the root, they
+// are the wave's.
+func (m *Manager) qdAnswer() {
+	g := &m.qd.gather
+	if parent := m.qdTree().Parent(m.Me()); parent >= 0 {
+		m.PE.Send(parent, &pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: g.wave, Sent: g.sent, Processed: g.proc, PEs: int32(g.pes)}})
+		return
+	}
+	release, next := m.qd.root.reply(g.wave, g.sent, g.proc, g.pes, m.NumPEs(), m.ckpt.taking)
 	switch next {
 	case qdWaveAgain:
 		m.qdWave()

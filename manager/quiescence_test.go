@@ -17,7 +17,7 @@ func TestQuiescenceCounting(t *testing.T) {
 		var rel []qdWaiter
 		next := qdWait
 		for i, r := range rs {
-			rel, next = q.reply(w, r.sent, r.proc, n, false)
+			rel, next = q.reply(w, r.sent, r.proc, 1, n, false)
 			if i < len(rs)-1 {
 				require.Equal(t, qdWait, next, "reply %d of %d", i+1, n)
 			}
@@ -57,10 +57,10 @@ func TestQuiescenceCounting(t *testing.T) {
 	q = qdRoot{}
 	q.request(qdWaiter{pe: 0, tag: 1})
 	w := q.startWave()
-	_, next = q.reply(w, 1, 1, 2, false)
+	_, next = q.reply(w, 1, 1, 1, 2, false)
 	require.Equal(t, qdWait, next)
 	require.True(t, q.peerFailed())
-	_, next = q.reply(w, 1, 1, 2, false)
+	_, next = q.reply(w, 1, 1, 1, 2, false)
 	require.Equal(t, qdWait, next, "the abandoned wave's reply")
 	require.False(t, q.peerFailed(), "no wave in flight")
 	require.True(t, q.idle())
@@ -71,14 +71,40 @@ func TestQuiescenceCounting(t *testing.T) {
 	q.request(qdWaiter{pe: 0, tag: EndQDTag})
 	for i := 0; i < 3; i++ {
 		w = q.startWave()
-		rel, next = q.reply(w, 2, 2, 1, true)
+		rel, next = q.reply(w, 2, 2, 1, 1, true)
 		require.Empty(t, rel)
 		require.Equal(t, qdArm, next)
 	}
 	w = q.startWave()
-	_, next = q.reply(w, 2, 2, 1, false)
+	_, next = q.reply(w, 2, 2, 1, 1, false)
 	require.Equal(t, qdWaveAgain, next, "quiet once the checkpoint is over: confirmed by a second wave")
 	w = q.startWave()
-	rel, _ = q.reply(w, 2, 2, 1, false)
+	rel, _ = q.reply(w, 2, 2, 1, 1, false)
 	require.Equal(t, []qdWaiter{{0, EndQDTag}}, rel)
+}
+
+// A PE's part of a wave over the tree: it answers once it is idle and
+// every child answered, with its subtree's sums and PE count; answers of
+// another wave, or past the children it has, are dropped, and a new probe
+// drops an abandoned wave's part.
+func TestQDGatherSumsASubtree(t *testing.T) {
+	var g qdGather
+	g.probe(3, 2)
+	require.False(t, g.child(2, 5, 9, 9), "an old wave's answer")
+	require.False(t, g.self(1, 2))
+	require.False(t, g.self(100, 100), "its own counts go in once")
+	require.False(t, g.child(3, 4, 10, 20))
+	require.True(t, g.child(3, 3, 5, 6), "the last child: complete")
+	require.Equal(t, qdGather{wave: 3, own: true, pes: 8, sent: 16, proc: 28}, g)
+	require.False(t, g.child(3, 1, 1, 1), "after the answer went")
+	require.False(t, g.self(1, 1))
+
+	g.probe(4, 0)
+	require.True(t, g.self(7, 7), "a leaf answers as it goes idle")
+	g.probe(5, 1)
+	require.False(t, g.child(5, 1, 1, 1))
+	g.probe(6, 1) // wave 5 abandoned
+	require.False(t, g.self(2, 2))
+	require.True(t, g.child(6, 1, 1, 1))
+	require.Equal(t, 2, g.pes)
 }

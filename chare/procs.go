@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -224,12 +225,29 @@ type processResult struct {
 	// from a lost process 0 (nil: it did not); process 0's replacement
 	// knows none of them
 	Steered *recovery.Stats `msgpack:"sd,omitempty"`
+	// Cost: what the process held and exchanged to be in the job
+	Cost ProcessCost `msgpack:"c"`
+}
+
+// ProcessCost is what a process of a job held and exchanged to be in it:
+// its peak memory (resident set), the data links it held up at the end,
+// and the control messages it sent and received over the run (of them
+// heartbeats), for scaling experiments.
+type ProcessCost struct {
+	PeakRSSBytes       uint64  `msgpack:"m" json:"peak_rss_bytes"`
+	Seconds            float64 `msgpack:"s" json:"seconds"` // from the start of the run to its end here
+	DataLinks          int     `msgpack:"dl" json:"data_links"`
+	ControlSent        uint64  `msgpack:"cs" json:"control_sent"`
+	ControlReceived    uint64  `msgpack:"cr" json:"control_received"`
+	HeartbeatsSent     uint64  `msgpack:"hs" json:"heartbeats_sent"`
+	HeartbeatsReceived uint64  `msgpack:"hr" json:"heartbeats_received"`
 }
 
 // Process is one process of the job, for the run's summary.
 type Process struct {
 	Rank, FirstPE, PEs int
 	Host               string
+	Cost               ProcessCost
 }
 
 // ProcessSummary says how many processes ran and how many PEs each held.
@@ -246,6 +264,16 @@ func ProcessSummary(ps []Process) string {
 		fmt.Fprintf(&b, " %d PEs (%d..%d) on %s", p.PEs, p.FirstPE, p.FirstPE+p.PEs-1, p.Host)
 	}
 	return b.String()
+}
+
+// peakRSS is this process's largest resident set so far, in bytes (0
+// where the system does not say).
+func peakRSS() uint64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil || ru.Maxrss < 0 {
+		return 0
+	}
+	return uint64(ru.Maxrss) * 1024 // kilobytes, on Linux
 }
 
 func encodeResult(r processResult) []byte {

@@ -1351,7 +1351,13 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 	res.Stats.Events, res.Stats.Trace = node.Events(), node.Trace()
 	res.Stats.PEs = make([]pe.Stats, node.NumPEs())
 	res.Stats.PEOps = make([]manager.Stats, node.NumPEs())
-	mine := processResult{First: first, PEs: make([]pe.Stats, local), Usage: node.Usage(), Steps: rs.record.stepTimes(), Results: rs.record.reported()}
+	mine := processResult{First: first, PEs: make([]pe.Stats, local), Usage: node.Usage(), Steps: rs.record.stepTimes(), Results: rs.record.reported(),
+		Cost: ProcessCost{PeakRSSBytes: peakRSS(), Seconds: ended.Sub(started).Seconds()}}
+	if job != nil {
+		js := job.Stats()
+		mine.Cost.DataLinks, mine.Cost.ControlSent, mine.Cost.ControlReceived = js.DataLinks, js.ControlSent, js.ControlReceived
+		mine.Cost.HeartbeatsSent, mine.Cost.HeartbeatsReceived = js.HeartbeatsSent, js.HeartbeatsRecvd
+	}
 	for i := first; i < first+local; i++ {
 		mine.PEs[i-first] = node.PE(i).Stats
 		m := manager.Of(node.PE(i))
@@ -1379,7 +1385,7 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 		}
 	}
 	results := []processResult{mine}
-	res.Processes = []Process{{Rank: 0, FirstPE: first, PEs: local, Host: hostname()}}
+	res.Processes = []Process{{Rank: 0, FirstPE: first, PEs: local, Host: hostname(), Cost: mine.Cost}}
 	if job != nil {
 		res.Process = job.Rank()
 		res.Processes = res.Processes[:0]
@@ -1417,6 +1423,9 @@ func RunWith[C, A any](main *Type[C, A], arg A, cfg Config) Result {
 					continue
 				}
 				results = append(results, pr)
+				if r < len(res.Processes) && res.Processes[r].Rank == r {
+					res.Processes[r].Cost = pr.Cost
+				}
 			}
 		}
 	}

@@ -70,6 +70,9 @@ type SummaryProcess struct {
 	FirstPE int    `json:"first_pe"`
 	PEs     int    `json:"pes"`
 	Host    string `json:"host"`
+	// Cost: what the process held and exchanged to be in the job (a job
+	// of one process: its peak memory and run time alone)
+	Cost ProcessCost `json:"cost"`
 }
 
 // SummarySteps is the steps the program began (AtStep): from First to
@@ -375,7 +378,7 @@ func summarize(cfg Config, res *Result, results []processResult, started, end ti
 	}
 	s.Layout.PEs = len(res.Stats.PEs)
 	for _, p := range res.Processes {
-		s.Layout.Processes = append(s.Layout.Processes, SummaryProcess{Rank: p.Rank, FirstPE: p.FirstPE, PEs: p.PEs, Host: p.Host})
+		s.Layout.Processes = append(s.Layout.Processes, SummaryProcess{Rank: p.Rank, FirstPE: p.FirstPE, PEs: p.PEs, Host: p.Host, Cost: p.Cost})
 	}
 	usage := make([]pe.Usage, len(res.Stats.PEs))
 	steps := map[int]int64{}
@@ -558,6 +561,36 @@ func (s *Summary) layoutLine() string {
 	return b.String()
 }
 
+// processesLine says, for a job of several processes, what each held and
+// exchanged to be in it: peak memory (min / median / max), data links,
+// heartbeats sent a second, and the most control messages one process
+// sent and received ("" in one process).
+func (s *Summary) processesLine() string {
+	ps := s.Layout.Processes
+	if len(ps) <= 1 {
+		return ""
+	}
+	mem := make([]float64, len(ps))
+	links := make([]int, len(ps))
+	beats := make([]float64, len(ps))
+	most, mostAt := uint64(0), 0
+	for i, p := range ps {
+		mem[i] = float64(p.Cost.PeakRSSBytes) / (1 << 20)
+		links[i] = p.Cost.DataLinks
+		if p.Cost.Seconds > 0 {
+			beats[i] = float64(p.Cost.HeartbeatsSent) / p.Cost.Seconds
+		}
+		if c := p.Cost.ControlSent + p.Cost.ControlReceived; c > most {
+			most, mostAt = c, p.Rank
+		}
+	}
+	slices.Sort(mem)
+	slices.Sort(links)
+	slices.Sort(beats)
+	return fmt.Sprintf("peak memory %.0f / %.0f / %.0f MB (min / median / max), %d–%d data links each, %.1f–%.1f heartbeats sent a second each, %d control messages at most (process %d)",
+		mem[0], mem[len(mem)/2], mem[len(mem)-1], links[0], links[len(links)-1], beats[0], beats[len(beats)-1], most, mostAt)
+}
+
 // WriteRuntime writes the lines of the summary that every program shares:
 // utilisation, traffic by kind, load balancing, fault tolerance and
 // checkpoints (a program that prints its own heading and results, as
@@ -565,6 +598,9 @@ func (s *Summary) layoutLine() string {
 func (s *Summary) WriteRuntime(w io.Writer) {
 	if u := s.utilisationLine(); u != "" {
 		fmt.Fprintf(w, "  PE utilisation: %s\n", u)
+	}
+	if p := s.processesLine(); p != "" {
+		fmt.Fprintf(w, "  processes:      %s\n", p)
 	}
 	m := s.Messages
 	fmt.Fprintf(w, "  point-to-point: %d messages, %d bytes\n", m.P2P.Count, m.P2P.Bytes)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,12 +32,26 @@ func TestManyProcesses(t *testing.T) {
 			var out, errb bytes.Buffer
 			victim := n/2 + 1
 			kill := fmt.Sprintf("%d@15", victim)
-			code := run(append([]string{"++n", fmt.Sprint(n), "++ppn", "1", "--ft", "camel", "--kill", kill, "--watchdog", "60s", leanmd}, params...), &out, &errb)
+			js := filepath.Join(t.TempDir(), "summary.json")
+			code := run(append([]string{"++n", fmt.Sprint(n), "++ppn", "1", "--ft", "camel", "--kill", kill, "--watchdog", "60s", "--summary-json", js, leanmd}, params...), &out, &errb)
 			errs := errb.String()
 			require.Equal(t, 0, code, errs)
 			require.Equal(t, want, energies(t, out.String()))
 			require.Contains(t, errs, fmt.Sprintf("charmrun: process %d was killed by SIGKILL; starting its replacement", victim))
 			require.NotContains(t, errs, "\tWARN\t", "a job of %d processes warned", n)
+			// what each process held and sent to be in the job: a data
+			// link to every other (opened at the start), and heartbeats to
+			// its neighbours in the tree alone (at most 9, a second apart;
+			// a run this short may end before the first)
+			s := readSummary(t, js)
+			require.Len(t, s.Layout.Processes, n)
+			for _, p := range s.Layout.Processes {
+				c := p.Cost
+				require.Positive(t, c.PeakRSSBytes, "process %d", p.Rank)
+				require.Equal(t, n-1, c.DataLinks, "process %d", p.Rank)
+				require.LessOrEqual(t, float64(c.HeartbeatsSent), 9*(c.Seconds+1), "process %d: heartbeats to its neighbours alone", p.Rank)
+			}
+			require.Contains(t, out.String(), "processes:      peak memory")
 		})
 	}
 	if os.Getenv("FT_LONG") == "" {

@@ -95,6 +95,10 @@ func (j *Job) receive(ctx actor.Context) {
 			j.log.Warn("dropped a control message that does not decode", zap.Error(err), zap.Int("from", c.From))
 			return
 		}
+		j.counts.received.Add(1)
+		if c.Kind == ctlBeat {
+			j.counts.beatsReceived.Add(1)
+		}
 		j.ctl <- c
 	case watchPeers:
 		want := map[string]*actor.PID{}

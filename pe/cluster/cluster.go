@@ -142,6 +142,7 @@ type Job struct {
 
 	node     *pe.Node
 	recovery Recovery
+	counts   controlCounts
 	service  Service     // (guarded by mu)
 	ending   atomic.Bool // this process's run is over: peers going away is expected
 	mu       sync.Mutex  // guards what follows
@@ -191,6 +192,33 @@ type Job struct {
 	released    chan struct{}
 	relOnce     sync.Once
 	closeOnce   sync.Once
+}
+
+// controlCounts counts the control messages this process sent to others
+// and received from them (JobStats).
+type controlCounts struct {
+	sent, received, beatsSent, beatsReceived atomic.Uint64
+}
+
+// JobStats is what this process's membership in the job cost it: the
+// data links it holds up, and the control messages it exchanged (all, and
+// of them heartbeats).
+type JobStats struct {
+	DataLinks                       int
+	ControlSent, ControlReceived    uint64
+	HeartbeatsSent, HeartbeatsRecvd uint64
+}
+
+// Stats says what this process's membership in the job has cost it so far.
+func (j *Job) Stats() JobStats {
+	st := JobStats{ControlSent: j.counts.sent.Load(), ControlReceived: j.counts.received.Load(),
+		HeartbeatsSent: j.counts.beatsSent.Load(), HeartbeatsRecvd: j.counts.beatsReceived.Load()}
+	for r := range j.links {
+		if l := j.links[r].Load(); l != nil && !l.down.Load() {
+			st.DataLinks++
+		}
+	}
+	return st
 }
 
 // Recovery is what the layer above does when a process of the job is lost
@@ -1998,6 +2026,10 @@ func (j *Job) die(why string) {
 
 func (j *Job) send(r int, m control) {
 	m.From = j.cfg.Rank
+	j.counts.sent.Add(1)
+	if m.Kind == ctlBeat {
+		j.counts.beatsSent.Add(1)
+	}
 	j.mu.Lock()
 	pid := j.pids[r]
 	j.mu.Unlock()

@@ -182,6 +182,9 @@ type Job struct {
 	children    []int
 	progress    []uint64
 	parentTotal uint64
+	// linkedInc: for each replacement, the incarnation whose first link
+	// here was reported (linkStarted)
+	linkedInc map[int]int
 	// watching: the peers' control actors the control actor watches
 	// (its own: only receive touches it)
 	watching map[string]*actor.PID
@@ -214,7 +217,7 @@ func (j *Job) Stats() JobStats {
 	st := JobStats{ControlSent: j.counts.sent.Load(), ControlReceived: j.counts.received.Load(),
 		HeartbeatsSent: j.counts.beatsSent.Load(), HeartbeatsRecvd: j.counts.beatsReceived.Load()}
 	for r := range j.links {
-		if l := j.links[r].Load(); l != nil && !l.down.Load() {
+		if l := j.links[r].Load(); l != nil && !l.down.Load() && !l.isPending() {
 			st.DataLinks++
 		}
 	}
@@ -266,6 +269,7 @@ const (
 	ctlKillHung                          // any → a process on a hung one's host: kill it by SIGKILL (Code: its rank, Inc: its incarnation, Err: why)
 	ctlAdmittedNotice                    // local, from the rendezvous: the steward admitted a replacement (Member)
 	ctlStewardGone                       // local, from the rendezvous: the steward, process Code, is gone; process Next steers (-1: none)
+	ctlLostNotice                        // any → its neighbours in the tree, each passing on its first: process Code (incarnation Inc) was lost (Err: why)
 )
 
 // control is a control message, carried msgpack-encoded in a
@@ -586,14 +590,11 @@ func (j *Job) awaitOr(deadline time.Time, want ctlKind, what string, moved <-cha
 func (j *Job) connect(deadline time.Time) error {
 	cfg := j.cfg
 	if cfg.Incarnation == 0 {
-		if err := j.dialAll(deadline); err != nil {
+		return nil // at the first start, links open on first use (linkTo)
+	}
+	for r := 0; r < cfg.Rank; r++ {
+		if err := j.dialListed(r, deadline); err != nil {
 			return err
-		}
-	} else {
-		for r := 0; r < cfg.Rank; r++ {
-			if err := j.dialListed(r, deadline); err != nil {
-				return err
-			}
 		}
 	}
 	t := time.NewTimer(time.Until(deadline))
@@ -690,57 +691,143 @@ func (j *Job) dialListed(r int, deadline time.Time) error {
 	}
 }
 
-// parallelDials: how many of its first dials a process has under way at
-// once (each waits on its peer's turn to prove the secret: see gate).
-const parallelDials = 8
-
-// dialAll connects the data plane, at the first start, to every process
-// of a lower rank, parallelDials at a time, each dialed again after a
-// failure (the whole job dials at once: a listener's queue may be full,
-// a busy peer slow to answer) until the deadline, but for a listener
-// that cannot prove the secret. The first error that stays ends the
-// start.
-func (j *Job) dialAll(deadline time.Time) error {
-	next := make(chan int, j.cfg.Rank)
-	for r := range j.cfg.Rank {
-		next <- r
+// linkTo opens the link to process r on first use: a pending link, which
+// gathers what is sent to it while a dial makes its connection
+// (dialLazily). Processes of the job link only to those they send to.
+func (j *Job) linkTo(r int) *link {
+	l := newPendingLink(r, &j.gen, j.first, j.count)
+	j.mu.Lock()
+	l.inc = j.members[r].Inc
+	l.holding = j.cfg.Incarnation > 0 && !j.stepped
+	lost := j.lost[r]
+	j.mu.Unlock()
+	if lost {
+		l.down.Store(true) // (processLost makes its down link)
 	}
-	close(next)
-	errs := make(chan error, parallelDials)
-	workers := min(parallelDials, j.cfg.Rank)
-	for range workers {
-		go func() {
-			var err error
-			for r := range next {
-				if err = j.dialRetrying(r, deadline); err != nil {
-					break
-				}
-			}
-			errs <- err
-		}()
+	if !j.links[r].CompareAndSwap(nil, l) {
+		return j.links[r].Load()
 	}
-	var first error
-	for range workers {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
+	if !lost {
+		go j.dialLazily(r, l)
 	}
-	return first
+	return l
 }
 
-// dialRetrying dials process r until it answers, the deadline passes, or
-// it turns out a stranger, waiting between tries a time that doubles
-// from 10 ms up to a second, each drawn at random from its upper half so
-// that processes refused together do not come back together.
-func (j *Job) dialRetrying(r int, deadline time.Time) error {
+// dialLazily makes pending link l's connection to process r: dialed again
+// after a failure, waiting a time that doubles from 10 ms up to a second,
+// drawn from its upper half (a whole job may dial one process at once),
+// until ConnectTimeout has passed, when r is taken for lost, as at once
+// when its port refuses or resets the connection (the process is gone).
+// A peer of a lower rank that dials this process at the same time wins:
+// it refuses this dial, and its connection becomes l's (claim).
+func (j *Job) dialLazily(r int, l *link) {
+	deadline := time.Now().Add(j.cfg.ConnectTimeout)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		err := j.dial(r, deadline)
-		var stranger strangerError
-		if err == nil || errors.As(err, &stranger) || !time.Now().Add(wait).Before(deadline) {
-			return err
+		if l.down.Load() || j.links[r].Load() != l || !l.isPending() || j.ending.Load() {
+			return
+		}
+		c, err := j.dialConn(r, deadline)
+		if err == nil {
+			if !j.adopt(r, l, c) {
+				c.Close()
+			}
+			return
+		}
+		if !l.isPending() || j.links[r].Load() != l {
+			return // r's own dial made the link meanwhile
+		}
+		if !errors.Is(err, errRefused) && (peerGone(err) || !time.Now().Add(wait).Before(deadline)) {
+			j.linkDown(l, lostWhy(err))
+			return
 		}
 		j.log.Debug("dialing again", zap.Int("process", r), zap.Error(err))
 		time.Sleep(wait/2 + rand.N(wait/2))
+	}
+}
+
+// adopt makes c the connection of pending link l to process r and runs
+// it; it reports whether l took it.
+func (j *Job) adopt(r int, l *link, c net.Conn) bool {
+	setNoDelay(c)
+	j.mu.Lock()
+	ok := j.links[r].Load() == l && !l.down.Load() && l.connect(c)
+	j.mu.Unlock()
+	if ok {
+		j.linkStarted(r, l)
+	}
+	return ok
+}
+
+// claim decides, as the handshake of a connection from process r ends,
+// whether this process takes it: when it has no link to r (or one that
+// is down: r's replacement dials), as a new link; when its own dial to r
+// is under way and r's rank is lower, as that link's connection (of two
+// processes dialing each other, the lower rank's dial wins, and both
+// decide so). Otherwise it refuses, and says why.
+func (j *Job) claim(r int, c net.Conn) (*link, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		cur := j.links[r].Load()
+		switch {
+		case cur == nil || cur.down.Load():
+			l := newLink(r, c, &j.gen, j.first, j.count)
+			l.inc = j.members[r].Inc
+			l.holding = j.cfg.Incarnation > 0 && !j.stepped
+			if !j.links[r].CompareAndSwap(cur, l) {
+				continue // a pending link came meanwhile (linkTo)
+			}
+			if cur != nil {
+				cur.shut()
+			}
+			return l, nil
+		case cur.isPending() && r < j.cfg.Rank:
+			if cur.connect(c) {
+				return cur, nil
+			}
+			return nil, fmt.Errorf("process %d is connected already", r)
+		case cur.isPending():
+			return nil, fmt.Errorf("process %d dials process %d itself", j.cfg.Rank, r)
+		default:
+			return nil, fmt.Errorf("process %d is connected already", r)
+		}
+	}
+}
+
+// linkStarted runs link l to process r once it has its connection, and,
+// for the first link to a replacement, tells the service and the
+// steward (which starts the replacement's recovery once every process can
+// send to it: what a PE sent before went nowhere, the old link was down).
+func (j *Job) linkStarted(r int, l *link) {
+	setNoDelay(l.conn)
+	j.mu.Lock()
+	running := j.node != nil
+	inc := j.members[r].Inc
+	replacement := running && inc > 0 && j.linkedInc[r] != inc
+	if replacement {
+		if j.linkedInc == nil {
+			j.linkedInc = map[int]int{}
+		}
+		j.linkedInc[r] = inc
+	}
+	svc := j.service
+	j.mu.Unlock()
+	if running {
+		j.runLink(l)
+	}
+	if replacement {
+		if svc != nil {
+			svc.Linked(r)
+		}
+		if st := j.stewardRank(); st == j.cfg.Rank {
+			j.ctl <- control{Kind: ctlLinked, From: st, Code: r}
+		} else {
+			j.send(st, control{Kind: ctlLinked, From: j.cfg.Rank, Code: r})
+		}
+	}
+	select {
+	case j.linkUp <- r:
+	default: // (a replacement's connect waits on it; it rescans every link)
 	}
 }
 
@@ -753,20 +840,30 @@ func (j *Job) lostWhileJoining(r int, why string) {
 	j.early = append(j.early, control{Kind: ctlLost, From: r, Inc: j.member(r).Inc, Err: why})
 }
 
-// dial connects the data plane to process r (of a lower rank).
+// dial connects the data plane to process r (a replacement's, or to a
+// replacement: every process links to it as it joins).
 func (j *Job) dial(r int, deadline time.Time) error {
+	c, err := j.dialConn(r, deadline)
+	if err != nil {
+		return err
+	}
+	j.attach(r, c)
+	return nil
+}
+
+// dialConn opens a data connection to process r and proves the secret.
+func (j *Job) dialConn(r int, deadline time.Time) (net.Conn, error) {
 	m := j.member(r)
 	d := net.Dialer{Deadline: deadline}
 	c, err := d.Dial("tcp", m.Data)
 	if err != nil {
-		return fmt.Errorf("data plane: connect to %v at %s: %w", m, m.Data, err)
+		return nil, fmt.Errorf("data plane: connect to %v at %s: %w", m, m.Data, err)
 	}
 	if err := dialHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), uint32(r)); err != nil {
 		c.Close()
-		return fmt.Errorf("data plane: %v: %w", m, err)
+		return nil, fmt.Errorf("data plane: %v: %w", m, err)
 	}
-	j.attach(r, c)
-	return nil
+	return c, nil
 }
 
 // downLink makes the link to process r one that is down: what is sent to
@@ -789,35 +886,16 @@ func (j *Job) downLink(r int) {
 // its first recovery step is taken (Rolled); a link it attaches after
 // that (to the replacement of another lost process) does not.
 func (j *Job) attach(r int, c net.Conn) {
-	setNoDelay(c)
 	l := newLink(r, c, &j.gen, j.first, j.count)
 	j.mu.Lock()
 	l.inc = j.members[r].Inc
 	l.holding = j.cfg.Incarnation > 0 && !j.stepped
 	old := j.links[r].Swap(l)
-	running := j.node != nil
 	j.mu.Unlock()
 	if old != nil {
 		old.shut()
 	}
-	if running {
-		j.runLink(l)
-		j.mu.Lock()
-		svc := j.service
-		j.mu.Unlock()
-		if svc != nil {
-			svc.Linked(r)
-		}
-		// a replacement's link: the steward starts its recovery only
-		// once every process can send to it (what a PE sent before went
-		// nowhere: the old link was down)
-		if st := j.stewardRank(); st == j.cfg.Rank {
-			j.ctl <- control{Kind: ctlLinked, From: st, Code: r}
-		} else {
-			j.send(st, control{Kind: ctlLinked, From: j.cfg.Rank, Code: r})
-		}
-	}
-	j.linkUp <- r
+	j.linkStarted(r, l)
 }
 
 // replacementLinked (the steward) notes that process from has its data
@@ -907,23 +985,30 @@ func (j *Job) acceptLoop() {
 				c.Close()
 				return
 			}
+			var l *link
+			var refused error // a process of the job the link rules turn away
 			id, err := acceptHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), time.Until(deadline), func(id uint32) error {
 				r := int(id)
-				if id == CharmrunID || r <= j.cfg.Rank || r >= j.cfg.Procs {
-					return fmt.Errorf("rank %d does not dial process %d", int32(id), j.cfg.Rank)
+				if id == CharmrunID || r == j.cfg.Rank || r < 0 || r >= j.cfg.Procs {
+					return fmt.Errorf("rank %d is no peer of process %d", int32(id), j.cfg.Rank)
 				}
-				if l := j.links[r].Load(); l != nil && !l.down.Load() {
-					return fmt.Errorf("process %d is connected already", r)
-				}
-				return nil
+				l, refused = j.claim(r, c)
+				return refused
 			})
 			j.dataGate.leave()
-			if err != nil {
+			switch {
+			case refused != nil:
+				j.log.Debug("did not take a data connection", zap.Int("from", int(id)), zap.Error(err))
+				c.Close()
+			case err != nil:
 				j.log.Warn("refused a data connection", zap.String("from", c.RemoteAddr().String()), zap.Error(err))
 				c.Close()
-				return
+				if l != nil {
+					j.linkDown(l, lostWhy(err)) // (its welcome could not be written: the peer went away)
+				}
+			default:
+				j.linkStarted(int(id), l)
 			}
-			j.attach(int(id), c)
 		}()
 	}
 }
@@ -963,7 +1048,12 @@ func (j *Job) Rank() int { return j.cfg.Rank }
 // Messages for a process that is gone are dropped: what they carried is
 // recovered by the rollback or the replay that follows its replacement.
 func (j *Job) Deliver(src, dst int, sys bool, batch []pe.Envelope) error {
-	return j.links[j.owner[dst]].Load().deliver(src, dst, batch)
+	r := j.owner[dst]
+	l := j.links[r].Load()
+	if l == nil {
+		l = j.linkTo(r)
+	}
+	return l.deliver(src, dst, batch)
 }
 
 // Run connects the job to this process's node: frames from the peers go
@@ -974,7 +1064,7 @@ func (j *Job) Run(node *pe.Node) {
 	j.node = node
 	j.mu.Unlock()
 	for r := range j.links {
-		if l := j.links[r].Load(); l != nil && !l.down.Load() {
+		if l := j.links[r].Load(); l != nil && !l.down.Load() && !l.isPending() {
 			j.runLink(l)
 		}
 	}
@@ -1052,8 +1142,12 @@ func (j *Job) watchNeighbours() {
 	j.sys.Root.Send(me, watchPeers{pids})
 }
 
-// runLink starts l's writer and reader.
+// runLink starts l's writer and reader, once (Run and a link's arrival
+// may both start it).
 func (j *Job) runLink(l *link) {
+	if !l.running.CompareAndSwap(false, true) {
+		return
+	}
 	go l.write(func(err error) { j.linkDown(l, lostWhy(err)) })
 	go func() { j.linkDown(l, lostWhy(l.read(j.node, j.first, j.count, j.serve))) }()
 }
@@ -1296,12 +1390,15 @@ func (j *Job) processLost(r, inc int, why string) {
 		}
 		return
 	}
-	if l := j.links[r].Load(); l != nil && l.down.CompareAndSwap(false, true) {
+	if l := j.links[r].Load(); l == nil {
+		j.downLink(r) // (no link was opened to it: none will be now)
+	} else if l.down.CompareAndSwap(false, true) {
 		l.shut()
 	}
 	if why == "" {
 		why = "its actor system is gone (the process died or its host is unreachable)"
 	}
+	j.passLoss(r, inc, why)
 	j.mu.Lock()
 	svc := j.service
 	j.mu.Unlock()
@@ -1324,6 +1421,23 @@ func (j *Job) processLost(r, inc int, why string) {
 		return
 	}
 	j.recoverOrEnd(r, why)
+}
+
+// passLoss passes this process's first notice of process r's loss
+// (incarnation inc) on to its neighbours in the tree: not every process
+// has a link to r, nor watches it, and each passes on its first.
+func (j *Job) passLoss(r, inc int, why string) {
+	if j.sys == nil {
+		return // (a job without its actor system, as unit tests make)
+	}
+	j.mu.Lock()
+	parent, children := j.treeLocked(time.Now())
+	j.mu.Unlock()
+	for _, q := range append(children, parent) {
+		if q >= 0 {
+			j.send(q, control{Kind: ctlLostNotice, Code: r, Inc: inc, Err: why})
+		}
+	}
 }
 
 // recoverOrEnd hands process r's loss to recovery, or ends the job if
@@ -1613,6 +1727,11 @@ func (j *Job) dialJoined(who Member) {
 		if err == nil {
 			return
 		}
+		if errors.Is(err, errRefused) {
+			// it dials this process itself (a link it opened on first
+			// use): that connection is the link, and claim takes it
+			return
+		}
 		j.mu.Lock()
 		// (the steward keeps a replacement lost and admitted until its
 		// links are up; a notice of its loss ends the admission)
@@ -1839,6 +1958,10 @@ func (j *Job) handle(m control) {
 		}
 	case ctlLost:
 		j.processLost(m.From, m.Inc, m.Err)
+	case ctlLostNotice:
+		if m.Code >= 0 && m.Code < j.cfg.Procs && m.Code != j.cfg.Rank {
+			j.processLost(m.Code, m.Inc, m.Err)
+		}
 	case ctlJoin:
 		j.rejoin(m)
 	case ctlRejoin:

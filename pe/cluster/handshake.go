@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,9 @@ import (
 //	dialer → listener:  "CGH1", dialer id (4), dialer nonce (32)
 //	listener → dialer:  listener nonce (32), HMAC("listener", both nonces, both ids)
 //	dialer → listener:  HMAC("dialer", both nonces, both ids)
+//	listener → dialer:  0 (welcome) or 1 (refused: a proven peer the
+//	                    listener does not take, as a process of the job
+//	                    that is connected already, or dials it itself)
 //
 // Ids are ranks (charmrun's rendezvous is CharmrunID).
 const (
@@ -127,8 +131,19 @@ func dialHandshake(c net.Conn, s Secret, me, want uint32) error {
 	if _, err := c.Write(s.mac([]byte("dialer"), nd, nl, ids(me, want))); err != nil {
 		return fmt.Errorf("handshake: %w", err)
 	}
+	var welcome [1]byte
+	if _, err := io.ReadFull(c, welcome[:]); err != nil {
+		return fmt.Errorf("handshake: no welcome from %s: %w", c.RemoteAddr(), err)
+	}
+	if welcome[0] != 0 {
+		return errRefused
+	}
 	return nil
 }
+
+// errRefused: a listener that proved the job's secret did not take the
+// connection (connected already, or it dials this process itself).
+var errRefused = errors.New("handshake: the peer did not take the connection (connected already, or it dials this process)")
 
 // strangerError: a listener answered and could not prove the job's
 // secret. Dialing it again cannot help.
@@ -171,6 +186,10 @@ func acceptHandshake(c net.Conn, s Secret, me uint32, timeout time.Duration, acc
 	}
 	// Only a proven peer learns whether its id was welcome.
 	if err := accept(id); err != nil {
+		c.Write([]byte{1})
+		return id, fmt.Errorf("handshake: %w", err)
+	}
+	if _, err := c.Write([]byte{0}); err != nil {
 		return id, fmt.Errorf("handshake: %w", err)
 	}
 	return id, nil

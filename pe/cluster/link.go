@@ -40,7 +40,12 @@ type link struct {
 	count   int
 	spare   []byte
 	closing bool
-	writing bool        // a frame is being written (by the writer or a PE)
+	writing bool // a frame is being written (by the writer or a PE), or the link waits for its connection
+	// running: the writer and reader were started (once: Job.runLink)
+	running atomic.Bool
+	// pending: the connection is being made (a link opened on first use:
+	// newPendingLink); what is sent meanwhile waits in the frame
+	pending bool
 	fail    func(error) // the connection failed: the peer is lost
 	err     error       // set once writing failed: every later send fails with it
 
@@ -75,6 +80,37 @@ func newLink(peer int, conn net.Conn, gen *atomic.Uint64, first, local int) *lin
 	l.ready.L, l.room.L = &l.mu, &l.mu
 	l.frame = pe.AppendFrameHeader(nil)
 	return l
+}
+
+// newPendingLink is a link to peer whose connection is yet to come
+// (connect): what is sent to it is gathered meanwhile, and goes once it
+// is up.
+func newPendingLink(peer int, gen *atomic.Uint64, first, local int) *link {
+	l := newLink(peer, nil, gen, first, local)
+	l.pending, l.writing = true, true
+	return l
+}
+
+// connect gives a pending link its connection; it reports whether it
+// took it (not once connected, or ending).
+func (l *link) connect(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.pending || l.closing {
+		return false
+	}
+	l.conn, l.pending, l.writing = c, false, false
+	if l.count > 0 {
+		l.ready.Signal() // what was gathered meanwhile is the writer's
+	}
+	return true
+}
+
+// isPending reports whether the link still waits for its connection.
+func (l *link) isPending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pending
 }
 
 // deliver queues batch (sent by local PE src) for PE dst of the peer.
@@ -206,7 +242,12 @@ func (l *link) close() {
 // shut ends the link: its writer stops, its connection closes.
 func (l *link) shut() {
 	l.close()
-	l.conn.Close()
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
 }
 
 // dropQueued discards what is gathered and not sent yet (every PE of the

@@ -62,7 +62,10 @@ func (j *Job) sendService(to int, msg []byte, through bool) error {
 		return fmt.Errorf("a service message to process %d, not a peer of process %d", to, j.cfg.Rank)
 	}
 	l := j.links[to].Load()
-	if l == nil || l.down.Load() {
+	if l == nil {
+		l = j.linkTo(to)
+	}
+	if l.down.Load() {
 		return fmt.Errorf("process %d: %w", to, ErrUnreachable)
 	}
 	env := pe.Envelope{Type: serviceType, Kind: pe.KindSystem, Payload: msg}

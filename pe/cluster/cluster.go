@@ -183,8 +183,11 @@ type Job struct {
 	progress    []uint64
 	parentTotal uint64
 	// linkedInc: for each replacement, the incarnation whose first link
-	// here was reported (linkStarted)
-	linkedInc map[int]int
+	// here was reported (linkStarted, rejoined); reportedEarly: the lost
+	// processes whose replacement's link was reported before this process
+	// heard that it joined
+	linkedInc     map[int]int
+	reportedEarly map[int]bool
 	// watching: the peers' control actors the control actor watches
 	// (its own: only receive touches it)
 	watching map[string]*actor.PID
@@ -802,28 +805,29 @@ func (j *Job) linkStarted(r int, l *link) {
 	setNoDelay(l.conn)
 	j.mu.Lock()
 	running := j.node != nil
-	inc := j.members[r].Inc
-	replacement := running && inc > 0 && j.linkedInc[r] != inc
-	if replacement {
+	report := false
+	if running {
 		if j.linkedInc == nil {
-			j.linkedInc = map[int]int{}
+			j.linkedInc, j.reportedEarly = map[int]int{}, map[int]bool{}
 		}
-		j.linkedInc[r] = inc
+		switch inc := j.members[r].Inc; {
+		case j.lost[r]:
+			// r's replacement, before this process heard that it joined
+			// (rejoined: then its incarnation is known): or the steward,
+			// which admitted it
+			report = !j.reportedEarly[r]
+			j.reportedEarly[r] = true
+		case inc > 0 && j.linkedInc[r] != inc:
+			report = true
+			j.linkedInc[r] = inc
+		}
 	}
-	svc := j.service
 	j.mu.Unlock()
 	if running {
 		j.runLink(l)
 	}
-	if replacement {
-		if svc != nil {
-			svc.Linked(r)
-		}
-		if st := j.stewardRank(); st == j.cfg.Rank {
-			j.ctl <- control{Kind: ctlLinked, From: st, Code: r}
-		} else {
-			j.send(st, control{Kind: ctlLinked, From: j.cfg.Rank, Code: r})
-		}
+	if report {
+		j.reportLinked(r)
 	}
 	select {
 	case j.linkUp <- r:
@@ -896,6 +900,24 @@ func (j *Job) attach(r int, c net.Conn) {
 		old.shut()
 	}
 	j.linkStarted(r, l)
+}
+
+// reportLinked: this process's first link to the replacement of process
+// r is up: the service hears of it, and the steward, which starts r's
+// recovery once every process can send to it (what a PE sent before went
+// nowhere: the old link was down).
+func (j *Job) reportLinked(r int) {
+	j.mu.Lock()
+	svc := j.service
+	j.mu.Unlock()
+	if svc != nil {
+		svc.Linked(r)
+	}
+	if st := j.stewardRank(); st == j.cfg.Rank {
+		j.ctl <- control{Kind: ctlLinked, From: st, Code: r}
+	} else {
+		j.send(st, control{Kind: ctlLinked, From: j.cfg.Rank, Code: r})
+	}
 }
 
 // replacementLinked (the steward) notes that process from has its data
@@ -1068,6 +1090,7 @@ func (j *Job) Run(node *pe.Node) {
 			j.runLink(l)
 		}
 	}
+	j.linkNeighbours()
 	go j.loop()
 	if rv, ok := j.cfg.Rendezvous.(Succession); ok {
 		go j.forwardNotices(rv.Notices(), node.Done())
@@ -1119,6 +1142,22 @@ func (j *Job) treeLocked(now time.Time) (parent int, children []int) {
 	}
 	j.parent, j.children = parent, children
 	return parent, slices.Clone(children)
+}
+
+// linkNeighbours opens the data links to this process's neighbours in the
+// tree, if not open yet: a neighbour's end, killed or crashed, breaks its
+// link at once, so the processes beside it in the tree find it lost, and
+// their notice goes along the tree (a watch alone waits on protoactor-go,
+// which may take seconds to find a process gone that it never reached).
+func (j *Job) linkNeighbours() {
+	j.mu.Lock()
+	parent, children := j.treeLocked(time.Now())
+	j.mu.Unlock()
+	for _, q := range append(children, parent) {
+		if q >= 0 && j.links[q].Load() == nil {
+			j.linkTo(q)
+		}
+	}
 }
 
 // watchNeighbours has the control actor watch this process's neighbours
@@ -1227,6 +1266,7 @@ func (j *Job) beat(done <-chan struct{}) {
 		j.mu.Unlock()
 		if rewatch {
 			j.watchNeighbours()
+			j.linkNeighbours()
 		}
 		if parent >= 0 {
 			j.send(parent, control{Kind: ctlBeat, Progress: sub})
@@ -1372,6 +1412,9 @@ func (j *Job) processLost(r, inc int, why string) {
 	}
 	again := j.lost[r]
 	j.lost[r] = true
+	if !again {
+		delete(j.reportedEarly, r) // (its next replacement's link is reported anew)
+	}
 	delete(j.linked, r) // what an earlier replacement had linked
 	delete(j.replReady, r)
 	j.joining = slices.DeleteFunc(j.joining, func(o Member) bool { return o.Rank == r })
@@ -1707,7 +1750,21 @@ func (j *Job) rejoined(who Member) {
 	delete(j.lost, who.Rank)
 	j.members[who.Rank], j.pids[who.Rank] = who, actor.NewPID(who.Control, actorName)
 	j.lastBeat[who.Rank] = time.Now()
+	// a link to it up already (its dial came before this notice) was
+	// reported as it came, if this process knew r lost; else now
+	report := false
+	if l := j.links[who.Rank].Load(); l != nil && !l.down.Load() && !l.isPending() && j.node != nil {
+		if j.linkedInc == nil {
+			j.linkedInc, j.reportedEarly = map[int]int{}, map[int]bool{}
+		}
+		report = !j.reportedEarly[who.Rank] && j.linkedInc[who.Rank] != who.Inc
+		j.linkedInc[who.Rank] = who.Inc
+	}
+	delete(j.reportedEarly, who.Rank)
 	j.mu.Unlock()
+	if report {
+		j.reportLinked(who.Rank)
+	}
 	j.watchNeighbours()
 	if j.cfg.Rank > who.Rank {
 		go j.dialJoined(who)

@@ -68,6 +68,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(hungEnv); dir != "" {
 		os.Exit(hungProcess(dir))
 	}
+	if os.Getenv(lostNoticeEnv) != "" {
+		os.Exit(lostNoticeProcess())
+	}
 	if os.Getenv(progressEnv) != "" {
 		os.Exit(progressProcess())
 	}

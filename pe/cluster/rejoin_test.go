@@ -1077,3 +1077,54 @@ func TestAHungProcessOnAHostOfItsOwnIsEndedByCharmrun(t *testing.T) {
 	require.Equal(t, [][2]int{{1, 3}}, rv.ended)
 	require.False(t, job(FixedAddress("127.0.0.1:9")).killHung(1, "no heartbeat"))
 }
+
+// claim's rules for a data connection from process r as its handshake
+// ends: taken as a new link when there is none (or the one there is
+// down: r's replacement dials); when this process's own dial to r is
+// under way, taken as that link's connection only from a lower rank (of
+// two processes dialing each other the lower rank's connection wins, and
+// the other side refuses its own); refused when a link is up.
+func TestClaimKeepsTheLowerRanksConnection(t *testing.T) {
+	job := func() *Job {
+		cfg := Config{Procs: 4, PEs: 4, Rank: 2}
+		j := &Job{cfg: cfg, log: zap.NewNop(), links: make([]atomic.Pointer[link], 4), lost: map[int]bool{},
+			members: []Member{{Rank: 0}, {Rank: 1}, {Rank: 2}, {Rank: 3}}}
+		j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
+		return j
+	}
+	conn := func() net.Conn {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a
+	}
+	j := job()
+	l, err := j.claim(3, conn())
+	require.NoError(t, err, "no link yet: taken")
+	require.Same(t, l, j.links[3].Load())
+	_, err = j.claim(3, conn())
+	require.ErrorContains(t, err, "connected already")
+
+	pending := newPendingLink(1, &j.gen, j.first, j.count)
+	j.links[1].Store(pending)
+	c := conn()
+	l, err = j.claim(1, c)
+	require.NoError(t, err, "a lower rank's connection, as this process dials it: taken as that link's")
+	require.Same(t, pending, l)
+	require.False(t, pending.isPending())
+	require.Same(t, c, pending.conn)
+	require.False(t, j.adopt(1, pending, conn()), "this process's own dial, done after: not taken")
+
+	higher := newPendingLink(3, &j.gen, j.first, j.count)
+	j.links[3].Store(higher)
+	_, err = j.claim(3, conn())
+	require.ErrorContains(t, err, "dials process 3 itself", "a higher rank's, as this process dials it: refused")
+	require.True(t, higher.isPending())
+
+	down := newPendingLink(0, &j.gen, j.first, j.count)
+	down.down.Store(true)
+	j.links[0].Store(down)
+	l, err = j.claim(0, conn())
+	require.NoError(t, err, "a link that is down: the replacement's connection replaces it")
+	require.NotSame(t, down, l)
+	require.False(t, l.down.Load())
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,5 +172,75 @@ func progressProcess() int {
 	if rank == procs-1 {
 		fmt.Println("moves", <-moves)
 	}
+	return code
+}
+
+// lostNoticeEnv makes the test binary a process of TestEveryProcessHearsOfALoss.
+const lostNoticeEnv = "CLUSTER_TEST_LOSTNOTICE"
+
+// Every process hears of a loss, whether or not it has a data link to the
+// lost process or watches it: in a job of 12 processes whose PEs send
+// nothing (so no data link opens), process 11, a leaf under process 1,
+// ends itself by SIGKILL, and the recovery of every other process is told
+// (the first notice each has goes on along the tree); process 0, told,
+// ends the run.
+func TestEveryProcessHearsOfALoss(t *testing.T) {
+	const procs = 12
+	var out, errb bytes.Buffer
+	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: procs, ConnectTimeout: 30 * time.Second,
+		Env: []string{lostNoticeEnv + "=1", "GORACE=atexit_sleep_ms=0"}, Stdout: &out, Stderr: &errb}
+	l.Run() // (not 0: a process was killed by a signal)
+	for r := range procs - 1 {
+		require.Contains(t, out.String(), fmt.Sprintf("process %d heard that process 11 was lost\n", r), errb.String())
+	}
+}
+
+// noticeRecovery says which losses its process heard of; process 0 ends
+// the run once it heard of one.
+type noticeRecovery struct {
+	rank int
+	node *pe.Node
+}
+
+func (r noticeRecovery) ProcessLost(q int) bool {
+	fmt.Printf("process %d heard that process %d was lost\n", r.rank, q)
+	if r.rank == 0 {
+		r.node.Stop(0)
+	}
+	return true
+}
+func (noticeRecovery) Rejoined(int)       {}
+func (noticeRecovery) Action([]byte)      {}
+func (noticeRecovery) Report(int, []byte) {}
+func (noticeRecovery) Replaces() bool     { return false }
+
+type idlePE struct{}
+
+func (idlePE) Handle(*pe.PE, *pe.Envelope) {}
+
+func lostNoticeProcess() int {
+	rank, _, rv := jobProcess()
+	procs, _ := strconv.Atoi(os.Getenv(ProcsEnv))
+	j, err := Join(Config{Rank: rank, Procs: procs, PEs: procs, Secret: rv.Secret, ConnectTimeout: 20 * time.Second,
+		Rendezvous: rv, Types: pe.TypesDigest()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer j.Close()
+	first, count := j.PEs()
+	node, err := pe.NewNode(pe.Config{NumPEs: procs, FirstPE: first, LocalPEs: count, Remote: j},
+		func(*pe.PE) pe.Handler { return idlePE{} })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	j.SetRecovery(noticeRecovery{rank: rank, node: node})
+	j.Run(node)
+	node.Start()
+	if rank == procs-1 {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	code, _ := endProcess(rank, j, node)
 	return code
 }

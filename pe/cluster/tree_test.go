@@ -89,6 +89,17 @@ func TestTreeSpansTheLiveProcesses(t *testing.T) {
 	}
 }
 
+// launchTwelve runs a job of 12 processes of this test binary, each the
+// process env (set to 1) makes it: what they printed, what they said on
+// standard error, and the job's exit code.
+func launchTwelve(env string) (string, string, int) {
+	var out, errb bytes.Buffer
+	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: 12, ConnectTimeout: 30 * time.Second,
+		Env: []string{env + "=1", "GORACE=atexit_sleep_ms=0"}, Stdout: &out, Stderr: &errb}
+	code := l.Run()
+	return out.String(), errb.String(), code
+}
+
 // progressEnv makes the test binary a process of TestTheJobsProgressCrossesTheTree.
 const progressEnv = "CLUSTER_TEST_PROGRESS"
 
@@ -98,14 +109,11 @@ const progressEnv = "CLUSTER_TEST_PROGRESS"
 // process 1, sees the job's progress move again and again while its own
 // PE idles (its watchdog would otherwise take the job for stalled).
 func TestTheJobsProgressCrossesTheTree(t *testing.T) {
-	const procs = 12
-	var out, errb bytes.Buffer
-	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: procs, ConnectTimeout: 30 * time.Second,
-		Env: []string{progressEnv + "=1", "GORACE=atexit_sleep_ms=0"}, Stdout: &out, Stderr: &errb}
-	require.Equal(t, 0, l.Run(), errb.String())
+	out, errs, code := launchTwelve(progressEnv)
+	require.Equal(t, 0, code, errs)
 	var moves int
-	_, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "moves "):], "moves %d", &moves)
-	require.NoError(t, err, out.String())
+	_, err := fmt.Sscanf(out[strings.Index(out, "moves "):], "moves %d", &moves)
+	require.NoError(t, err, out)
 	t.Logf("process 11 saw the job's progress move %d times", moves)
 	require.GreaterOrEqual(t, moves, 3, "process 11 saw the job's progress move %d times", moves)
 }
@@ -185,13 +193,9 @@ const lostNoticeEnv = "CLUSTER_TEST_LOSTNOTICE"
 // (the first notice each has goes on along the tree); process 0, told,
 // ends the run.
 func TestEveryProcessHearsOfALoss(t *testing.T) {
-	const procs = 12
-	var out, errb bytes.Buffer
-	l := Launch{Path: os.Args[0], Name: "cluster test", Procs: procs, ConnectTimeout: 30 * time.Second,
-		Env: []string{lostNoticeEnv + "=1", "GORACE=atexit_sleep_ms=0"}, Stdout: &out, Stderr: &errb}
-	l.Run() // (not 0: a process was killed by a signal)
-	for r := range procs - 1 {
-		require.Contains(t, out.String(), fmt.Sprintf("process %d heard that process 11 was lost\n", r), errb.String())
+	out, errs, _ := launchTwelve(lostNoticeEnv) // (not exit 0: a process was killed by a signal)
+	for r := range 11 {
+		require.Contains(t, out, fmt.Sprintf("process %d heard that process 11 was lost\n", r), errs)
 	}
 }
 

@@ -1,10 +1,12 @@
 // Package cluster owns a job that spans several OS processes: membership
 // (which processes are in the job and which PEs each runs), their control
 // traffic (the start barrier, exit, abort, results at the end) and failure
-// detection, all over protoactor-go actor systems with remote, and the
-// data plane that carries envelopes between PEs of different processes in
-// batched frames over one authenticated TCP connection per process pair
-// (pe.Remote). Every connection proves the job's secret.
+// detection, all over protoactor-go actor systems with remote, passed
+// along a tree of the live processes (tree.go), and the data plane that
+// carries envelopes between PEs of different processes in batched frames
+// over one authenticated TCP connection per pair of processes that talk,
+// opened on first use (pe.Remote). Every connection proves the job's
+// secret.
 //
 // The runtime above sees none of it: PEs keep their global numbers, and a
 // send to a PE of another process goes through the node's Remote.

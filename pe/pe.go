@@ -948,7 +948,7 @@ func (p *PE) Send(dst int, env *Envelope) {
 		p.dirtyList = append(p.dirtyList, dst)
 	}
 	if len(*box) >= p.flushEvery && !p.dead() {
-		p.flushTo(dst)
+		p.flushTo(dst, ob)
 	}
 }
 
@@ -1027,16 +1027,16 @@ func (p *PE) Flush() {
 		p.progress.Add(1)
 	}
 	for _, dst := range p.dirtyList {
-		if p.outbox(dst).dirty {
-			p.flushTo(dst)
+		if ob := p.outbox(dst); ob.dirty {
+			p.flushTo(dst, ob)
 		}
 	}
 	p.dirtyList = p.dirtyList[:0]
 	p.sinceFlush = 0
 }
 
-func (p *PE) flushTo(dst int) {
-	ob := p.outbox(dst)
+// flushTo hands over what ob, the outbox for dst, holds.
+func (p *PE) flushTo(dst int, ob *outbox) {
 	ob.dirty = false
 	for _, sys := range [2]bool{true, false} {
 		box := &ob.app

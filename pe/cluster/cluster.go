@@ -443,7 +443,7 @@ func (j *Job) join(deadline time.Time) error {
 			}
 		}
 	}
-	j.watchNeighbours()
+	j.tendNeighbours()
 	go j.acceptLoop()
 	if err := j.connect(deadline); err != nil {
 		return err
@@ -753,7 +753,6 @@ func (j *Job) dialLazily(r int, l *link) {
 // adopt makes c the connection of pending link l to process r and runs
 // it; it reports whether l took it.
 func (j *Job) adopt(r int, l *link, c net.Conn) bool {
-	setNoDelay(c)
 	j.mu.Lock()
 	ok := j.links[r].Load() == l && !l.down.Load() && l.connect(c)
 	j.mu.Unlock()
@@ -950,7 +949,7 @@ func (j *Job) replacementLinked(r, from int) {
 	}
 	j.mu.Unlock()
 	if len(done) > 0 {
-		j.watchNeighbours()
+		j.tendNeighbours()
 	}
 	for _, q := range done {
 		j.log.Info("a replacement joined", zap.Int("process", q))
@@ -1092,7 +1091,7 @@ func (j *Job) Run(node *pe.Node) {
 			j.runLink(l)
 		}
 	}
-	j.linkNeighbours()
+	j.tendNeighbours()
 	go j.loop()
 	if rv, ok := j.cfg.Rendezvous.(Succession); ok {
 		go j.forwardNotices(rv.Notices(), node.Done())
@@ -1146,26 +1145,15 @@ func (j *Job) treeLocked(now time.Time) (parent int, children []int) {
 	return parent, slices.Clone(children)
 }
 
-// linkNeighbours opens the data links to this process's neighbours in the
-// tree, if not open yet: a neighbour's end, killed or crashed, breaks its
-// link at once, so the processes beside it in the tree find it lost, and
-// their notice goes along the tree (a watch alone waits on protoactor-go,
-// which may take seconds to find a process gone that it never reached).
-func (j *Job) linkNeighbours() {
-	j.mu.Lock()
-	parent, children := j.treeLocked(time.Now())
-	j.mu.Unlock()
-	for _, q := range append(children, parent) {
-		if q >= 0 && j.links[q].Load() == nil {
-			j.linkTo(q)
-		}
-	}
-}
-
-// watchNeighbours has the control actor watch this process's neighbours
-// in the tree (and no other peer): a neighbour's actor system found gone
-// is a loss (ctlLost), as a broken data link is.
-func (j *Job) watchNeighbours() {
+// tendNeighbours looks after this process's neighbours in the tree, as
+// it changes: the control actor watches them (and no other peer: a
+// neighbour's actor system found gone is a loss, ctlLost), and once the
+// job runs, data links to them are open (a neighbour's end, killed or
+// crashed, breaks its link at once, so the processes beside it find it
+// lost, and their notice goes along the tree; a watch alone waits on
+// protoactor-go, which may take seconds to find a process gone that it
+// never reached).
+func (j *Job) tendNeighbours() {
 	if j.sys == nil {
 		return // (a job without its actor system, as unit tests make)
 	}
@@ -1179,8 +1167,17 @@ func (j *Job) watchNeighbours() {
 		}
 	}
 	me := j.pids[j.cfg.Rank]
+	running := j.node != nil
 	j.mu.Unlock()
 	j.sys.Root.Send(me, watchPeers{pids})
+	if !running {
+		return // (Run links them)
+	}
+	for _, q := range append(children, parent) {
+		if q >= 0 && j.links[q].Load() == nil {
+			j.linkTo(q)
+		}
+	}
 }
 
 // runLink starts l's writer and reader, once (Run and a link's arrival
@@ -1267,8 +1264,7 @@ func (j *Job) beat(done <-chan struct{}) {
 		known := j.parentTotal + sub
 		j.mu.Unlock()
 		if rewatch {
-			j.watchNeighbours()
-			j.linkNeighbours()
+			j.tendNeighbours()
 		}
 		if parent >= 0 {
 			j.send(parent, control{Kind: ctlBeat, Progress: sub})
@@ -1423,7 +1419,7 @@ func (j *Job) processLost(r, inc int, why string) {
 	delete(j.admitted, r)
 	parent := j.parent
 	j.mu.Unlock()
-	j.watchNeighbours() // (the tree closes up over r)
+	j.tendNeighbours() // (the tree closes up over r)
 	if again || j.ending.Load() {
 		j.signalResults()
 		if (r == 0 || r == parent) && j.ending.Load() {
@@ -1686,7 +1682,7 @@ func (j *Job) rejoin(m control) {
 	}
 	members := slices.Clone(j.members)
 	j.mu.Unlock()
-	j.watchNeighbours()
+	j.tendNeighbours()
 	// the others hear of the replacements first, and (through a
 	// rendezvous that can name a successor) in one order with the
 	// steward's loss: if this process is lost in between, they agree on
@@ -1767,7 +1763,7 @@ func (j *Job) rejoined(who Member) {
 	if report {
 		j.reportLinked(who.Rank)
 	}
-	j.watchNeighbours()
+	j.tendNeighbours()
 	if j.cfg.Rank > who.Rank {
 		go j.dialJoined(who)
 	}

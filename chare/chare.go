@@ -286,7 +286,7 @@ func NewEntryFunc[C any, A any, M any](t *Type[C, A], name string, fn func(*C, *
 		o(ei)
 	}
 	codec := manager.MsgpackCodec[M]()
-	id := pe.RegisterType(pe.TypeInfo{Name: full, Encode: codec.Encode, Decode: codec.Decode, Measured: ei.measured})
+	id := pe.RegisterType(pe.TypeInfo{Name: full, Encode: codec.Encode, Append: codec.Append, Decode: codec.Decode, Measured: ei.measured})
 	ei.invoke = func(obj any, ctx *Ctx, env *pe.Envelope) {
 		var m M
 		if env.Flags == manager.FlagInline {

@@ -68,3 +68,43 @@ func FuzzDecodeFloat64s(f *testing.F) {
 		}
 	})
 }
+
+// TestCodecAppendIsEncode: a codec's Append writes what its Encode
+// returns, behind what the buffer held, for values of every shape (the
+// pooled encoders left as Marshal would find them, also after an error).
+func TestCodecAppendIsEncode(t *testing.T) {
+	type inner struct {
+		A []int32
+		S string
+	}
+	type msg struct {
+		X   float64
+		In  inner
+		M   map[string]int
+		Ptr *inner
+		Any any
+	}
+	check := func(c Codec, vals ...any) {
+		t.Helper()
+		for _, v := range vals {
+			want, err := c.Encode(v)
+			require.NoError(t, err)
+			got, err := c.Append([]byte("head"), v)
+			require.NoError(t, err)
+			require.Equal(t, append([]byte("head"), want...), got)
+			back, err := c.Decode(got[4:])
+			require.NoError(t, err)
+			require.Equal(t, v, back)
+		}
+	}
+	mc := MsgpackCodec[msg]()
+	check(mc, msg{}, msg{X: 1.5, In: inner{A: []int32{1, 2}, S: "s"}, M: map[string]int{"a": 1}, Ptr: &inner{S: "p"}, Any: "x"})
+	_, err := mc.Append(nil, 3)
+	require.ErrorContains(t, err, "a int, want manager.msg")
+	_, err = mc.Append([]byte("x"), msg{Any: make(chan int)}) // msgpack cannot encode a channel
+	require.Error(t, err)
+	check(mc, msg{X: 2}) // the encoder that failed is as good as new
+	check(MsgpackCodec[[]float64](), []float64{}, []float64{1, math.Inf(1), -0.5})
+	check(MsgpackCodec[int](), 0, 1<<40)
+	check(MsgpackCodec[string](), "", "hello")
+}

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/charmgo/charmgo/ftlayer"
 	"github.com/charmgo/charmgo/loadbalance"
@@ -62,6 +64,7 @@ func MsgpackCodec[T any]() Codec {
 	if _, floats := any(*new(T)).([]float64); floats {
 		return Codec{
 			Encode: func(v any) ([]byte, error) { return appendFloat64s(nil, v.([]float64)), nil },
+			Append: func(dst []byte, v any) ([]byte, error) { return appendFloat64s(dst, v.([]float64)), nil },
 			Decode: func(b []byte) (any, error) {
 				if v, ok := decodeFloat64s(b); ok {
 					return v, nil
@@ -76,6 +79,7 @@ func MsgpackCodec[T any]() Codec {
 	}
 	return Codec{
 		Encode: func(v any) ([]byte, error) { return msgpack.Marshal(v.(T)) },
+		Append: msgpackAppend[T](),
 		Decode: func(b []byte) (any, error) {
 			var t T
 			if err := pe.UnmarshalMsgpack(b, &t); err != nil {
@@ -86,10 +90,56 @@ func MsgpackCodec[T any]() Codec {
 	}
 }
 
+// msgpackAppend encodes T's with msgpack straight into the caller's
+// buffer: msgpack.Marshal makes a buffer, grows it and hands it over, at
+// each call; this keeps encoders (each with its writer) in a pool of
+// the codec's own and reuses them. The bytes are Marshal's: an encoder is
+// reset to Marshal's defaults before each use.
+func msgpackAppend[T any]() func(dst []byte, v any) ([]byte, error) {
+	pool := &sync.Pool{New: func() any { return &appender{enc: msgpack.NewEncoder(nil)} }}
+	return func(dst []byte, v any) ([]byte, error) {
+		if _, ok := v.(T); !ok {
+			return dst, fmt.Errorf("a %T, want %s", v, reflect.TypeFor[T]())
+		}
+		a := pool.Get().(*appender)
+		a.w.b = dst
+		a.enc.Reset(&a.w)
+		err := a.enc.Encode(v)
+		out := a.w.b
+		a.w.b = nil
+		a.enc.Reset(nil) // (nothing of the caller's is kept in the pool)
+		pool.Put(a)
+		if err != nil {
+			return dst, err
+		}
+		return out, nil
+	}
+}
+
+// appender is a msgpack encoder writing to a byte slice.
+type appender struct {
+	enc *msgpack.Encoder
+	w   appendWriter
+}
+
+// appendWriter appends what is written to b (the writer msgpack's
+// encoder takes without wrapping: it has WriteByte).
+type appendWriter struct{ b []byte }
+
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+func (w *appendWriter) WriteByte(c byte) error {
+	w.b = append(w.b, c)
+	return nil
+}
+
 // RegisterMsgpackType registers a message type whose payload is a T.
 func RegisterMsgpackType[T any](name string) uint32 {
 	c := MsgpackCodec[T]()
-	return pe.RegisterType(pe.TypeInfo{Name: name, Encode: c.Encode, Decode: c.Decode})
+	return pe.RegisterType(pe.TypeInfo{Name: name, Encode: c.Encode, Append: c.Append, Decode: c.Decode})
 }
 
 // CollKind is what sort of collection a collection is.

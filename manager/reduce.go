@@ -60,6 +60,8 @@ type Reducer struct {
 // Codec encodes values of one Go type for the wire.
 type Codec struct {
 	Encode func(v any) ([]byte, error)
+	// Append, where set, is Encode appending to dst (pe.TypeInfo.Append).
+	Append func(dst []byte, v any) ([]byte, error)
 	Decode func(b []byte) (any, error)
 }
 

@@ -3,6 +3,7 @@ package pe
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"unsafe"
 )
 
@@ -84,6 +85,13 @@ func init() {
 type TypeInfo struct {
 	Name   string
 	Encode func(v any) ([]byte, error)
+	// Append, where set, is Encode appending to dst (what EncodeEnvelope
+	// uses then: the payload's bytes go straight into the frame, with no
+	// buffer of their own). It returns dst unchanged with an error.
+	Append func(dst []byte, v any) ([]byte, error)
+	// Decode makes a payload of its encoding. b is the decoder's only
+	// during the call (a connection's reader reads the next frame over
+	// it): what the payload keeps of it must be copied.
 	Decode func(b []byte) (any, error)
 	// Measured: its messages carry measurements, which differ from one
 	// execution to the next (chare.Measurement).
@@ -144,7 +152,7 @@ const (
 // header (no reflection: the header is on every message) followed by the
 // payload encoded by its registered type.
 func EncodeEnvelope(dst []byte, env *Envelope) ([]byte, error) {
-	var payload []byte
+	var ti TypeInfo
 	flags := env.Flags &^ (flagNilPaylod | flagFT)
 	if env.FT != nil {
 		flags |= flagFT
@@ -152,17 +160,21 @@ func EncodeEnvelope(dst []byte, env *Envelope) ([]byte, error) {
 	if env.Payload == nil {
 		flags |= flagNilPaylod
 	} else {
-		ti, ok := LookupType(env.Type)
-		if !ok || ti.Encode == nil {
+		var ok bool
+		if ti, ok = LookupType(env.Type); !ok || (ti.Encode == nil && ti.Append == nil) {
 			return dst, fmt.Errorf("encode envelope: message type %d is not registered", env.Type)
 		}
+	}
+	var payload []byte
+	if env.Payload != nil && ti.Append == nil {
 		var err error
-		payload, err = ti.Encode(env.Payload)
-		if err != nil {
+		if payload, err = ti.Encode(env.Payload); err != nil {
 			return dst, fmt.Errorf("encode %s payload: %w", ti.Name, err)
 		}
 	}
-	var h [headerSize]byte
+	start := len(dst)
+	dst = slices.Grow(dst, headerSize)[:start+headerSize]
+	h := dst[start:]
 	h[0] = wireVersion
 	h[1] = byte(env.Kind)
 	h[2] = flags
@@ -176,12 +188,21 @@ func EncodeEnvelope(dst []byte, env *Envelope) ([]byte, error) {
 	o := 16 + 4*MaxDims
 	binary.LittleEndian.PutUint64(h[o:], env.Seq)
 	binary.LittleEndian.PutUint64(h[o+8:], env.Aux)
-	binary.LittleEndian.PutUint32(h[o+16:], uint32(len(payload)))
-	dst = append(dst, h[:]...)
 	if env.FT != nil {
 		dst = appendFT(dst, env.FT)
 	}
-	return append(dst, payload...), nil
+	if env.Payload != nil && ti.Append != nil {
+		at := len(dst)
+		var err error
+		if dst, err = ti.Append(dst, env.Payload); err != nil {
+			return dst[:start], fmt.Errorf("encode %s payload: %w", ti.Name, err)
+		}
+		payload = dst[at:]
+	} else {
+		dst = append(dst, payload...)
+	}
+	binary.LittleEndian.PutUint32(dst[start+o+16:], uint32(len(payload)))
+	return dst, nil
 }
 
 // DecodeEnvelope reads one envelope from the front of b and returns the number

@@ -3,6 +3,8 @@ package pe
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
+	"slices"
 )
 
 // A frame is the unit that carries envelopes between processes: one
@@ -98,29 +100,143 @@ func FrameHeader(b []byte) (gen uint64, count, body int, err error) {
 // bad entry delivers nothing. off is body's offset in the stream, for
 // errors.
 func DecodeFrameBody(body []byte, count, lo, hi int, off int64, deliver func(dst int, env *Envelope)) error {
-	envs := make([]Envelope, count)
-	dsts := make([]int, count)
+	var d FrameDecoder
+	return d.Decode(body, count, lo, hi, off, deliver)
+}
+
+// FrameDecoder is DecodeFrameBody with the room for a frame's entries
+// kept from one frame to the next (a connection's reader decodes frame
+// after frame without allocating for them). Its zero value is ready.
+type FrameDecoder struct {
+	envs []Envelope
+	dsts []int32
+}
+
+// Decode is DecodeFrameBody. The envelopes it delivers are its own until
+// the next call: deliver copies what it keeps.
+func (d *FrameDecoder) Decode(body []byte, count, lo, hi int, off int64, deliver func(dst int, env *Envelope)) error {
+	envs, dsts := d.envs[:0], d.dsts[:0]
+	defer func() {
+		clear(envs) // payloads are the receivers' now
+		d.envs, d.dsts = envs[:0], dsts[:0]
+	}()
+	if count > len(body)/(4+headerSize) { // (FrameHeader checks this too; here before room is made)
+		return fmt.Errorf("frame: byte %d: %d entries cannot fit in %d bytes", off, count, len(body))
+	}
+	envs, dsts = slices.Grow(envs, count), slices.Grow(dsts, count)
 	at := 0
-	for i := range envs {
+	for i := 0; i < count; i++ {
 		if len(body)-at < 4 {
 			return fmt.Errorf("frame: byte %d: entry %d of %d cut short", off+int64(at), i, count)
 		}
-		d := int32(binary.LittleEndian.Uint32(body[at:]))
-		if (int(d) < lo || int(d) >= hi) && d != ServiceDst {
-			return fmt.Errorf("frame: byte %d: entry %d is for PE %d, not one of this process's (%d to %d)", off+int64(at), i, d, lo, hi-1)
+		dst := int32(binary.LittleEndian.Uint32(body[at:]))
+		if (int(dst) < lo || int(dst) >= hi) && dst != ServiceDst {
+			return fmt.Errorf("frame: byte %d: entry %d is for PE %d, not one of this process's (%d to %d)", off+int64(at), i, dst, lo, hi-1)
 		}
 		env, used, err := DecodeEnvelope(body[at+4:])
 		if err != nil {
 			return fmt.Errorf("frame: entry %d at byte %d: %w", i, off+int64(at+4), err)
 		}
-		envs[i], dsts[i] = env, int(d)
+		envs, dsts = append(envs, env), append(dsts, dst)
 		at += 4 + used
 	}
 	if at != len(body) {
 		return fmt.Errorf("frame: byte %d: %d bytes left over after %d entries", off+int64(at), len(body)-at, count)
 	}
 	for i := range envs {
-		deliver(dsts[i], &envs[i])
+		deliver(int(dsts[i]), &envs[i])
+	}
+	return nil
+}
+
+// FrameReader reads frames from a stream into a buffer of its own, which
+// it reuses: a frame's bytes are read once, from the kernel into the
+// buffer, and decoded where they lie (message types' decoders copy what
+// they keep: TypeInfo.Decode). Only the bytes of a frame that one read
+// cut short are moved, to the buffer's front, before the rest is read.
+type FrameReader struct {
+	r          io.Reader
+	buf        []byte
+	start, end int   // buf[start:end] is read and not yet returned
+	off        int64 // the stream offset of buf[start]
+}
+
+// frameReadSize is a FrameReader's buffer to begin with, and the least
+// it asks the stream for: many small frames come in one read.
+const frameReadSize = 64 << 10
+
+// frameKeepSize is the largest buffer a FrameReader keeps between frames:
+// a link that carries large frames (a busy stream gathers up to several
+// MB a frame) keeps room for them.
+const frameKeepSize = 16 << 20
+
+// NewFrameReader reads frames from r.
+func NewFrameReader(r io.Reader) *FrameReader {
+	return &FrameReader{r: r, buf: make([]byte, frameReadSize)}
+}
+
+// Next returns the next frame: its generation, entry count, body (valid
+// until the next call) and the body's offset in the stream. At the
+// stream's end between frames it returns io.EOF; errors name the byte.
+func (f *FrameReader) Next() (gen uint64, count int, body []byte, off int64, err error) {
+	if err := f.fill(FrameHeaderSize); err != nil {
+		if err == io.EOF && f.end > f.start {
+			return 0, 0, nil, 0, fmt.Errorf("byte %d: the stream ends inside a frame header", f.off)
+		}
+		return 0, 0, nil, 0, err
+	}
+	gen, count, size, err := FrameHeader(f.buf[f.start:f.end])
+	if err != nil {
+		return 0, 0, nil, 0, fmt.Errorf("byte %d: %w", f.off, err)
+	}
+	if err := f.fill(FrameHeaderSize + size); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, nil, 0, fmt.Errorf("byte %d: the stream ends inside a frame of %d bytes: %w", f.off+FrameHeaderSize, size, err)
+	}
+	body = f.buf[f.start+FrameHeaderSize : f.start+FrameHeaderSize+size]
+	off = f.off + FrameHeaderSize
+	f.start += FrameHeaderSize + size
+	f.off += int64(FrameHeaderSize + size)
+	if f.start == f.end {
+		f.start, f.end = 0, 0 // (the next read begins at the front, moving nothing)
+		if len(f.buf) > frameKeepSize {
+			f.buf = make([]byte, frameReadSize) // a rare large frame's room is not kept
+		}
+	}
+	return gen, count, body, off, nil
+}
+
+// fill reads until n bytes from start are in the buffer, moving what was
+// read of them to the front (or growing the buffer) where they would not
+// fit behind it.
+func (f *FrameReader) fill(n int) error {
+	if f.end-f.start >= n {
+		return nil
+	}
+	if f.start+n > len(f.buf) {
+		if n > len(f.buf) {
+			grown := make([]byte, max(n, 2*len(f.buf)))
+			f.end = copy(grown, f.buf[f.start:f.end])
+			f.buf = grown
+		} else {
+			f.end = copy(f.buf, f.buf[f.start:f.end])
+		}
+		f.start = 0
+	}
+	for f.end-f.start < n {
+		k, err := f.r.Read(f.buf[f.end:])
+		f.end += k
+		if f.end-f.start >= n {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if k == 0 {
+			return io.ErrNoProgress
+		}
 	}
 	return nil
 }

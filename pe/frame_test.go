@@ -1,6 +1,10 @@
 package pe
 
 import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -120,4 +124,127 @@ func BenchmarkFrame64(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// chunked reads at most n bytes a call, the way a connection hands over
+// what has come so far.
+type chunked struct {
+	b []byte
+	n int
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	k := min(len(p), c.n, len(c.b))
+	copy(p, c.b[:k])
+	c.b = c.b[k:]
+	return k, nil
+}
+
+// TestFrameReaderReadsAStream: frames of every size, cut at every read
+// size (a frame larger than the reader's buffer among them), come out
+// whole and in order, each body decodable; the stream's end between
+// frames is io.EOF, inside one an error naming the byte.
+func TestFrameReaderReadsAStream(t *testing.T) {
+	var stream []byte
+	var want []int
+	for i, size := range []int{0, 1, 3, 200, 70 << 10, 5, 130 << 10, 2} {
+		f := frameOf(t, uint64(i), []int{1}, []Envelope{{Type: testBytesType, Kind: KindP2P, Seq: uint64(i), Payload: bytes.Repeat([]byte{byte(i)}, size+1)}})
+		stream = append(stream, f...)
+		want = append(want, size+1)
+	}
+	for _, chunk := range []int{1, 7, 20, 21, 4096, 1 << 20} {
+		t.Run(fmt.Sprint(chunk), func(t *testing.T) {
+			r := NewFrameReader(&chunked{b: stream, n: chunk})
+			var off int64
+			var dec FrameDecoder
+			for i, size := range want {
+				gen, count, body, bodyAt, err := r.Next()
+				require.NoError(t, err)
+				require.Equal(t, uint64(i), gen)
+				require.Equal(t, off+FrameHeaderSize, bodyAt)
+				require.NoError(t, dec.Decode(body, count, 0, 2, bodyAt, func(dst int, env *Envelope) {
+					require.Equal(t, 1, dst)
+					require.Equal(t, uint64(i), env.Seq)
+					require.Equal(t, bytes.Repeat([]byte{byte(i)}, size), env.Payload)
+				}))
+				off = bodyAt + int64(len(body))
+			}
+			_, _, _, _, err := r.Next()
+			require.ErrorIs(t, err, io.EOF)
+		})
+	}
+	r := NewFrameReader(&chunked{b: stream[:len(stream)-3], n: 100})
+	var err error
+	for err == nil {
+		_, _, _, _, err = r.Next()
+	}
+	require.ErrorContains(t, err, "the stream ends inside a frame of")
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	r = NewFrameReader(&chunked{b: stream[:5], n: 100})
+	_, _, _, _, err = r.Next()
+	require.EqualError(t, err, "byte 0: the stream ends inside a frame header")
+}
+
+// TestAppendEncodesAsEncode: a type's Append and its Encode put the same
+// bytes on the wire, and an Append's error leaves the frame as it was.
+func TestAppendEncodesAsEncode(t *testing.T) {
+	appendType := RegisterType(TypeInfo{
+		Name:   "pe.bytes.append",
+		Encode: func(v any) ([]byte, error) { return v.([]byte), nil },
+		Append: func(dst []byte, v any) ([]byte, error) {
+			b, ok := v.([]byte)
+			if !ok {
+				return dst, fmt.Errorf("not bytes: %T", v)
+			}
+			return append(dst, b...), nil
+		},
+		Decode: func(b []byte) (any, error) { return bytes.Clone(b), nil },
+	})
+	for _, env := range []Envelope{
+		{Kind: KindP2P, Index: Idx(3), Seq: 1, Payload: []byte("payload")},
+		{Kind: KindP2P, Payload: []byte{}},
+		{Kind: KindSystem, Aux: 7},
+		{Kind: KindP2P, Payload: bytes.Repeat([]byte{1}, 1000), FT: &FTHeader{Sender: 1, SSN: 4}},
+	} {
+		a, e := env, env
+		a.Type, e.Type = appendType, testBytesType
+		viaAppend, err := EncodeEnvelope([]byte("prefix"), &a)
+		require.NoError(t, err)
+		viaEncode, err := EncodeEnvelope([]byte("prefix"), &e)
+		require.NoError(t, err)
+		binary.LittleEndian.PutUint32(viaEncode[6+4:], appendType) // the type ids differ, nothing else
+		require.Equal(t, viaEncode, viaAppend)
+		back, used, err := DecodeEnvelope(viaAppend[6:])
+		require.NoError(t, err)
+		require.Equal(t, len(viaAppend)-6, used)
+		require.Equal(t, a.Payload, back.Payload)
+	}
+	bad := Envelope{Type: appendType, Kind: KindP2P, Payload: 5}
+	out, err := EncodeEnvelope([]byte("prefix"), &bad)
+	require.ErrorContains(t, err, "not bytes: int")
+	require.Equal(t, []byte("prefix"), out)
+}
+
+// FuzzFrameReader: a connection's bytes, read in pieces of any size, give
+// frames whose headers check out or an error, never a panic; the frames
+// it returns are the stream's, back to back.
+func FuzzFrameReader(f *testing.F) {
+	f.Add(frameOf(f, 1, []int{0}, []Envelope{{Type: testBytesType, Kind: KindP2P, Payload: []byte("x")}}), uint8(3))
+	f.Add([]byte("CGF\x01\x00"), uint8(1))
+	f.Fuzz(func(t *testing.T, b []byte, chunk uint8) {
+		r := NewFrameReader(&chunked{b: b, n: int(chunk) + 1})
+		var at int64
+		for {
+			_, _, body, off, err := r.Next()
+			if err != nil {
+				return
+			}
+			require.Equal(t, at+FrameHeaderSize, off)
+			require.Equal(t, b[off:off+int64(len(body))], body)
+			at = off + int64(len(body))
+		}
+	})
 }

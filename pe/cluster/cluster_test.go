@@ -28,6 +28,7 @@ import (
 var tokenType = pe.RegisterType(pe.TypeInfo{
 	Name:   "cluster.test.token",
 	Encode: func(v any) ([]byte, error) { return binary.LittleEndian.AppendUint64(nil, v.(uint64)), nil },
+	Append: func(dst []byte, v any) ([]byte, error) { return binary.LittleEndian.AppendUint64(dst, v.(uint64)), nil },
 	Decode: func(b []byte) (any, error) {
 		if len(b) != 8 {
 			return nil, fmt.Errorf("token: %d bytes", len(b))

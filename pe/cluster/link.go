@@ -1,10 +1,8 @@
 package cluster
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -305,9 +303,8 @@ func handIn(node *pe.Node, entries []entry) {
 // ended it (io.EOF for a clean end). Frames of an older rollback
 // generation than the job's are dropped.
 func (l *link) read(node *pe.Node, first, count int, serve func(from int, env *pe.Envelope) error) error {
-	r := bufio.NewReaderSize(l.conn, 64<<10)
-	var hdr [pe.FrameHeaderSize]byte
-	var off int64
+	r := pe.NewFrameReader(l.conn)
+	var dec pe.FrameDecoder
 	sys := make([][]pe.Envelope, count)
 	app := make([][]pe.Envelope, count)
 	var served error
@@ -327,28 +324,16 @@ func (l *link) read(node *pe.Node, first, count int, serve func(from int, env *p
 		}
 	}
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			if err == io.ErrUnexpectedEOF {
-				return fmt.Errorf("byte %d: the stream ends inside a frame header", off)
-			}
+		gen, n, body, off, err := r.Next()
+		if err != nil {
 			return err
 		}
-		gen, n, size, err := pe.FrameHeader(hdr[:])
-		if err != nil {
-			return fmt.Errorf("byte %d: %w", off, err)
-		}
-		off += pe.FrameHeaderSize
-		body := make([]byte, size) // not reused: decoded payloads may keep it
-		if _, err := io.ReadFull(r, body); err != nil {
-			return fmt.Errorf("byte %d: the stream ends inside a frame of %d bytes: %w", off, size, err)
-		}
-		if err := pe.DecodeFrameBody(body, n, first, first+count, off, deliver); err != nil {
+		if err := dec.Decode(body, n, first, first+count, off, deliver); err != nil {
 			return err
 		}
 		if served != nil {
 			return fmt.Errorf("byte %d: %w", off, served)
 		}
-		off += int64(size)
 		l.hmu.Lock()
 		cur := l.gen.Load()
 		if gen != cur || l.holding {

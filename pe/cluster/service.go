@@ -14,6 +14,8 @@ type Service interface {
 	// Receive: process from sent msg (SendService). Called by the reader
 	// of from's connection, in the order sent, whatever the job's
 	// generation and while PEs are being replaced: it must not block.
+	// msg is the service's only during the call: the reader reads the
+	// next frame over it.
 	Receive(from int, msg []byte)
 	// Lost: process r is gone (on every process that noticed); what
 	// waits for it must not.

@@ -1238,7 +1238,7 @@ func (j *Job) EndWith(gone <-chan struct{}, why string) {
 // child the job's, so that the progress of any process reaches every
 // other within twice the tree's depth in heartbeats.
 func (j *Job) beat(done <-chan struct{}) {
-	every := min(j.cfg.HeartbeatTimeout/10, maxBeatEvery)
+	every := beatPeriod(j.cfg.HeartbeatTimeout)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	now := time.Now()
@@ -1292,7 +1292,7 @@ func (j *Job) checkBeats() {
 	var hung []int
 	parent, children := j.treeLocked(now)
 	for _, r := range append(children, parent) {
-		if r >= 0 && !j.lost[r] && now.Sub(j.lastBeat[r]) > j.cfg.HeartbeatTimeout {
+		if r >= 0 && !j.lost[r] && silent(now, j.lastBeat[r], j.cfg.HeartbeatTimeout) {
 			hung = append(hung, r)
 		}
 	}

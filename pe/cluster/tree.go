@@ -1,5 +1,7 @@
 package cluster
 
+import "time"
+
 // The processes of a job watch each other, and pass heartbeats, the job's
 // progress and the end of a run, along a tree over the processes that are
 // live, not between every pair: a process has at most treeFanout + 1
@@ -34,6 +36,12 @@ func treeNeighbours(procs, rank int, lost func(int) bool) (parent int, children 
 	if at < 0 {
 		return -1, nil
 	}
+	return neighboursAt(live, at)
+}
+
+// neighboursAt gives the parent (-1 for the root) and children of the
+// process at index at of live, the live ranks in order.
+func neighboursAt(live []int, at int) (parent int, children []int) {
 	parent = -1
 	if at > 0 {
 		parent = live[(at-1)/treeFanout]
@@ -42,4 +50,16 @@ func treeNeighbours(procs, rank int, lost func(int) bool) (parent int, children 
 		children = append(children, live[i])
 	}
 	return parent, children
+}
+
+// beatPeriod is how often a process sends its neighbours heartbeats, for
+// a heartbeat timeout: ten a timeout, at most maxBeatEvery apart.
+func beatPeriod(timeout time.Duration) time.Duration {
+	return min(timeout/10, maxBeatEvery)
+}
+
+// silent reports whether a neighbour last heard from at last is hung
+// at now: silent for longer than the heartbeat timeout.
+func silent(now, last time.Time, timeout time.Duration) bool {
+	return now.Sub(last) > timeout
 }

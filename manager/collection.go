@@ -129,16 +129,56 @@ func (m *Manager) NewCollectionID() uint32 {
 // The creating PE sets the collection up before Create returns, so the new
 // proxy can be used at once (sections, insertions); its local elements are
 // constructed then too.
+//
+// The other PEs hear of it down the spanning tree over every PE (PE 0's,
+// which the creator, if another PE, sends it to first): each passes it
+// to its children before it makes its own part, so no PE sends more than
+// the tree's branching of them, where the creator used to send one to
+// every PE (and its process linked to every other). A message for an
+// element of the collection that comes to a PE before the collection
+// waits for it (collFor).
 func (m *Manager) Create(cm *CreateMsg) {
-	cm.Creator = int32(m.Me())
-	for p := 0; p < m.NumPEs(); p++ {
-		if p != m.Me() {
-			c := *cm
-			m.sendSys(p, tCreate, &c)
-		}
+	cm.Creator, cm.Relay = int32(m.Me()), true
+	if m.Me() == 0 {
+		m.relayCreate(cm)
+	} else {
+		c := *cm
+		m.sendSys(0, tCreate, &c)
 	}
 	c := *cm
 	m.onCreate(&c)
+}
+
+// relayCreate passes a creation on to this PE's children in the tree over
+// every PE.
+func (m *Manager) relayCreate(cm *CreateMsg) {
+	m.kids = m.everyPE().Children(m.Me(), m.kids[:0])
+	for _, k := range m.kids {
+		c := *cm
+		m.sendSys(k, tCreate, &c)
+	}
+}
+
+// onCreateMsg is a creation that came as a message: passed on down the
+// tree if it travels it, and made here unless this PE created it (made
+// then).
+func (m *Manager) onCreateMsg(cm *CreateMsg) {
+	if cm.Relay {
+		m.relayCreate(cm)
+		if int(cm.Creator) == m.Me() {
+			return
+		}
+	}
+	m.onCreate(cm)
+}
+
+// everyPE is the spanning tree over every PE of the job, rooted at PE 0
+// (computed, not listed: PETreeIn).
+func (m *Manager) everyPE() *Tree {
+	if m.allPEs == nil {
+		m.allPEs = PETreeIn(m.NumPEs(), 0, m.opt.Branching, m.layout())
+	}
+	return m.allPEs
 }
 
 // MainCollection is the id of the main chare's collection.

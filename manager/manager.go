@@ -168,6 +168,10 @@ type Manager struct {
 	opt       Options
 	colls     map[uint32]*Collection
 	secs      map[uint64]*Section
+	// allPEs: the spanning tree over every PE (everyPE); kids: scratch
+	// for a PE's children in it
+	allPEs *Tree
+	kids   []int
 
 	pendingColl map[uint32][]pe.Envelope
 	pendingSec  map[uint64][]pe.Envelope
@@ -480,7 +484,7 @@ func (m *Manager) Idle(p *pe.PE) {
 func (m *Manager) handleSys(env *pe.Envelope) {
 	switch env.Type {
 	case tCreate:
-		m.onCreate(env.Payload.(*CreateMsg))
+		m.onCreateMsg(env.Payload.(*CreateMsg))
 	case tInsert:
 		m.onInsert(env)
 	case tDone:

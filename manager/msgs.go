@@ -175,6 +175,10 @@ type CreateMsg struct {
 	Migratable bool   // load balancers may move its elements
 	Arg        Lazy
 	Creator    int32
+	// Relay: it travels the tree over every PE (Create), each PE passing
+	// it on; else it is for the receiving PE alone (the main chare's,
+	// handed to every PE as the run starts)
+	Relay bool `msgpack:",omitempty"`
 }
 
 // InsertMsg creates one element on the receiving PE.

@@ -27,7 +27,6 @@ type qdState struct {
 	probeFrom bool
 	gather    qdGather
 	root      qdRoot // PE 0
-	tree      *Tree  // over every PE, rooted at PE 0 (made on first use)
 }
 
 // qdGather is a PE's part of a wave: the probe came down from its parent
@@ -267,12 +266,7 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 }
 
 // qdTree is the spanning tree over every PE that waves travel.
-func (m *Manager) qdTree() *Tree {
-	if m.qd.tree == nil {
-		m.qd.tree = PETreeIn(m.NumPEs(), 0, m.opt.Branching, m.layout())
-	}
-	return m.qd.tree
-}
+func (m *Manager) qdTree() *Tree { return m.everyPE() }
 
 // qdProbe takes this PE's part in wave: the probe goes on to its
 // children, and its own counts go in once it is idle (qdIdle).

@@ -72,7 +72,7 @@ func tiers() []tier {
 		// state machines, strategies, the deterministic simulator (one
 		// goroutine), LeanMD's every case and sweep, charmrun's every
 		// job (its processes are built without the detector): no detector
-		{name: "plain", pkgs: []string{"./apps/leanmd/md", "./ftsim", "./cmd/charmrun", "./apps/openatom/...", "./internal/...", "./manager", "./recovery", "./ftlayer/...", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/..."}},
+		{name: "plain", pkgs: []string{"./apps/leanmd/md", "./ftsim", "./cmd/charmrun", "./apps/openatom/...", "./internal/...", "./manager", "./recovery", "./ftlayer/...", "./loadbalance/...", "./cmd/lbreplay", "./cmd/teams", "./cmd/membermodel", "./cmd/testall", "./cmd/charmscale", "./bench/cmd/..."}},
 		// messages between PEs held back and reordered across channels,
 		// as between processes
 		// (beside the plain tier: the chaos transport's delays are most

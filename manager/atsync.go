@@ -26,7 +26,6 @@ type syncState struct {
 	gathering bool              // the statistics were asked for
 	gather    lbGather
 	planned   bool
-	done      int
 	report    LBStepReport
 	start     time.Time
 	balanced  bool // the balancer planned this step
@@ -40,6 +39,11 @@ type syncState struct {
 	arrived  int
 	sentDone bool
 	moved    int64 // packed bytes this PE migrated away
+	// the end of the step's migrations, gathered up the tree: this PE's
+	// own, its children's, and the bytes their subtrees moved
+	doneOwn   bool
+	doneKids  int
+	doneMoved int64
 }
 
 // BalancesPeriodically reports whether the run balances every so often
@@ -92,9 +96,17 @@ func (m *Manager) syncReport(c *Collection, els []*Element) {
 		c.sync.reported[e.Index] = true
 		sm.Indices[i], sm.PEs[i] = e.Index, int32(m.Me())
 	}
-	m.sendSys(0, tSync, sm)
+	if m.Me() == 0 {
+		m.sendSys(0, tSync, sm)
+		return
+	}
+	m.sendSys(m.everyPE().Parent(m.Me()), tSync, sm)
 }
 
+// onSync takes an AtSync report: PE 0 counts its elements; another PE
+// passes it on to its parent in the tree over every PE (a report goes up
+// the tree, so that no PE hears from every other; a PE with no element
+// reports nothing, so reports are passed on, not waited for and merged).
 func (m *Manager) onSync(sm *SyncMsg) {
 	c := m.coll(sm.Coll)
 	if c == nil {
@@ -103,6 +115,11 @@ func (m *Manager) onSync(sm *SyncMsg) {
 	}
 	if len(sm.PEs) != len(sm.Indices) {
 		m.failf("AtSync report for %s from PE %d: %d elements, %d places", c.Name, sm.From, len(sm.Indices), len(sm.PEs))
+		return
+	}
+	if m.Me() != 0 {
+		up := *sm
+		m.sendSys(m.everyPE().Parent(m.Me()), tSync, &up)
 		return
 	}
 	if c.sync.ready == nil {
@@ -254,8 +271,16 @@ func (m *Manager) planDecided(c *Collection, plan *PlanMsg) {
 		}
 		c.sync.refresh = c.sync.gather.sectionsToRefresh(c, placeAfter)
 	}
-	for p := 0; p < m.NumPEs(); p++ {
-		m.sendSys(p, tPlan, plan)
+	plan.Relay = true // down the tree over every PE, from PE 0 itself (onPlan)
+	m.sendSys(m.Me(), tPlan, plan)
+}
+
+// relayDown passes a message of PE 0's on to this PE's children in the
+// tree over every PE, each with a copy of payload that mk makes.
+func (m *Manager) relayDown(typ uint32, mk func() any) {
+	m.kids = m.everyPE().Children(m.Me(), m.kids[:0])
+	for _, k := range m.kids {
+		m.sendSys(k, typ, mk())
 	}
 }
 
@@ -276,6 +301,9 @@ func (m *Manager) onPlan(pm *PlanMsg) {
 		plan.Round = RoundNone
 		m.planDecided(c, &plan)
 		return
+	}
+	if pm.Relay {
+		m.relayDown(tPlan, func() any { cp := *pm; return &cp })
 	}
 	c.sync.plan = pm
 	if pm.Periodic {
@@ -311,16 +339,33 @@ func (m *Manager) syncMaybeDone(c *Collection) {
 		return
 	}
 	c.sync.sentDone = true
-	m.sendSys(0, tPlanDone, &PlanDoneMsg{Coll: c.ID, MovedBytes: c.sync.moved})
+	m.planDone(c, c.sync.moved, true)
 }
 
 func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
-	c := m.coll(pd.Coll)
-	c.sync.done++
-	c.sync.report.MovedBytes += pd.MovedBytes
-	if c.sync.done < m.NumPEs() {
+	m.planDone(m.coll(pd.Coll), pd.MovedBytes, false)
+}
+
+// planDone merges this PE's end of a step's migrations (own) or a tree
+// child's subtree's: once it has its own and its children's, the
+// subtree's goes up to the parent in the tree over every PE, with the
+// bytes they moved; on PE 0 the step goes on. (Every PE says it once a
+// step, so they are waited for, and PE 0 hears from its children alone.)
+func (m *Manager) planDone(c *Collection, moved int64, own bool) {
+	if own {
+		c.sync.doneOwn = true
+	} else {
+		c.sync.doneKids++
+	}
+	c.sync.doneMoved += moved
+	if !c.sync.doneOwn || c.sync.doneKids < len(m.everyPE().Children(m.Me(), m.kids[:0])) {
 		return
 	}
+	if m.Me() != 0 {
+		m.sendSys(m.everyPE().Parent(m.Me()), tPlanDone, &PlanDoneMsg{Coll: c.ID, MovedBytes: c.sync.doneMoved})
+		return
+	}
+	c.sync.report.MovedBytes += c.sync.doneMoved
 	if len(c.sync.refresh) > 0 {
 		// sections follow their members: set them up again, then resume
 		c.sync.refreshing = len(c.sync.refresh)
@@ -345,12 +390,13 @@ func (m *Manager) syncFinish(c *Collection) {
 		r.Summary.MovedBytes = r.MovedBytes
 		b.Stepped(r)
 	}
-	for p := 0; p < m.NumPEs(); p++ {
-		m.sendSys(p, tResume, &ResumeMsg{Coll: c.ID})
-	}
+	m.sendSys(m.Me(), tResume, &ResumeMsg{Coll: c.ID, Relay: true}) // down the tree over every PE, from PE 0 itself
 }
 
 func (m *Manager) onResume(rm *ResumeMsg) {
+	if rm.Relay {
+		m.relayDown(tResume, func() any { cp := *rm; return &cp })
+	}
 	c := m.coll(rm.Coll)
 	c.sync = syncState{}
 	els := append([]*Element(nil), c.Locals()...)

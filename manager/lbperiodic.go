@@ -51,5 +51,5 @@ func (m *Manager) onPlanPeriodic(c *Collection, pm *PlanMsg) {
 			Payload: &MigrateReqMsg{Coll: c.ID, Index: mv.Index, To: mv.To}})
 	}
 	c.sync.sentDone = true
-	m.sendSys(0, tPlanDone, &PlanDoneMsg{Coll: c.ID, MovedBytes: c.sync.moved})
+	m.planDone(c, c.sync.moved, true)
 }

@@ -356,9 +356,9 @@ type FutureMsg struct {
 	Value Lazy
 }
 
-// SyncMsg reports elements that reached AtSync on a PE (to PE 0): the
-// first phase of a balancing step, which says when every element is
-// there.
+// SyncMsg reports elements that reached AtSync on a PE (to PE 0, up the
+// tree over every PE): the first phase of a balancing step, which says
+// when every element is there.
 type SyncMsg struct {
 	Coll    uint32
 	Epoch   uint32
@@ -401,6 +401,8 @@ type PlanMsg struct {
 	Moves    []Move
 	Periodic bool      // of a periodic step: nobody waits at AtSync
 	Round    PlanRound // on its way round through PE 0's witness (see syncPlan)
+	// Relay: it goes down the tree over every PE, each PE passing it on
+	Relay bool `msgpack:",omitempty"`
 }
 
 // PlanRound is where a plan is on its way from PE 0's strategy, through
@@ -424,13 +426,15 @@ type Move struct {
 type PlanDoneMsg struct {
 	Coll       uint32
 	Epoch      uint32
-	MovedBytes int64 // packed state this PE sent away
+	MovedBytes int64 // packed state this PE's subtree sent away
 }
 
 // ResumeMsg ends an AtSync epoch.
 type ResumeMsg struct {
 	Coll  uint32
 	Epoch uint32
+	// Relay: it goes down the tree over every PE, each PE passing it on
+	Relay bool `msgpack:",omitempty"`
 }
 
 // QDProbeMsg / QDReplyMsg run quiescence detection waves.

@@ -59,10 +59,31 @@ func TestManyProcesses(t *testing.T) {
 			require.Contains(t, out.String(), "processes:      peak memory")
 		})
 	}
+	hello := programs.Build(t, "../../examples/hello", "hello")
+	t.Run("hello on 16 processes: no process links to every other", func(t *testing.T) {
+		// The runtime's own collectives (the greeters' creation, the
+		// reduction, quiescence) go along the spanning trees: process 0
+		// links to its neighbours in the process tree (ranks 1 to 8, the
+		// PE tree's children among them) and no further; another, to its
+		// neighbours in both trees.
+		var out, errb bytes.Buffer
+		js := filepath.Join(t.TempDir(), "summary.json")
+		code := run([]string{"++n", "16", "++ppn", "1", "--watchdog", "60s", "--summary-json", js, hello, "32"}, &out, &errb)
+		require.Equal(t, 0, code, errb.String())
+		require.Equal(t, 32, strings.Count(out.String(), "says hello"))
+		s := readSummary(t, js)
+		require.Len(t, s.Layout.Processes, 16)
+		for _, p := range s.Layout.Processes {
+			bound := 9 + 5 // a parent and 8 children; a parent and 4 children
+			if p.Rank == 0 {
+				bound = 8
+			}
+			require.LessOrEqual(t, p.Cost.DataLinks, bound, "process %d", p.Rank)
+		}
+	})
 	if os.Getenv("FT_LONG") == "" {
 		return
 	}
-	hello := programs.Build(t, "../../examples/hello", "hello")
 	for _, n := range []int{64, 128, 256} {
 		t.Run(fmt.Sprintf("hello on %d processes", n), func(t *testing.T) {
 			var out, errb bytes.Buffer

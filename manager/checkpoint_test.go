@@ -208,3 +208,18 @@ func TestRecoverMsgNamesACopyNotHeld(t *testing.T) {
 		})
 	}
 }
+
+// A PE's description of what it waits for (a stall's report) names a
+// section whose collection it does not know, instead of failing on it.
+func TestPendingNamesASectionOfAnUnknownCollection(t *testing.T) {
+	node, err := pe.NewNode(pe.Config{NumPEs: 2}, func(*pe.PE) pe.Handler { return ignoreAll{} })
+	require.NoError(t, err)
+	m := &Manager{PE: node.PE(1), host: nothingPending{}, secs: map[uint64]*Section{5: {ID: 5, Coll: 9}}}
+	require.Equal(t, []string{"section 5 of collection 9, which PE 1 does not know"}, m.Pending())
+}
+
+// nothingPending is a host with no unfinished work of its own (the rest
+// of Host is never called here).
+type nothingPending struct{ Host }
+
+func (nothingPending) Pending(*Manager) []string { return nil }

@@ -145,6 +145,13 @@ func (m *Manager) Pending() []string {
 	for _, id := range sortedKeys(m.secs) {
 		s := m.secs[id]
 		c := s.coll(m)
+		if c == nil {
+			// (a stall's description must not stop at it: ftsim found
+			// one, a section a recovering PE knew of a collection it did
+			// not)
+			out = append(out, fmt.Sprintf("section %d of collection %d, which PE %d does not know", id, s.Coll, m.Me()))
+			continue
+		}
 		out = m.pendingRounds(out, s.red, fmt.Sprintf("section %d of %s", id, c.Name), func(r uint32) []string {
 			var miss []string
 			for _, ix := range slices.Compact(slices.Clone(s.Members)) {

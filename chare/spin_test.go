@@ -78,25 +78,27 @@ func TestProcessesShareTheirHostsCores(t *testing.T) {
 	}
 }
 
-// A process of a job of several processes collects less often, with a
-// soft limit at three quarters of its host's share of the memory
-// available; what the environment sets is the user's.
+// A process of a job of several processes collects less often where it
+// shares its host's cores, with a soft limit at three quarters of its
+// host's share of the memory available; what the environment sets is
+// the user's.
 func TestCollectorOfAJobOfSeveralProcesses(t *testing.T) {
 	for _, c := range []struct {
 		gogc, limit string
-		procs       int
+		procs, cpus int
 		avail       uint64
 		percent     int
 		wantLimit   int64
 	}{
-		{"", "", 2, 8 << 30, jobGCPercent, 3 << 30},
-		{"", "", 1, 4 << 30, jobGCPercent, 3 << 30},
-		{"", "", 2, 0, jobGCPercent, 0}, // memory unknown: no limit
-		{"", "2GiB", 2, 8 << 30, jobGCPercent, 0},
-		{"100", "", 2, 8 << 30, 0, 0},
-		{"off", "", 2, 8 << 30, 0, 0},
+		{"", "", 2, 2, 8 << 30, ownCoreGCPercent, 3 << 30}, // a core each
+		{"", "", 16, 2, 64 << 30, jobGCPercent, 3 << 30},   // sharing the cores
+		{"", "", 1, 4, 4 << 30, ownCoreGCPercent, 3 << 30},
+		{"", "", 3, 2, 0, jobGCPercent, 0}, // memory unknown: no limit
+		{"", "2GiB", 2, 2, 8 << 30, ownCoreGCPercent, 0},
+		{"100", "", 2, 2, 8 << 30, 0, 0},
+		{"off", "", 16, 2, 8 << 30, 0, 0},
 	} {
-		p, l := collectorFor(c.gogc, c.limit, c.procs, c.avail)
+		p, l := collectorFor(c.gogc, c.limit, c.procs, c.cpus, c.avail)
 		require.Equal(t, c.percent, p, "%+v", c)
 		require.Equal(t, c.wantLimit, l, "%+v", c)
 	}

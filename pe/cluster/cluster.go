@@ -185,11 +185,8 @@ type Job struct {
 	progress    []uint64
 	parentTotal uint64
 	// linkedInc: for each replacement, the incarnation whose first link
-	// here was reported (linkStarted, rejoined); reportedEarly: the lost
-	// processes whose replacement's link was reported before this process
-	// heard that it joined
-	linkedInc     map[int]int
-	reportedEarly map[int]bool
+	// here was reported to the steward (linkStarted)
+	linkedInc map[int]int
 	// watching: the peers' control actors the control actor watches
 	// (its own: only receive touches it)
 	watching map[string]*actor.PID
@@ -762,13 +759,14 @@ func (j *Job) adopt(r int, l *link, c net.Conn) bool {
 	return ok
 }
 
-// claim decides, as the handshake of a connection from process r ends,
+// claim decides, as the handshake of a connection from process r
+// (incarnation inc, as it says) ends,
 // whether this process takes it: when it has no link to r (or one that
 // is down: r's replacement dials), as a new link; when its own dial to r
 // is under way and r's rank is lower, as that link's connection (of two
 // processes dialing each other, the lower rank's dial wins, and both
 // decide so). Otherwise it refuses, and says why.
-func (j *Job) claim(r int, c net.Conn) (*link, error) {
+func (j *Job) claim(r, inc int, c net.Conn) (*link, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for {
@@ -776,7 +774,7 @@ func (j *Job) claim(r int, c net.Conn) (*link, error) {
 		switch {
 		case cur == nil || cur.down.Load():
 			l := newLink(r, c, &j.gen, j.first, j.count)
-			l.inc = j.members[r].Inc
+			l.inc = inc
 			l.holding = j.cfg.Incarnation > 0 && !j.stepped
 			if !j.links[r].CompareAndSwap(cur, l) {
 				continue // a pending link came meanwhile (linkTo)
@@ -787,6 +785,7 @@ func (j *Job) claim(r int, c net.Conn) (*link, error) {
 			return l, nil
 		case cur.isPending() && r < j.cfg.Rank:
 			if cur.connect(c) {
+				cur.inc = inc
 				return cur, nil
 			}
 			return nil, fmt.Errorf("process %d is connected already", r)
@@ -807,21 +806,15 @@ func (j *Job) linkStarted(r int, l *link) {
 	j.mu.Lock()
 	running := j.node != nil
 	report := false
-	if running {
+	if running && l.inc > 0 && j.linkedInc[r] != l.inc {
+		// a replacement's first link here, whether or not this process
+		// heard yet that r was lost or that its replacement joined: the
+		// link knows its incarnation from its handshake
 		if j.linkedInc == nil {
-			j.linkedInc, j.reportedEarly = map[int]int{}, map[int]bool{}
+			j.linkedInc = map[int]int{}
 		}
-		switch inc := j.members[r].Inc; {
-		case j.lost[r]:
-			// r's replacement, before this process heard that it joined
-			// (rejoined: then its incarnation is known): or the steward,
-			// which admitted it
-			report = !j.reportedEarly[r]
-			j.reportedEarly[r] = true
-		case inc > 0 && j.linkedInc[r] != inc:
-			report = true
-			j.linkedInc[r] = inc
-		}
+		report = true
+		j.linkedInc[r] = l.inc
 	}
 	j.mu.Unlock()
 	if running {
@@ -864,7 +857,7 @@ func (j *Job) dialConn(r int, deadline time.Time) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data plane: connect to %v at %s: %w", m, m.Data, err)
 	}
-	if err := dialHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), uint32(r)); err != nil {
+	if err := dialHandshake(c, j.cfg.Secret, dataID(j.cfg.Rank, j.cfg.Incarnation), uint32(r)); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("data plane: %v: %w", m, err)
 	}
@@ -1011,17 +1004,18 @@ func (j *Job) acceptLoop() {
 			var l *link
 			var refused error // a process of the job the link rules turn away
 			id, err := acceptHandshake(c, j.cfg.Secret, uint32(j.cfg.Rank), time.Until(deadline), func(id uint32) error {
-				r := int(id)
-				if id == CharmrunID || r == j.cfg.Rank || r < 0 || r >= j.cfg.Procs {
-					return fmt.Errorf("rank %d is no peer of process %d", int32(id), j.cfg.Rank)
+				r, inc := splitDataID(id)
+				if id == CharmrunID || r == j.cfg.Rank || r >= j.cfg.Procs {
+					return fmt.Errorf("rank %d is no peer of process %d", r, j.cfg.Rank)
 				}
-				l, refused = j.claim(r, c)
+				l, refused = j.claim(r, inc, c)
 				return refused
 			})
 			j.dataGate.leave()
+			from, _ := splitDataID(id)
 			switch {
 			case refused != nil:
-				j.log.Debug("did not take a data connection", zap.Int("from", int(id)), zap.Error(err))
+				j.log.Debug("did not take a data connection", zap.Int("from", from), zap.Error(err))
 				c.Close()
 			case err != nil:
 				j.log.Warn("refused a data connection", zap.String("from", c.RemoteAddr().String()), zap.Error(err))
@@ -1030,7 +1024,7 @@ func (j *Job) acceptLoop() {
 					j.linkDown(l, lostWhy(err)) // (its welcome could not be written: the peer went away)
 				}
 			default:
-				j.linkStarted(int(id), l)
+				j.linkStarted(from, l)
 			}
 		}()
 	}
@@ -1410,9 +1404,6 @@ func (j *Job) processLost(r, inc int, why string) {
 	}
 	again := j.lost[r]
 	j.lost[r] = true
-	if !again {
-		delete(j.reportedEarly, r) // (its next replacement's link is reported anew)
-	}
 	delete(j.linked, r) // what an earlier replacement had linked
 	delete(j.replReady, r)
 	j.joining = slices.DeleteFunc(j.joining, func(o Member) bool { return o.Rank == r })
@@ -1433,7 +1424,9 @@ func (j *Job) processLost(r, inc int, why string) {
 	}
 	if l := j.links[r].Load(); l == nil {
 		j.downLink(r) // (no link was opened to it: none will be now)
-	} else if l.down.CompareAndSwap(false, true) {
+	} else if l.inc <= inc && l.down.CompareAndSwap(false, true) {
+		// (a link of a later incarnation is r's replacement's, which
+		// dialed before this notice came: it stays)
 		l.shut()
 	}
 	if why == "" {
@@ -1749,20 +1742,9 @@ func (j *Job) rejoined(who Member) {
 	j.members[who.Rank], j.pids[who.Rank] = who, actor.NewPID(who.Control, actorName)
 	j.lastBeat[who.Rank] = time.Now()
 	// a link to it up already (its dial came before this notice) was
-	// reported as it came, if this process knew r lost; else now
-	report := false
-	if l := j.links[who.Rank].Load(); l != nil && !l.down.Load() && !l.isPending() && j.node != nil {
-		if j.linkedInc == nil {
-			j.linkedInc, j.reportedEarly = map[int]int{}, map[int]bool{}
-		}
-		report = !j.reportedEarly[who.Rank] && j.linkedInc[who.Rank] != who.Inc
-		j.linkedInc[who.Rank] = who.Inc
-	}
-	delete(j.reportedEarly, who.Rank)
+	// reported as it started (linkStarted: its handshake said its
+	// incarnation)
 	j.mu.Unlock()
-	if report {
-		j.reportLinked(who.Rank)
-	}
 	j.tendNeighbours()
 	if j.cfg.Rank > who.Rank {
 		go j.dialJoined(who)

@@ -98,6 +98,16 @@ func (g gate) leave() {
 	g.pending.Add(-1)
 }
 
+// dataID is the id a process dials the data plane with: its rank in the
+// low 16 bits, its incarnation above (so that a process that has not yet
+// heard its peer was replaced can tell the replacement's connection from
+// the lost process's: processLost). Ranks stay below 2^16 (MaxPEs), and
+// incarnations below 2^15, so a data id is never CharmrunID.
+func dataID(rank, inc int) uint32 { return uint32(rank)&0xFFFF | uint32(inc&0x7FFF)<<16 }
+
+// splitDataID gives the rank and incarnation a data id names.
+func splitDataID(id uint32) (rank, inc int) { return int(id & 0xFFFF), int(id>>16) & 0x7FFF }
+
 func ids(a, b uint32) []byte {
 	var x [8]byte
 	binary.BigEndian.PutUint32(x[:], a)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/charmgo/charmgo/pe"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 )
@@ -1098,16 +1099,16 @@ func TestClaimKeepsTheLowerRanksConnection(t *testing.T) {
 		return a
 	}
 	j := job()
-	l, err := j.claim(3, conn())
+	l, err := j.claim(3, 0, conn())
 	require.NoError(t, err, "no link yet: taken")
 	require.Same(t, l, j.links[3].Load())
-	_, err = j.claim(3, conn())
+	_, err = j.claim(3, 0, conn())
 	require.ErrorContains(t, err, "connected already")
 
 	pending := newPendingLink(1, &j.gen, j.first, j.count)
 	j.links[1].Store(pending)
 	c := conn()
-	l, err = j.claim(1, c)
+	l, err = j.claim(1, 0, c)
 	require.NoError(t, err, "a lower rank's connection, as this process dials it: taken as that link's")
 	require.Same(t, pending, l)
 	require.False(t, pending.isPending())
@@ -1116,15 +1117,66 @@ func TestClaimKeepsTheLowerRanksConnection(t *testing.T) {
 
 	higher := newPendingLink(3, &j.gen, j.first, j.count)
 	j.links[3].Store(higher)
-	_, err = j.claim(3, conn())
+	_, err = j.claim(3, 0, conn())
 	require.ErrorContains(t, err, "dials process 3 itself", "a higher rank's, as this process dials it: refused")
 	require.True(t, higher.isPending())
 
 	down := newPendingLink(0, &j.gen, j.first, j.count)
 	down.down.Store(true)
 	j.links[0].Store(down)
-	l, err = j.claim(0, conn())
+	l, err = j.claim(0, 1, conn())
 	require.NoError(t, err, "a link that is down: the replacement's connection replaces it")
 	require.NotSame(t, down, l)
 	require.False(t, l.down.Load())
+	require.Equal(t, 1, l.inc, "the incarnation its handshake said")
+}
+
+// A data id carries the dialer's rank and incarnation, and is never
+// charmrun's.
+func TestDataIDsCarryTheIncarnation(t *testing.T) {
+	for _, c := range []struct{ rank, inc int }{{0, 0}, {1, 0}, {16383, 0}, {3, 1}, {65535, 0x7FFF}, {7, 12}} {
+		id := dataID(c.rank, c.inc)
+		require.NotEqual(t, uint32(CharmrunID), id)
+		r, inc := splitDataID(id)
+		require.Equal(t, c, struct{ rank, inc int }{r, inc})
+	}
+}
+
+// A process that hears of process 2's loss after 2's replacement already
+// dialed it (the old link broke, the replacement's connection came, and
+// the notice waited in line behind them) keeps the replacement's link,
+// and reported it to the steward as it came. It used to shut whatever
+// link it had to the lost process, the replacement's included: nothing
+// dialed again, the steward waited for that report for ever, and the
+// replacement's PEs never began (a stall seen under load in
+// TestProcessLostWhileAnotherRecovers, pessimist, 1 run in 10).
+func TestALossHeardAfterTheReplacementDialedKeepsItsLink(t *testing.T) {
+	rec := &joinedRecorder{}
+	cfg := Config{Procs: 3, PEs: 3, Rank: 0} // (the steward: its report goes to its own loop)
+	j := &Job{cfg: cfg, log: zap.NewNop(), sys: actor.NewActorSystem(), links: make([]atomic.Pointer[link], 3), lost: map[int]bool{}, recovery: rec,
+		members: []Member{{Rank: 0}, {Rank: 1}, {Rank: 2}}, lastBeat: make([]time.Time, 3), ctl: make(chan control, 16)}
+	for r := range 3 {
+		j.pids = append(j.pids, actor.NewPID(fmt.Sprintf("127.0.0.1:%d", 9+r), actorName))
+	}
+	j.first, j.count = Block(cfg.PEs, cfg.Procs, cfg.Rank)
+	node, err := pe.NewNode(pe.Config{NumPEs: 3, FirstPE: j.first, LocalPEs: j.count, Remote: j}, func(*pe.PE) pe.Handler { return idlePE{} })
+	require.NoError(t, err)
+	j.node = node
+
+	old := newLink(2, nil, &j.gen, j.first, j.count)
+	old.inc = 0
+	old.down.Store(true) // its connection broke: the process died
+	j.links[2].Store(old)
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	l, err := j.claim(2, 1, a) // the replacement, incarnation 1, dials
+	require.NoError(t, err)
+	j.linkStarted(2, l)
+	require.Len(t, j.ctl, 1)
+	require.Equal(t, control{Kind: ctlLinked, From: 0, Code: 2}, <-j.ctl, "reported to the steward as it came")
+
+	j.processLost(2, 0, "its connection closed")
+	require.Same(t, l, j.links[2].Load())
+	require.False(t, l.down.Load(), "the replacement's link stays up")
+	require.Equal(t, []int{2}, rec.lost)
 }

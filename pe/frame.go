@@ -159,16 +159,20 @@ type FrameReader struct {
 	buf        []byte
 	start, end int   // buf[start:end] is read and not yet returned
 	off        int64 // the stream offset of buf[start]
+	small      int   // frames in a row that fit in frameReadSize
 }
 
 // frameReadSize is a FrameReader's buffer to begin with, and the least
 // it asks the stream for: many small frames come in one read.
 const frameReadSize = 64 << 10
 
-// frameKeepSize is the largest buffer a FrameReader keeps between frames:
-// a link that carries large frames (a busy stream gathers up to several
-// MB a frame) keeps room for them.
-const frameKeepSize = 16 << 20
+// frameShrinkAfter is how many frames in a row that fit in
+// frameReadSize a FrameReader reads before it lets the room a large one
+// needed go: a link that carries large frames (a busy stream gathers up
+// to several MB a frame) keeps room for them, one that had a burst of
+// them does not keep it for ever (a process has a link to each process
+// it talks to).
+const frameShrinkAfter = 64
 
 // NewFrameReader reads frames from r.
 func NewFrameReader(r io.Reader) *FrameReader {
@@ -199,10 +203,15 @@ func (f *FrameReader) Next() (gen uint64, count int, body []byte, off int64, err
 	off = f.off + FrameHeaderSize
 	f.start += FrameHeaderSize + size
 	f.off += int64(FrameHeaderSize + size)
+	if FrameHeaderSize+size <= frameReadSize {
+		f.small++
+	} else {
+		f.small = 0
+	}
 	if f.start == f.end {
 		f.start, f.end = 0, 0 // (the next read begins at the front, moving nothing)
-		if len(f.buf) > frameKeepSize {
-			f.buf = make([]byte, frameReadSize) // a rare large frame's room is not kept
+		if len(f.buf) > frameReadSize && f.small >= frameShrinkAfter {
+			f.buf = make([]byte, frameReadSize) // large frames stopped coming
 		}
 	}
 	return gen, count, body, off, nil

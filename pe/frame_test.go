@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -247,4 +248,43 @@ func FuzzFrameReader(f *testing.F) {
 			at = off + int64(len(body))
 		}
 	})
+}
+
+// framewise hands over one frame a read.
+type framewise struct{ frames [][]byte }
+
+func (f *framewise) Read(p []byte) (int, error) {
+	if len(f.frames) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, f.frames[0])
+	if f.frames[0] = f.frames[0][n:]; len(f.frames[0]) == 0 {
+		f.frames = f.frames[1:]
+	}
+	return n, nil
+}
+
+// A reader keeps the room a large frame needed while large frames come,
+// and lets it go once frameShrinkAfter small ones in a row came.
+func TestFrameReaderLetsALargeFramesRoomGo(t *testing.T) {
+	big := frameOf(t, 1, []int{0}, []Envelope{{Type: testBytesType, Kind: KindP2P, Payload: make([]byte, 3*frameReadSize)}})
+	small := frameOf(t, 1, []int{0}, []Envelope{{Type: testBytesType, Kind: KindP2P, Payload: []byte("s")}})
+	src := &framewise{frames: [][]byte{big, big}}
+	for range frameShrinkAfter {
+		src.frames = append(src.frames, slices.Clone(small))
+	}
+	r := NewFrameReader(src)
+	for range 2 {
+		_, _, _, _, err := r.Next()
+		require.NoError(t, err)
+		require.Greater(t, len(r.buf), frameReadSize, "room for the large frames")
+	}
+	for i := range frameShrinkAfter {
+		_, _, _, _, err := r.Next()
+		require.NoError(t, err)
+		if i < frameShrinkAfter-1 {
+			require.Greater(t, len(r.buf), frameReadSize, "after %d small frames", i+1)
+		}
+	}
+	require.Equal(t, frameReadSize, len(r.buf), "after %d small frames in a row", frameShrinkAfter)
 }

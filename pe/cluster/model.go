@@ -60,13 +60,14 @@ type ModelProcess struct {
 	ControlSent, ControlRecvd int           // heartbeats included
 	KnewOfLoss                time.Duration // after the loss (-1: never, or none)
 	FoundItself               bool          // it found the loss itself (link or silence), not by a notice
-	peers                     map[int]bool
-	links                     map[int]bool
-	knows                     bool
-	view                      []int // the live ranks as it sees them
-	parent                    int
-	children                  []int
-	lastBeat                  map[int]time.Duration
+	// the simulation's own: who it talks to and links with, whether it
+	// knows of the loss, its tree, when it last heard each neighbour
+	peers    map[int]bool
+	links    map[int]bool
+	knows    bool
+	parent   int
+	children []int
+	lastBeat map[int]time.Duration
 }
 
 // ModelReport is a simulated job's outcome.
@@ -236,7 +237,6 @@ func (m *model) setView(r int, view []int, now time.Duration) {
 	if !ok {
 		return
 	}
-	p.view = view
 	old := append(slices.Clone(p.children), p.parent)
 	p.parent, p.children = neighboursAt(view, at)
 	for _, q := range append(slices.Clone(p.children), p.parent) {

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -660,7 +659,7 @@ func peerGone(err error) bool {
 // unless a notice of r's loss comes meanwhile. Every control message it
 // reads is the run loop's, in order (early).
 func (j *Job) dialListed(r int, deadline time.Time) error {
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+	for b := newBackoff(200 * time.Millisecond); ; {
 		err := j.dial(r, deadline)
 		switch {
 		case err == nil:
@@ -675,7 +674,7 @@ func (j *Job) dialListed(r int, deadline time.Time) error {
 			return err
 		}
 		j.log.Info("could not reach a process the steward listed: dialing again", zap.Int("process", r), zap.Error(err))
-		t := time.NewTimer(min(wait, time.Until(deadline)))
+		t := time.NewTimer(b.wait(deadline))
 		for waiting := true; waiting; {
 			select {
 			case m := <-j.ctl:
@@ -716,15 +715,14 @@ func (j *Job) linkTo(r int) *link {
 }
 
 // dialLazily makes pending link l's connection to process r: dialed again
-// after a failure, waiting a time that doubles from 10 ms up to a second,
-// drawn from its upper half (a whole job may dial one process at once),
-// until ConnectTimeout has passed, when r is taken for lost, as at once
+// after a failure (backoff, up to a second apart), until ConnectTimeout
+// has passed, when r is taken for lost, as at once
 // when its port refuses or resets the connection (the process is gone).
 // A peer of a lower rank that dials this process at the same time wins:
 // it refuses this dial, and its connection becomes l's (claim).
 func (j *Job) dialLazily(r int, l *link) {
 	deadline := time.Now().Add(j.cfg.ConnectTimeout)
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	for b := newBackoff(time.Second); ; {
 		if l.down.Load() || j.links[r].Load() != l || !l.isPending() || j.ending.Load() {
 			return
 		}
@@ -738,12 +736,12 @@ func (j *Job) dialLazily(r int, l *link) {
 		if !l.isPending() || j.links[r].Load() != l {
 			return // r's own dial made the link meanwhile
 		}
-		if !errors.Is(err, errRefused) && (peerGone(err) || !time.Now().Add(wait).Before(deadline)) {
+		if !errors.Is(err, errRefused) && (peerGone(err) || !time.Now().Before(deadline)) {
 			j.linkDown(l, lostWhy(err))
 			return
 		}
 		j.log.Debug("dialing again", zap.Int("process", r), zap.Error(err))
-		time.Sleep(wait/2 + rand.N(wait/2))
+		time.Sleep(b.wait(deadline))
 	}
 }
 
@@ -1759,7 +1757,7 @@ func (j *Job) rejoined(who Member) {
 // Any other failure is dialed again until the connect timeout.
 func (j *Job) dialJoined(who Member) {
 	deadline := time.Now().Add(j.cfg.ConnectTimeout)
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+	for b := newBackoff(200 * time.Millisecond); ; {
 		err := j.dial(who.Rank, deadline)
 		if err == nil {
 			return
@@ -1785,7 +1783,7 @@ func (j *Job) dialJoined(who Member) {
 			return
 		}
 		j.log.Info("could not reach a replacement that joined: dialing again", zap.Int("process", who.Rank), zap.Error(err))
-		time.Sleep(min(wait, time.Until(deadline))) // (a goroutine of its own: nothing to wait on but time)
+		time.Sleep(b.wait(deadline)) // (a goroutine of its own: nothing to wait on but time)
 	}
 }
 

@@ -304,3 +304,18 @@ func lostNoticeProcess() int {
 	code, _ := endProcess(rank, j, node)
 	return code
 }
+
+// A backoff's waits double up to their bound, each drawn from the upper
+// half of its step, and none goes past the deadline.
+func TestBackoffDoublesWithJitter(t *testing.T) {
+	b := newBackoff(200 * time.Millisecond)
+	far := time.Now().Add(time.Hour)
+	for _, step := range []time.Duration{10, 20, 40, 80, 160, 200, 200} {
+		step *= time.Millisecond
+		w := b.wait(far)
+		require.GreaterOrEqual(t, w, step/2)
+		require.LessOrEqual(t, w, step)
+	}
+	require.Zero(t, b.wait(time.Now().Add(-time.Second)), "past the deadline: no wait")
+	require.LessOrEqual(t, b.wait(time.Now().Add(time.Millisecond)), time.Millisecond)
+}

@@ -152,11 +152,7 @@ func (m *Manager) Create(cm *CreateMsg) {
 // relayCreate passes a creation on to this PE's children in the tree over
 // every PE.
 func (m *Manager) relayCreate(cm *CreateMsg) {
-	m.kids = m.everyPE().Children(m.Me(), m.kids[:0])
-	for _, k := range m.kids {
-		c := *cm
-		m.sendSys(k, tCreate, &c)
-	}
+	m.relayDown(tCreate, func() any { c := *cm; return &c })
 }
 
 // onCreateMsg is a creation that came as a message: passed on down the

@@ -265,14 +265,11 @@ func (m *Manager) onQDProbe(p *QDProbeMsg) {
 	}
 }
 
-// qdTree is the spanning tree over every PE that waves travel.
-func (m *Manager) qdTree() *Tree { return m.everyPE() }
-
 // qdProbe takes this PE's part in wave: the probe goes on to its
 // children, and its own counts go in once it is idle (qdIdle).
 func (m *Manager) qdProbe(wave uint64) {
 	var buf [8]int
-	kids := m.qdTree().Children(m.Me(), buf[:0])
+	kids := m.everyPE().Children(m.Me(), buf[:0])
 	for _, c := range kids {
 		m.PE.Send(c, &pe.Envelope{Type: tQDProbe, Kind: pe.KindSystem, Payload: &QDProbeMsg{Wave: wave}})
 	}
@@ -332,7 +329,7 @@ func (m *Manager) onQDReply(r *QDReplyMsg) {
 // are the wave's.
 func (m *Manager) qdAnswer() {
 	g := &m.qd.gather
-	if parent := m.qdTree().Parent(m.Me()); parent >= 0 {
+	if parent := m.everyPE().Parent(m.Me()); parent >= 0 {
 		m.PE.Send(parent, &pe.Envelope{Type: tQDReply, Kind: pe.KindSystem, Payload: &QDReplyMsg{Wave: g.wave, Sent: g.sent, Processed: g.proc, PEs: int32(g.pes)}})
 		return
 	}

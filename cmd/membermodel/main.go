@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/charmgo/charmgo/internal/stat"
 	"github.com/charmgo/charmgo/pe/cluster"
 )
 
@@ -69,19 +70,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		q := reps[0]
-		var nb, ctl, links []int
-		var beats []float64
+		var nb, ctl, links, beats []float64
 		for r, p := range q.Processes {
-			nb = append(nb, p.Neighbours)
+			nb = append(nb, float64(p.Neighbours))
 			if r != 0 {
-				ctl, links = append(ctl, p.ControlPeers), append(links, p.DataLinks)
+				ctl, links = append(ctl, float64(p.ControlPeers)), append(links, float64(p.DataLinks))
 			}
 			beats = append(beats, float64(p.BeatsSent)/duration.Seconds())
 		}
 		st := q.Processes[0]
-		fmt.Fprintf(stdout, "| %d | %d | %d | %d / %d, %d | %d / %d, %d | %.1f / %.1f | %v / %v | %v / %v | %d | %v / %d |\n",
-			n, q.Depth, slices.Max(nb), median(ctl), slices.Max(ctl), st.ControlPeers, median(links), slices.Max(links), st.DataLinks,
-			median(beats), slices.Max(beats),
+		fmt.Fprintf(stdout, "| %d | %d | %g | %g / %g, %d | %g / %g, %d | %.1f / %.1f | %v / %v | %v / %v | %d | %v / %d |\n",
+			n, q.Depth, slices.Max(nb), stat.Median(ctl), slices.Max(ctl), st.ControlPeers, stat.Median(links), slices.Max(links), st.DataLinks,
+			stat.Median(beats), slices.Max(beats),
 			round(reps[1].FirstFound), round(reps[1].AllKnew), round(reps[2].FirstFound), round(reps[2].AllKnew),
 			reps[1].Notices, round(reps[3].AllKnew), reps[3].RendezvousSent)
 	}
@@ -102,12 +102,6 @@ func parseSizes(s string) ([]int, error) {
 		return nil, errors.New("--procs: no job size")
 	}
 	return out, nil
-}
-
-func median[T int | float64](v []T) T {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // round writes a time after the loss ("not in the run" if it did not

@@ -767,6 +767,10 @@ func (j *Job) adopt(r int, l *link, c net.Conn) bool {
 func (j *Job) claim(r, inc int, c net.Conn) (*link, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if known := j.members[r].Inc; inc < known {
+		// a lost incarnation's late dial (a hung process being killed)
+		return nil, fmt.Errorf("process %d dials as incarnation %d, replaced by %d", r, inc, known)
+	}
 	for {
 		cur := j.links[r].Load()
 		switch {

@@ -1129,6 +1129,11 @@ func TestClaimKeepsTheLowerRanksConnection(t *testing.T) {
 	require.NotSame(t, down, l)
 	require.False(t, l.down.Load())
 	require.Equal(t, 1, l.inc, "the incarnation its handshake said")
+
+	j.members[3].Inc = 2
+	j.links[3].Load().down.Store(true)
+	_, err = j.claim(3, 1, conn())
+	require.ErrorContains(t, err, "process 3 dials as incarnation 1, replaced by 2", "a lost incarnation's late dial: refused")
 }
 
 // A data id carries the dialer's rank and incarnation, and is never

@@ -226,10 +226,16 @@ type Causal struct {
 	// TakeSupplied
 	suppliedBy   []int32
 	lastRecorded uint64
-	byRound      map[[2]uint64][]recordedAt // recorded receptions of partials, by group and number (placeResult)
-	held         []*Message                 // messages waiting for their turn
-	heldRec      map[uint64]*Message        // of them, those with a recorded reception, by its rsn
-	deferred     []Reduced                  // CAMEL: completions heard while recovering
+	// carriedTop is the last of its own receptions whose determinant
+	// this incarnation sent on (piggybacked, passed up or stored): an
+	// acknowledgement of a later one comes from a PE that stored it from
+	// an earlier incarnation's message, which no log holds any more (see
+	// removeAcked)
+	carriedTop uint64
+	byRound    map[[2]uint64][]recordedAt // recorded receptions of partials, by group and number (placeResult)
+	held       []*Message                 // messages waiting for their turn
+	heldRec    map[uint64]*Message        // of them, those with a recorded reception, by its rsn
+	deferred   []Reduced                  // CAMEL: completions heard while recovering
 
 	failing  []int32      // the peers recovering (one team's)
 	lastRoot *Message     // hop mode, CAMEL: the multicast this root is sending
@@ -465,6 +471,7 @@ func count(l *LogStats, m *Message, in bool) {
 // shared with detBuf (which is only ever appended to or replaced, never
 // overwritten in place).
 func (s *Causal) piggyback() []Det {
+	s.noteCarried(s.detBuf)
 	if s.relay != nil {
 		return s.carried()
 	}
@@ -473,6 +480,14 @@ func (s *Causal) piggyback() []Det {
 	}
 	s.stats.DetsPiggybacked += uint64(len(s.detBuf))
 	return s.detBuf[:len(s.detBuf):len(s.detBuf)]
+}
+
+// noteCarried: own, a run of this PE's own determinants in rsn order,
+// leaves on a message.
+func (s *Causal) noteCarried(own []Det) {
+	if len(own) > 0 {
+		s.carriedTop = max(s.carriedTop, own[len(own)-1].RSN)
+	}
 }
 
 // carried is piggyback with teams: this PE's determinants not yet held
@@ -804,6 +819,20 @@ func (s *Causal) releases(m *Message) bool {
 func (s *Causal) removeAcked(acked []Det) {
 	if len(acked) == 0 || len(s.detBuf) == 0 {
 		return
+	}
+	if acked[len(acked)-1].RSN > s.carriedTop {
+		// Not yet sent on by this incarnation: a PE stored it from an
+		// earlier incarnation's message (the reception was made again
+		// in the same order), which went with that incarnation's log.
+		// Were it dropped here, that PE's failure would lose it for
+		// good, and this PE's next recovery would wait for it forever
+		// (found by ftsim: camel with teams, a team failing again after
+		// the holder's team recovered). It goes on with the next message
+		// instead, whose log entry brings it back to a holder that fails.
+		k, _ := slices.BinarySearchFunc(acked, s.carriedTop+1, func(d Det, r uint64) int { return cmp.Compare(d.RSN, r) })
+		if acked = acked[:k]; len(acked) == 0 {
+			return
+		}
 	}
 	s.carryStale = true
 	if len(acked) <= len(s.detBuf) && (&acked[0] == &s.detBuf[0] || slices.Equal(acked, s.detBuf[:len(acked)])) {
@@ -1143,6 +1172,7 @@ func (s *Causal) stashUp(dets []Det) { s.passUp = append(s.passUp, dets...) }
 // passed up what it brought).
 func (s *Causal) upDets(to int32, toRoot bool) []Det {
 	own := s.detBuf[:len(s.detBuf):len(s.detBuf)]
+	s.noteCarried(own)
 	if !toRoot && len(own) > 0 {
 		if s.sentTo == nil {
 			s.sentTo = make([]uint64, s.n)

@@ -110,19 +110,28 @@ func TestRemoveAcked(t *testing.T) {
 		buf, acked []Det
 		left       []Det
 		acks       uint64
+		carried    uint64 // the last own reception sent on (0: the buffer's last)
 	}{
-		{"a prefix", dets(1, 9), dets(1, 4), dets(5, 9), 4},
-		{"all", dets(1, 9), dets(1, 9), nil, 9},
-		{"overlapping one already removed", dets(5, 9), dets(1, 7), dets(8, 9), 3},
-		{"removed already", dets(5, 9), dets(1, 4), dets(5, 9), 0},
-		{"beyond the buffer", dets(5, 9), dets(3, 12), nil, 5},
-		{"in the middle", dets(1, 9), dets(4, 6), append(dets(1, 3), dets(7, 9)...), 3},
-		{"not the same receptions", dets(5, 9), other, append(dets(5, 5), dets(7, 9)...), 1},
+		{"a prefix", dets(1, 9), dets(1, 4), dets(5, 9), 4, 0},
+		{"all", dets(1, 9), dets(1, 9), nil, 9, 0},
+		{"overlapping one already removed", dets(5, 9), dets(1, 7), dets(8, 9), 3, 0},
+		{"removed already", dets(5, 9), dets(1, 4), dets(5, 9), 0, 0},
+		{"beyond the buffer", dets(5, 9), dets(3, 12), nil, 5, 0},
+		{"in the middle", dets(1, 9), dets(4, 6), append(dets(1, 3), dets(7, 9)...), 3, 0},
+		{"not the same receptions", dets(5, 9), other, append(dets(5, 5), dets(7, 9)...), 1, 0},
+		// a new incarnation made receptions 5..9 again and sent on 5..6:
+		// a PE that stored 7..9 from the old one's messages acknowledges
+		{"not sent on by this incarnation", dets(5, 9), dets(5, 9), dets(7, 9), 2, 6},
+		{"none sent on by this incarnation", dets(5, 9), dets(5, 9), dets(5, 9), 0, 4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := newCausal(0, 2, nil, false, LogLimit{})
 			s.detBuf = slices.Clone(c.buf)
+			s.carriedTop = c.carried
+			if c.carried == 0 {
+				s.noteCarried(s.detBuf)
+			}
 			s.removeAcked(c.acked)
 			require.Equal(t, len(c.left), len(s.detBuf))
 			if len(c.left) > 0 {

@@ -322,6 +322,7 @@ func (s *Causal) storeOwnOrder(r *rollbackSet) []Action {
 		if p := (s.me + 1 + i) % int32(s.n); !r.in[p] && !s.teams.Same(p, s.me) {
 			r.asked, r.storing = true, true
 			s.ownStored = &storedOrder{at: p, dets: r.own}
+			s.noteCarried(r.own)
 			return []Action{{Kind: ActSend, Packet: Packet{Kind: PktStore, From: s.me, To: p, Dets: r.own}}}
 		}
 	}

@@ -346,6 +346,29 @@ func TestTwoFailuresKeepTheDeterminantsOfReexecutedPartials(t *testing.T) {
 	require.Equal(t, 2, res.Stats.FT.Failures)
 }
 
+// Found by the random runs (camel with teams, three failures one after
+// another): team {4,5} recovered, and PE 4's re-execution made its
+// reception 8 again. PE 0 had stored that reception's determinant from
+// PE 4's old incarnation and acknowledged it again, so the new
+// incarnation dropped it before sending it on. Then team {0,1} failed and
+// recovered: nothing brought it back to them (the old incarnation's
+// message that carried it was gone with its log). When PE 5 failed again,
+// PE 4's recovery found reception 8's order nowhere and waited for ever.
+// A new incarnation now drops only what it sent on itself.
+func TestATeamFailingAgainAfterItsDeterminantsHoldersRecovered(t *testing.T) {
+	args := MixArgs{Steps: 8, Ckpt: 3}
+	const seed = 12875571126376018924
+	cfg := chare.Config{PEs: 6, FT: "camel", Teams: "2", Branching: 2}
+	free := Run(Mix, args, cfg, seed)
+	require.NoError(t, free.Err)
+	cfg.Kills = []chare.Kill{{PE: 5, Step: -1, Event: 218}, {PE: 0, Step: -1, HandOver: 48}, {PE: 5, Step: -1, Event: 752}}
+	res := Run(Mix, args, cfg, seed)
+	require.False(t, Unfired(res), "every failure happens")
+	require.NoError(t, res.Err)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+	require.Equal(t, 3, res.Stats.FT.Failures)
+}
+
 // A PE failed and recovered, then another whose checkpoint predates the
 // first failure: its restarted incarnation took the first PE's old
 // incarnation's partial, still waiting for it, and its re-execution's for

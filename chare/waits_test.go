@@ -1,6 +1,8 @@
 package chare_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
@@ -75,6 +77,24 @@ func TestElementsResumedWithNothingToRunAreNamed(t *testing.T) {
 	require.EqualError(t, res.Err, "the run went quiet before the program ended it (no Exit came, and the program did not say that quiescence ends it: chare.EndWhenQuiet); waiting: 4 elements of wt.Unresumed here were resumed after AtSync with nothing to run: *chare_test.Unresumed has no method ResumeFromSync(ctx *chare.Ctx) (an element other messages drive needs none)")
 	res = chare.Run(unresumedMain, chare.Config{PEs: 2})
 	require.ErrorContains(t, res.Err, "; waiting: 2 elements of wt.Unresumed here were resumed after AtSync with nothing to run: *chare_test.Unresumed has no method ResumeFromSync(ctx *chare.Ctx) (an element other messages drive needs none) (and 1 more: see the dump)")
+}
+
+// The question of what is unfinished goes down the tree over every PE
+// and the answers come back up it: every PE's, in PE order, and the
+// first waiting one names the rest.
+func TestAQuietRunAsksEveryPEAlongTheTree(t *testing.T) {
+	for _, c := range []struct{ pes, branching int }{{7, 2}, {12, 3}, {5, 8}} {
+		res := chare.Run(unresumedMain, chare.Config{PEs: c.pes, Branching: c.branching})
+		require.Equal(t, 1, res.Code, "%v", res.Err)
+		require.ErrorContains(t, res.Err, "; waiting: 1 elements of wt.Unresumed here were resumed after AtSync with nothing to run")
+		require.ErrorContains(t, res.Err, "(and 3 more: see the dump)", "the 4 PEs holding an element each")
+		d, at := chare.DumpOf(res.Err), 0
+		for p := range c.pes {
+			i := strings.Index(d, fmt.Sprintf("PE %d: ", p))
+			require.Greater(t, i, at-1, "%d PEs, branching %d: PE %d's description, after PE %d's: %s", c.pes, c.branching, p, p-1, d)
+			at = i
+		}
+	}
 }
 
 // A run that went quiet describes what its elements wait for: each Gather

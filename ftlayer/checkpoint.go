@@ -1,6 +1,9 @@
 package ftlayer
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Snapshot is one PE's checkpoint: its application state (opaque bytes)
 // and its protocol's counters.
@@ -15,14 +18,21 @@ type Snapshot struct {
 type CkptMsg struct {
 	Epoch uint64
 	Snap  *Snapshot // PktCkptData
-	Owner int32     // PktCkptStored: whose copy is stored
+	Owner int32     // PktCkptData: whose snapshot it is
 }
 
 const (
 	PktCkptData   PacketKind = iota + 10 // a PE's snapshot, to its buddy
-	PktCkptStored                        // the buddy stored it (to the coordinator)
-	PktCkptCommit                        // the coordinator commits the epoch (to all)
+	PktCkptStored                        // a subtree's PEs stored the copies they hold (to the parent)
+	PktCkptCommit                        // the coordinator commits the epoch (down the tree)
 )
+
+// PETree is the spanning tree over every PE, rooted at PE 0, along which a
+// checkpoint's notices travel (manager's tree over every PE is one).
+type PETree interface {
+	Parent(pe int) int
+	Children(pe int, dst []int) []int
+}
 
 // ActCommitted tells the host the epoch is committed on this PE: it drops
 // the protocol's logs (Protocol.Checkpoint) and resumes the application.
@@ -30,30 +40,53 @@ const ActCommitted ActionKind = 10
 
 // Checkpointer is one PE's part of the coordinated, double in-memory
 // checkpoint: it keeps its own snapshot and its buddy's, in two phases —
-// collect (each snapshot reaches the owner's buddy, which tells the
-// coordinator) and commit (the coordinator, PE 0, tells everyone). A
-// failure before the coordinator decided aborts the epoch: everyone keeps
-// the last committed checkpoint, and no log is dropped before a commit.
-// Once it decided, the epoch stands, and a PE that fails restarts from the
-// new snapshot its buddy holds.
+// collect (each snapshot reaches the owner's buddy; a PE that stored the
+// copy it holds, and whose tree children said the same of their
+// subtrees, tells its parent) and commit (the coordinator, PE 0, the
+// tree's root, tells its children, which tell theirs). A failure before
+// the coordinator decided aborts the epoch: everyone keeps the last
+// committed checkpoint, and no log is dropped before a commit. Once it
+// decided, the epoch stands, and a PE that fails restarts from the new
+// snapshot its buddy holds. Each PE holds one copy besides its own (the
+// pairs are a rotation), so a subtree is stored once each of its PEs
+// stored one; every PE hears from its children alone.
 type Checkpointer struct {
 	me, n     int32
+	parent    int32   // in the tree over every PE (-1: the coordinator)
+	children  []int32 // in the tree over every PE
 	buddies   Buddies
 	next      *Buddies            // the epoch in progress pairs PEs anew (Regroup)
 	committed map[int32]*Snapshot // own and the buddy-owned copies this PE holds
 	tentative map[int32]*Snapshot // this epoch's
 	epoch     uint64              // in progress (0: none)
 	last      uint64              // last committed
-	stored    map[int32]bool      // coordinator: copies stored this epoch
+	held      bool                // this epoch: this PE stored the copy it holds
+	kidsDone  []int32             // this epoch: the children whose subtrees stored theirs
 	decided   uint64              // coordinator: last epoch it committed
 	Bytes     uint64              // snapshot bytes this PE sent or stored, all epochs
 }
 
 // NewCheckpointer makes PE me's checkpointer; initial is its state at the
 // start (epoch 0, held by itself and by its buddy's checkpointer through
-// Hold).
-func NewCheckpointer(me int32, b Buddies, initial *Snapshot) *Checkpointer {
-	c := &Checkpointer{me: me, n: b.N, buddies: b, committed: map[int32]*Snapshot{}, tentative: map[int32]*Snapshot{}}
+// Hold). tree is the spanning tree over every PE (nil: every PE a child
+// of PE 0).
+func NewCheckpointer(me int32, b Buddies, tree PETree, initial *Snapshot) *Checkpointer {
+	c := &Checkpointer{me: me, n: b.N, parent: -1, buddies: b, committed: map[int32]*Snapshot{}, tentative: map[int32]*Snapshot{}}
+	switch {
+	case tree != nil:
+		if me != 0 {
+			c.parent = int32(tree.Parent(int(me)))
+		}
+		for _, k := range tree.Children(int(me), nil) {
+			c.children = append(c.children, int32(k))
+		}
+	case me != 0:
+		c.parent = 0
+	default:
+		for k := int32(1); k < b.N; k++ {
+			c.children = append(c.children, k)
+		}
+	}
 	c.committed[me] = initial
 	return c
 }
@@ -61,8 +94,8 @@ func NewCheckpointer(me int32, b Buddies, initial *Snapshot) *Checkpointer {
 // RestoredCheckpointer makes PE me's checkpointer in a run rolled back or
 // restarted to own's epoch: it holds own and held (its neighbour's copy)
 // as committed, and continues from that epoch.
-func RestoredCheckpointer(me int32, b Buddies, own, held *Snapshot) *Checkpointer {
-	c := NewCheckpointer(me, b, own)
+func RestoredCheckpointer(me int32, b Buddies, tree PETree, own, held *Snapshot) *Checkpointer {
+	c := NewCheckpointer(me, b, tree, own)
 	if held != nil {
 		c.Hold(held)
 	}
@@ -170,7 +203,7 @@ func (c *Checkpointer) Begin(e uint64, s *Snapshot) []Action {
 	c.epoch = e
 	s.Owner, s.Epoch = c.me, e
 	c.tentative[c.me] = s
-	c.stored = map[int32]bool{}
+	c.held, c.kidsDone = false, c.kidsDone[:0]
 	c.Bytes += uint64(len(s.App))
 	b := c.buddies.Of(c.me)
 	if c.next != nil {
@@ -190,24 +223,33 @@ func (c *Checkpointer) Receive(p *Packet) ([]Action, error) {
 	}
 	switch p.Kind {
 	case PktCkptData:
+		if m.Snap == nil {
+			return nil, fmt.Errorf("PE %d: checkpoint %d: a snapshot packet from PE %d without its snapshot", c.me, m.Epoch, p.From)
+		}
+		if want := c.heldOwner(); m.Snap.Owner != want {
+			return nil, fmt.Errorf("PE %d: checkpoint %d: given PE %d's snapshot, it holds PE %d's", c.me, m.Epoch, m.Snap.Owner, want)
+		}
 		c.tentative[m.Snap.Owner] = m.Snap
 		c.Bytes += uint64(len(m.Snap.App))
-		return []Action{{Kind: ActSend, Packet: Packet{Kind: PktCkptStored, From: c.me, To: 0, Ckpt: &CkptMsg{Epoch: m.Epoch, Owner: m.Snap.Owner}}}}, nil
+		c.held = true
+		return c.subtreeStored(), nil
 	case PktCkptStored:
-		if c.me != 0 {
-			return nil, fmt.Errorf("PE %d: a stored notice reached a PE that does not coordinate", c.me)
+		if !slices.Contains(c.children, p.From) {
+			return nil, fmt.Errorf("PE %d: checkpoint %d: a stored notice from PE %d, not a child of its in the tree over every PE", c.me, m.Epoch, p.From)
 		}
-		c.stored[m.Owner] = true
-		if len(c.stored) < int(c.n) {
-			return nil, nil
+		if slices.Contains(c.kidsDone, p.From) {
+			return nil, nil // said twice
 		}
-		c.decided = m.Epoch
-		out := make([]Action, 0, c.n)
-		for i := int32(0); i < c.n; i++ {
-			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktCkptCommit, From: c.me, To: i, Ckpt: &CkptMsg{Epoch: m.Epoch}}})
-		}
-		return out, nil
+		c.kidsDone = append(c.kidsDone, p.From)
+		return c.subtreeStored(), nil
 	case PktCkptCommit:
+		if from := c.parent; from < 0 && p.From != c.me || from >= 0 && p.From != from {
+			return nil, fmt.Errorf("PE %d: checkpoint %d: a commit from PE %d, not its parent in the tree over every PE", c.me, m.Epoch, p.From)
+		}
+		out := make([]Action, 0, len(c.children)+1)
+		for _, k := range c.children {
+			out = append(out, Action{Kind: ActSend, Packet: Packet{Kind: PktCkptCommit, From: c.me, To: k, Ckpt: &CkptMsg{Epoch: m.Epoch}}})
+		}
 		if c.next != nil {
 			// paired anew: the copies of the old pairs go
 			c.buddies, c.next = *c.next, nil
@@ -218,9 +260,31 @@ func (c *Checkpointer) Receive(p *Packet) ([]Action, error) {
 		}
 		c.tentative = map[int32]*Snapshot{}
 		c.last, c.epoch = m.Epoch, 0
-		return []Action{{Kind: ActCommitted}}, nil
+		return append(out, Action{Kind: ActCommitted}), nil
 	}
 	return nil, fmt.Errorf("PE %d: unknown checkpoint packet kind %d", c.me, p.Kind)
+}
+
+// heldOwner is the PE whose copy this PE holds in the epoch in progress.
+func (c *Checkpointer) heldOwner() int32 {
+	if c.next != nil {
+		return c.next.Held(c.me)
+	}
+	return c.buddies.Held(c.me)
+}
+
+// subtreeStored: once this PE stored the copy it holds and its children
+// said their subtrees did, it tells its parent; the coordinator then
+// commits the epoch (to itself first, which passes it down the tree).
+func (c *Checkpointer) subtreeStored() []Action {
+	if !c.held || len(c.kidsDone) < len(c.children) {
+		return nil
+	}
+	if c.parent >= 0 {
+		return []Action{{Kind: ActSend, Packet: Packet{Kind: PktCkptStored, From: c.me, To: c.parent, Ckpt: &CkptMsg{Epoch: c.epoch}}}}
+	}
+	c.decided = c.epoch
+	return []Action{{Kind: ActSend, Packet: Packet{Kind: PktCkptCommit, From: c.me, To: c.me, Ckpt: &CkptMsg{Epoch: c.epoch}}}}
 }
 
 // Abort drops an epoch in progress (a PE failed before the commit was
@@ -228,5 +292,5 @@ func (c *Checkpointer) Receive(p *Packet) ([]Action, error) {
 func (c *Checkpointer) Abort() {
 	c.epoch, c.next = 0, nil
 	c.tentative = map[int32]*Snapshot{}
-	c.stored = nil
+	c.held, c.kidsDone = false, c.kidsDone[:0]
 }

@@ -221,7 +221,7 @@ func TestCheckpointerRegroups(t *testing.T) {
 	require.NoError(t, err)
 	cks := make([]*Checkpointer, 4)
 	for i := range cks {
-		cks[i] = NewCheckpointer(int32(i), old, &Snapshot{Owner: int32(i)})
+		cks[i] = NewCheckpointer(int32(i), old, nil, &Snapshot{Owner: int32(i)})
 		cks[i].Hold(&Snapshot{Owner: old.Held(int32(i))})
 	}
 	run := func(epoch uint64, regroup bool) {

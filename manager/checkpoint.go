@@ -15,13 +15,15 @@ import (
 
 // A coordinated checkpoint (Charm++'s CkStartMemCheckpoint): the program
 // calls StartCheckpoint at a point where none of its messages is in flight
-// (a barrier, as LeanMD does). PE 0 starts an epoch; every PE packs its
-// chares and runtime records into a PESnapshot, and ftlayer's Checkpointer
-// runs the two phases — the snapshot goes to the PE's buddy, which tells
-// PE 0 it stored it; PE 0 commits everywhere — after which each PE keeps
-// its own and its neighbour's committed snapshot, and writes its own to the
-// checkpoint directory if there is one. Once every PE committed, PE 0
-// delivers the program's callback.
+// (a barrier, as LeanMD does). PE 0 starts an epoch; the take goes down
+// the spanning tree over every PE; every PE packs its chares and runtime
+// records into a PESnapshot, and ftlayer's Checkpointer runs the two
+// phases — the snapshot goes to the PE's buddy; the copies stored are
+// merged up the tree; PE 0 commits, down the tree — after which each PE
+// keeps its own and its neighbour's committed snapshot, and writes its own
+// to the checkpoint directory if there is one. The PEs' commits are merged
+// up the tree; once every PE committed, PE 0 delivers the program's
+// callback. No PE hears from more than its tree neighbours and its buddy.
 
 // SnapshotVersion is the version of PESnapshot's encoding. 4: the
 // protocol counters (ftlayer.GroupCounters) lost the fields of a reduction
@@ -121,15 +123,23 @@ type CkptPacketMsg struct {
 	App   []byte // PktCkptData: the encoded PESnapshot
 }
 
-// CkptDoneMsg tells PE 0 that a PE committed Epoch (and, with a
-// checkpoint directory, wrote File).
+// CkptDoneMsg tells a PE's parent in the tree over every PE that the PEs
+// of its subtree committed Epoch: it goes up once the PE and its
+// children's subtrees did, so PE 0 hears from its children alone.
 type CkptDoneMsg struct {
 	Epoch uint64
-	Bytes uint64
-	File  FileRecord
-	Err   string // writing to the checkpoint directory failed
+	Bytes uint64 // the subtree's snapshots, in all
+	// Done is, for each PE of the subtree, what it wrote and measured.
+	Done []PECommit
+}
+
+// PECommit is one PE's end of a checkpoint.
+type PECommit struct {
+	PE   int32
+	File FileRecord // with a checkpoint directory: the file it wrote
+	Err  string     `msgpack:",omitempty"` // writing to the checkpoint directory failed
 	// Volume is the payload bytes the PE sent each PE since its last
-	// commit (with Options.Regroup)
+	// commit (with Options.Regroup or Recluster)
 	Volume []uint64 `msgpack:",omitempty"`
 }
 
@@ -147,13 +157,13 @@ func init() {
 
 // ckptState is a PE's side of checkpointing; PE 0 also coordinates.
 type ckptState struct {
-	ck      *ftlayer.Checkpointer
-	epoch   uint64 // PE 0: the epoch in progress (0: none)
-	last    uint64 // PE 0: the last epoch started
-	start   time.Time
-	cb      Callback
-	queued  []Callback // PE 0: checkpoints asked for while one runs
-	done    int
+	ck     *ftlayer.Checkpointer
+	epoch  uint64 // PE 0: the epoch in progress (0: none)
+	last   uint64 // PE 0: the last epoch started
+	start  time.Time
+	cb     Callback
+	queued []Callback // PE 0: checkpoints asked for while one runs
+
 	bytes   uint64
 	files   []FileRecord // PE 0: each PE's file of the epoch
 	errs    []string
@@ -175,6 +185,17 @@ type ckptState struct {
 	// with Options.Recluster: the dendrogram the epoch in progress
 	// brought (every PE)
 	nextClusters *mcml.Dendrogram
+	// up is the commits of this PE's subtree gathered so far
+	up ckptGather
+}
+
+// ckptGather merges the commits of a PE's subtree of the tree over every
+// PE for one epoch: its own and each child's subtree's.
+type ckptGather struct {
+	epoch uint64
+	own   bool
+	kids  int
+	msg   CkptDoneMsg
 }
 
 // StartCheckpoint asks for a coordinated checkpoint; cb receives
@@ -185,7 +206,7 @@ func (m *Manager) StartCheckpoint(cb Callback) {
 
 func (m *Manager) checkpointer() *ftlayer.Checkpointer {
 	if m.ckpt.ck == nil {
-		m.ckpt.ck = ftlayer.NewCheckpointer(int32(m.Me()), m.Buddies(), &ftlayer.Snapshot{Owner: int32(m.Me())})
+		m.ckpt.ck = ftlayer.NewCheckpointer(int32(m.Me()), m.Buddies(), m.everyPE(), &ftlayer.Snapshot{Owner: int32(m.Me())})
 	}
 	return m.ckpt.ck
 }
@@ -197,7 +218,7 @@ func (m *Manager) onCkptStart(msg *CkptStartMsg) {
 		return
 	}
 	c.last++
-	c.epoch, c.cb, c.done, c.bytes, c.errs, c.start = c.last, msg.Callback, 0, 0, nil, time.Now()
+	c.epoch, c.cb, c.bytes, c.errs, c.start = c.last, msg.Callback, 0, nil, time.Now()
 	c.files = make([]FileRecord, m.NumPEs())
 	// Snapshots are taken once nothing is in flight anywhere — the
 	// program's messages (it asked at a barrier) but also the runtime's
@@ -237,12 +258,15 @@ func (m *Manager) ckptQuiescent(epoch uint64) {
 		take.Clusters = joins
 	}
 	m.ckpt.rows = nil
-	for p := 0; p < m.NumPEs(); p++ {
-		m.sendSys(p, tCkptTake, take)
-	}
+	// down the tree over every PE, from PE 0 itself (onCkptTake). A PE
+	// lost while snapshots are taken rolls every PE back to the last
+	// committed checkpoint, so a relay lost with its subtree's take is
+	// not waited for.
+	m.sendSys(m.Me(), tCkptTake, take)
 }
 
 func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
+	m.relayDown(tCkptTake, func() any { cp := *msg; return &cp })
 	m.PE.RecordPhase(fmt.Sprintf("checkpoint %d", msg.Epoch), true)
 	m.ckpt.nextTeams, m.ckpt.nextClusters = nil, nil
 	if msg.Clusters != nil {
@@ -367,46 +391,86 @@ func (m *Manager) committed() {
 	}
 	ck := m.checkpointer()
 	own := ck.Committed(int32(m.Me()))
-	done := &CkptDoneMsg{Epoch: ck.LastCommitted(), Bytes: uint64(len(own.App))}
+	mine := PECommit{PE: int32(m.Me())}
 	if m.measures() {
-		done.Volume = m.ft.TakeVolume()
-		if done.Volume == nil {
-			done.Volume = make([]uint64, m.NumPEs()) // measured: nothing sent
+		mine.Volume = m.ft.TakeVolume()
+		if mine.Volume == nil {
+			mine.Volume = make([]uint64, m.NumPEs()) // measured: nothing sent
 		}
 	}
 	if dir := m.opt.CheckpointDir; dir != "" {
 		var err error
-		if done.File, err = writeSnapshot(dir, m.Me(), own.Epoch, own.App); err != nil {
-			done.Err = err.Error()
+		if mine.File, err = writeSnapshot(dir, m.Me(), own.Epoch, own.App); err != nil {
+			mine.Err = err.Error()
 		}
 	}
-	m.sendSys(0, tCkptDone, done)
+	m.ckptGathered(&CkptDoneMsg{Epoch: ck.LastCommitted(), Bytes: uint64(len(own.App)), Done: []PECommit{mine}}, true)
 }
 
 func (m *Manager) onCkptDone(env *pe.Envelope) {
-	msg := env.Payload.(*CkptDoneMsg)
+	m.ckptGathered(env.Payload.(*CkptDoneMsg), false)
+}
+
+// ckptGathered merges this PE's commit (own) or a tree child's subtree's
+// into what goes up: once it has its own and its children's, the
+// subtree's goes to its parent in the tree over every PE; on PE 0 the
+// checkpoint is complete.
+func (m *Manager) ckptGathered(msg *CkptDoneMsg, own bool) {
+	g := &m.ckpt.up
+	if g.epoch != msg.Epoch {
+		// a new epoch (one checkpoint at a time: a rollback starts
+		// every PE with a new manager)
+		*g = ckptGather{epoch: msg.Epoch, msg: CkptDoneMsg{Epoch: msg.Epoch}}
+	}
+	if own {
+		g.own = true
+	} else {
+		g.kids++
+	}
+	g.msg.Bytes += msg.Bytes
+	g.msg.Done = append(g.msg.Done, msg.Done...)
+	if !g.own || g.kids < len(m.everyPE().Children(m.Me(), m.kids[:0])) {
+		return
+	}
+	up := g.msg
+	*g = ckptGather{epoch: msg.Epoch}
+	if m.Me() != 0 {
+		m.sendSys(m.everyPE().Parent(m.Me()), tCkptDone, &up)
+		return
+	}
+	m.ckptComplete(&up)
+}
+
+// ckptComplete: every PE committed the epoch (PE 0).
+func (m *Manager) ckptComplete(msg *CkptDoneMsg) {
 	c := &m.ckpt
 	if msg.Epoch != c.epoch {
 		return
 	}
-	c.done++
+	if len(msg.Done) != m.NumPEs() {
+		m.Fail(fmt.Errorf("checkpoint %d: %d PEs reported their commit, not %d", c.epoch, len(msg.Done), m.NumPEs()))
+		return
+	}
 	c.bytes += msg.Bytes
-	c.files[env.Src] = msg.File
-	if msg.Volume != nil && m.measures() {
-		if len(msg.Volume) != m.NumPEs() {
-			m.Fail(fmt.Errorf("checkpoint %d: PE %d reported its volume to %d PEs, not %d", c.epoch, env.Src, len(msg.Volume), m.NumPEs()))
+	for _, d := range msg.Done {
+		if d.PE < 0 || int(d.PE) >= m.NumPEs() {
+			m.Fail(fmt.Errorf("checkpoint %d: a commit of PE %d of %d", c.epoch, d.PE, m.NumPEs()))
 			return
 		}
-		if c.rows == nil {
-			c.rows = make([][]uint64, m.NumPEs())
+		c.files[d.PE] = d.File
+		if d.Volume != nil && m.measures() {
+			if len(d.Volume) != m.NumPEs() {
+				m.Fail(fmt.Errorf("checkpoint %d: PE %d reported its volume to %d PEs, not %d", c.epoch, d.PE, len(d.Volume), m.NumPEs()))
+				return
+			}
+			if c.rows == nil {
+				c.rows = make([][]uint64, m.NumPEs())
+			}
+			c.rows[d.PE] = d.Volume
 		}
-		c.rows[env.Src] = msg.Volume
-	}
-	if msg.Err != "" {
-		c.errs = append(c.errs, msg.Err)
-	}
-	if c.done < m.NumPEs() {
-		return
+		if d.Err != "" {
+			c.errs = append(c.errs, d.Err)
+		}
 	}
 	if len(c.errs) > 0 {
 		m.Fail(fmt.Errorf("checkpoint %d: %s", c.epoch, c.errs[0]))
@@ -650,7 +714,7 @@ func (m *Manager) onRestore(msg *RestoreMsg) {
 	if msg.Prev != nil {
 		held = &ftlayer.Snapshot{Owner: m.Buddies().Held(me), Epoch: s.Epoch, App: msg.Prev}
 	}
-	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, m.Buddies(), own, held)
+	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, m.Buddies(), m.everyPE(), own, held)
 	m.ckpt.last = s.Epoch
 	m.rec.base = s.Epoch
 }

@@ -201,7 +201,7 @@ func TestRecoverMsgNamesACopyNotHeld(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := &Manager{PE: node.PE(1)}
 			m.rec.base = tt.base
-			m.ckpt.ck = ftlayer.RestoredCheckpointer(1, b, own, tt.held)
+			m.ckpt.ck = ftlayer.RestoredCheckpointer(1, b, nil, own, tt.held)
 			rm := m.ownRecoverMsg(y)
 			require.Equal(t, tt.wantOwn, rm.Own != nil)
 			require.Equal(t, tt.missingFrom, rm.MissingFrom)

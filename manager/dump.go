@@ -60,7 +60,10 @@ func (m *Manager) Describe(w io.Writer) {
 		fmt.Fprintf(w, "  asked for %s\n", qdTagName(tag, m.Me()))
 	}
 	if c := &m.ckpt; c.epoch != 0 || len(c.queued) > 0 || len(c.pending) > 0 {
-		fmt.Fprintf(w, "  checkpoint %d in progress: %d of %d PEs committed; %d more asked for; %d packets of a later epoch held\n", c.epoch, c.done, m.NumPEs(), len(c.queued), len(c.pending))
+		fmt.Fprintf(w, "  checkpoint %d in progress: %d more asked for; %d packets of a later epoch held\n", c.epoch, len(c.queued), len(c.pending))
+	}
+	if g := &m.ckpt.up; g.own || g.kids > 0 {
+		fmt.Fprintf(w, "  checkpoint %d's commits: this PE's %v, %d of %d tree children's subtrees\n", g.epoch, g.own, g.kids, len(m.everyPE().Children(m.Me(), nil)))
 	}
 	if rb := m.rb; rb != nil {
 		fmt.Fprintf(w, "  rolling back: told %v, offers in %d, plan %v, own snapshot %v, neighbour's %v; %d messages kept until it restored\n",

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -350,31 +351,41 @@ func (m *Manager) qdAnswer() {
 // finished, so every PE reports its own (Pending). If there is none, then
 // runs; otherwise the run fails with a QuietError naming the first piece
 // and holding every PE's description. A nil then fails the run either
-// way: it went quiet before the program ended it.
+// way: it went quiet before the program ended it. The question goes down
+// the spanning tree over every PE and the answers are merged up it.
 func (m *Manager) CheckQuiet(then func()) {
-	m.quiet = quietCheck{asked: true, then: then, pending: make([][]string, m.NumPEs()), waits: make([][]string, m.NumPEs()), dumps: make([]string, m.NumPEs())}
-	for p := 0; p < m.NumPEs(); p++ {
-		m.PE.Send(p, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{All: then == nil}})
-	}
+	q := &m.quiet
+	q.round++
+	q.asked, q.then = true, then
+	q.own, q.kids, q.in = false, 0, nil
+	m.PE.Send(m.Me(), &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{Round: q.round, All: then == nil}})
 }
 
-// StrandedMsg asks a PE for its unfinished work (Reply: here it is, and
-// its description if there is any).
+// StrandedMsg asks a PE for its unfinished work, or (Reply) answers for
+// the PEs of a subtree of the tree over every PE.
 type StrandedMsg struct {
-	All     bool // describe the PE even with nothing unfinished, and what its elements wait for
+	Round   uint64 // PE 0's question it asks or answers
+	All     bool   // describe the PE even with nothing unfinished, and what its elements wait for
 	Reply   bool
+	Answers []StrandedAnswer `msgpack:",omitempty"`
+}
+
+// StrandedAnswer is one PE's unfinished work, and its description if
+// there is any.
+type StrandedAnswer struct {
+	PE      int32
 	Pending []string `msgpack:",omitempty"`
 	Waits   []string `msgpack:",omitempty"`
 	Dump    string   `msgpack:",omitempty"`
 }
 
 type quietCheck struct {
-	asked   bool
-	then    func() // nil: the run fails whatever is pending
-	replies int
-	pending [][]string
-	waits   [][]string
-	dumps   []string
+	asked bool   // PE 0: a question is out
+	then  func() // nil: the run fails whatever is pending
+	round uint64 // PE 0: the last question; every PE: the one it gathers
+	own   bool   // this PE's answer is in
+	kids  int    // its tree children's subtrees' answers in
+	in    []StrandedAnswer
 }
 
 // QuietError ends a run that went quiet with work unfinished, or before
@@ -418,46 +429,70 @@ func (e *QuietError) Error() string {
 
 func (m *Manager) onStranded(env *pe.Envelope) {
 	s := env.Payload.(*StrandedMsg)
-	if !s.Reply {
-		r := &StrandedMsg{Reply: true, Pending: m.Pending()}
-		if s.All {
-			r.Waits = m.Waits()
+	q := &m.quiet
+	if s.Round != q.round {
+		if s.Reply || s.Round < q.round {
+			return // an answer to an older question
 		}
-		if len(r.Pending) > 0 || s.All {
+		q.round, q.own, q.kids, q.in = s.Round, false, 0, nil
+	}
+	if !s.Reply {
+		m.relayDown(tStranded, func() any { cp := *s; return &cp })
+		a := StrandedAnswer{PE: int32(m.Me()), Pending: m.Pending()}
+		if s.All {
+			a.Waits = m.Waits()
+		}
+		if len(a.Pending) > 0 || s.All {
 			var b strings.Builder
 			m.Describe(&b)
-			r.Dump = b.String()
+			a.Dump = b.String()
 		}
-		m.PE.Send(0, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: r})
+		q.own = true
+		q.in = append(q.in, a)
+	} else {
+		q.kids++
+		q.in = append(q.in, s.Answers...)
+	}
+	if !q.own || q.kids < len(m.everyPE().Children(m.Me(), m.kids[:0])) {
 		return
 	}
-	q := &m.quiet
+	answers := q.in
+	q.own, q.kids, q.in = false, 0, nil
+	if m.Me() != 0 {
+		m.PE.Send(m.everyPE().Parent(m.Me()), &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{Round: s.Round, Reply: true, Answers: answers}})
+		return
+	}
 	if !q.asked {
 		return
 	}
-	q.pending[env.Src], q.waits[env.Src], q.dumps[env.Src] = s.Pending, s.Waits, s.Dump
-	if q.replies++; q.replies < m.NumPEs() {
-		return
+	m.quietAnswered(answers)
+}
+
+// quietAnswered: every PE answered PE 0's question (CheckQuiet).
+func (m *Manager) quietAnswered(answers []StrandedAnswer) {
+	q := &m.quiet
+	slices.SortFunc(answers, func(a, b StrandedAnswer) int { return cmp.Compare(a.PE, b.PE) })
+	var all, waits, dumps []string
+	for _, a := range answers {
+		all = append(all, a.Pending...)
+		waits = append(waits, a.Waits...)
+		dumps = append(dumps, a.Dump)
 	}
 	then := q.then
 	q.asked, q.then = false, nil
-	var all []string
-	for _, p := range q.pending {
-		all = append(all, p...)
-	}
 	switch {
 	case then == nil:
-		e := &QuietError{Unended: true, State: strings.Join(q.dumps, "")}
+		e := &QuietError{Unended: true, State: strings.Join(dumps, "")}
 		if len(all) > 0 {
 			e.First, e.More = MostTelling(all), len(all)-1
 		}
-		if waits := slices.Concat(q.waits...); len(waits) > 0 {
+		if len(waits) > 0 {
 			e.Waiting, e.MoreWaiting = waits[0], len(waits)-1
 		}
 		m.Fail(e)
 	case len(all) == 0:
 		then()
 	default:
-		m.Fail(&QuietError{First: MostTelling(all), More: len(all) - 1, State: strings.Join(q.dumps, "")})
+		m.Fail(&QuietError{First: MostTelling(all), More: len(all) - 1, State: strings.Join(dumps, "")})
 	}
 }

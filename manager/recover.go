@@ -336,7 +336,7 @@ func (m *Manager) restoreLocal(s *PESnapshot, raw []byte) error {
 	}
 	me := int32(m.Me())
 	held := m.checkpointer().Committed(m.Buddies().Held(me)) // a copy HeldCopyMsg brought first
-	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, m.Buddies(), &ftlayer.Snapshot{Owner: me, Epoch: s.Epoch, App: raw}, held)
+	m.ckpt.ck = ftlayer.RestoredCheckpointer(me, m.Buddies(), m.everyPE(), &ftlayer.Snapshot{Owner: me, Epoch: s.Epoch, App: raw}, held)
 	m.ckpt.last = s.Epoch
 	return nil
 }

@@ -81,6 +81,23 @@ func TestManyProcesses(t *testing.T) {
 			require.LessOrEqual(t, p.Cost.DataLinks, bound, "process %d", p.Rank)
 		}
 	})
+	jacobi := programs.Build(t, "../../examples/jacobi2d", "jacobi2d")
+	t.Run("checkpoints on 16 processes: process 0 links to its tree neighbours and its buddy", func(t *testing.T) {
+		// A checkpoint's take and commit go down the tree over every
+		// PE, and the PEs' stored copies and commits are merged up it:
+		// process 0 links to its children (ranks 1 to 8) and to the
+		// process whose copy it holds (15); the blocks' neighbours (1 and
+		// 4) are among them. Sent flat, it linked to all 15.
+		var out, errb bytes.Buffer
+		js := filepath.Join(t.TempDir(), "summary.json")
+		code := run([]string{"++n", "16", "++ppn", "1", "--watchdog", "60s", "--summary-json", js, jacobi, "-blocks", "4", "-size", "8", "-iters", "40", "--ckpt-period", "10"}, &out, &errb)
+		require.Equal(t, 0, code, errb.String())
+		require.Contains(t, out.String(), "checkpoints:    3,")
+		s := readSummary(t, js)
+		require.Len(t, s.Layout.Processes, 16)
+		require.Equal(t, 0, s.Layout.Processes[0].Rank)
+		require.LessOrEqual(t, s.Layout.Processes[0].Cost.DataLinks, 9)
+	})
 	if os.Getenv("FT_LONG") == "" {
 		return
 	}

@@ -309,8 +309,12 @@ func (s *SPMD) Send(to int32, name *pe.MsgName, env *pe.Envelope) (*pe.FTHeader,
 		s.vol[to] += uint64(size)
 	}
 	phase := s.phase
-	if env.FT != nil && env.FT.Name != nil && env.FT.Name == name && env.FT.CSN > 0 {
-		phase = env.FT.SSN // (CSN 0: a name the runtime kept, not a hop's)
+	if env.FT != nil && env.FT.CSN > 0 && (env.FT.Name != nil && env.FT.Name == name || env.Kind == KindSystem) {
+		// a hop passed on keeps its phase (CSN 0: a name the runtime
+		// kept, not a hop's), the runtime's relay of its own message
+		// down a tree too, named or not: what it carries depends on
+		// that message alone
+		phase = env.FT.SSN
 	}
 	if name != nil {
 		phase = s.atMostFirstPhase(name, phase)

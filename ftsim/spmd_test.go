@@ -205,6 +205,38 @@ func TestSPMDTeamsThatRecoveredTogetherFailAgainTogether(t *testing.T) {
 	}
 }
 
+// Found by random runs of two failures (8 PEs in teams of 2, about one
+// run in 40 stalled since the runtime's own messages went down the
+// spanning tree): a PE passing a collection's creation on to its
+// children sent it as a message of its own, stamped with its own phase,
+// higher than the broadcasts to the new collection that it passed on
+// with their maker's. Recovering, it held the creation behind a
+// survivor's orphan of a lower phase — a broadcast it could make again
+// only once it had the collection. A relay now keeps the phase of the
+// message it passes on.
+func TestSPMDRelayedCreationKeepsItsPhase(t *testing.T) {
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	for _, c := range []struct {
+		seed  uint64
+		kills []chare.Kill
+	}{
+		{16, []chare.Kill{{PE: 3, Step: -1, Event: 198}, {PE: 3, Step: -1, Event: 220}}},
+		{20, []chare.Kill{{PE: 2, Step: -1, Event: 379}, {PE: 4, Step: -1, Event: 426}}},
+		{24, []chare.Kill{{PE: 5, Step: -1, Event: 304}, {PE: 3, Step: -1, Event: 334}}},
+		{29, []chare.Kill{{PE: 3, Step: -1, Event: 222}, {PE: 1, Step: -1, Event: 261}}},
+		{36, []chare.Kill{{PE: 2, Step: -1, Event: 393}, {PE: 0, Step: -1, Event: 452}}},
+	} {
+		cfg := chare.Config{PEs: 8, FT: "spmd", Teams: "2", Branching: 2}
+		free := Run(Mix, args, cfg, c.seed)
+		require.NoError(t, free.Err)
+		cfg.Kills = c.kills
+		res := Run(Mix, args, cfg, c.seed)
+		require.False(t, Unfired(res), "seed %d: both failures happen", c.seed)
+		require.NoError(t, res.Err, "seed %d, kills %v", c.seed, c.kills)
+		require.Equal(t, mixLogs(t, free), mixLogs(t, res), "seed %d, kills %v", c.seed, c.kills)
+	}
+}
+
 // teamKills: PE first fails, and PE second after more events (0: at the
 // same moment).
 type teamKills struct{ first, second, after int }

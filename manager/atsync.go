@@ -276,11 +276,22 @@ func (m *Manager) planDecided(c *Collection, plan *PlanMsg) {
 }
 
 // relayDown passes a message of PE 0's on to this PE's children in the
-// tree over every PE, each with a copy of payload that mk makes.
+// tree over every PE, each with a copy of payload that mk makes. Each
+// copy goes with the header of the message being handled: it passes that
+// message on (the hook names and orders it as what it is, PE 0's, not as
+// a message of this PE's own, which would depend on everything this PE
+// handled before: under spmd a recovering PE then held a collection's
+// creation behind an orphan that the creation itself let it make again,
+// a broadcast to the new collection).
 func (m *Manager) relayDown(typ uint32, mk func() any) {
 	m.kids = m.everyPE().Children(m.Me(), m.kids[:0])
 	for _, k := range m.kids {
-		m.sendSys(k, typ, mk())
+		env := &pe.Envelope{Type: typ, Kind: pe.KindSystem, Payload: mk()}
+		if m.passing != nil {
+			h := *m.passing
+			env.FT = &h
+		}
+		m.send(k, env)
 	}
 }
 

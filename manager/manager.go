@@ -172,6 +172,10 @@ type Manager struct {
 	// for a PE's children in it
 	allPEs *Tree
 	kids   []int
+	// passing is the header of the system message being handled: what
+	// relayDown passes on down the tree is that message, not one this PE
+	// makes (a protocol that orders by phases keeps its hop's)
+	passing *pe.FTHeader
 
 	pendingColl map[uint32][]pe.Envelope
 	pendingSec  map[uint64][]pe.Envelope
@@ -482,6 +486,8 @@ func (m *Manager) Idle(p *pe.PE) {
 }
 
 func (m *Manager) handleSys(env *pe.Envelope) {
+	m.passing = env.FT
+	defer func() { m.passing = nil }()
 	switch env.Type {
 	case tCreate:
 		m.onCreateMsg(env.Payload.(*CreateMsg))

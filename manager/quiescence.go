@@ -437,7 +437,11 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 		q.round, q.own, q.kids, q.in = s.Round, false, 0, nil
 	}
 	if !s.Reply {
-		m.relayDown(tStranded, func() any { cp := *s; return &cp })
+		// (as the answers: not stamped or counted, the run being over)
+		for _, k := range m.everyPE().Children(m.Me(), m.kids[:0]) {
+			cp := *s
+			m.PE.Send(k, &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &cp})
+		}
 		a := StrandedAnswer{PE: int32(m.Me()), Pending: m.Pending()}
 		if s.All {
 			a.Waits = m.Waits()

@@ -1,9 +1,13 @@
 package chare_test
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/charmgo/charmgo/chare"
+	"github.com/charmgo/charmgo/ftlayer"
+	"github.com/charmgo/charmgo/manager"
+	"github.com/charmgo/charmgo/pe"
 	"github.com/stretchr/testify/require"
 )
 
@@ -78,4 +82,50 @@ func TestInsertionsRacingDoneInserting(t *testing.T) {
 			require.Equal(t, total*(total-1)/2, insOut, "every inserted element counted")
 		}
 	}
+}
+
+// DoneInserting's question, the counts and the totals travel the spanning
+// tree over every PE: each PE sends them to its tree neighbours alone
+// (flat, PE 0 asked every PE and heard from every PE, a vector of every
+// PE's counts each), and the elements are all counted.
+func TestDoneInsertingTravelsTheTree(t *testing.T) {
+	for _, c := range []struct{ pes, branching int }{{17, 2}, {23, 4}} {
+		var mu sync.Mutex
+		sent := map[[2]int]int{}
+		cfg := chare.Config{PEs: c.pes, Branching: c.branching, FT: "camel"}
+		cfg.WrapHook = func(me int, h ftlayer.Hook, _ ftlayer.Trees) ftlayer.Hook {
+			return &sendsOf{Wrapper: ftlayer.Wrapper{Hook: h}, me: me, typ: "mgr.doneInserting", mu: &mu, sent: sent}
+		}
+		insOut = -1
+		res := chare.Run(insMain, cfg)
+		require.NoError(t, res.Err)
+		total := int64(c.pes * insPerPE)
+		require.Equal(t, total*(total-1)/2, insOut, "every inserted element counted")
+		tree := manager.PETreeIn(c.pes, 0, c.branching, manager.Layout{PEs: c.pes, Procs: 1})
+		near := func(a, b int) bool { return a != 0 && tree.Parent(a) == b || b != 0 && tree.Parent(b) == a }
+		require.NotEmpty(t, sent)
+		for e, n := range sent {
+			require.True(t, e[0] == e[1] || near(e[0], e[1]), "%d PEs, branching %d: PE %d sent DoneInserting's messages to PE %d, not a tree neighbour", c.pes, c.branching, e[0], e[1])
+			require.LessOrEqual(t, n, 2, "PE %d to PE %d: the question and the totals down, or the counts up", e[0], e[1])
+		}
+	}
+}
+
+// sendsOf counts the messages of one type a PE sends, by sender and
+// destination.
+type sendsOf struct {
+	ftlayer.Wrapper
+	me   int
+	typ  string
+	mu   *sync.Mutex
+	sent map[[2]int]int
+}
+
+func (h *sendsOf) Send(dst int, role ftlayer.Role, g, num uint64, first bool, env *pe.Envelope) error {
+	if pe.TypeName(env.Type) == h.typ {
+		h.mu.Lock()
+		h.sent[[2]int{h.me, dst}]++
+		h.mu.Unlock()
+	}
+	return h.Wrapper.Send(dst, role, g, num, first, env)
 }

@@ -91,8 +91,11 @@ type Collection struct {
 	insRecv    uint32   // insertions this PE received
 	doneKnown  bool
 	doneExpect uint32
-	doneSum    []uint32 // the caller: insertions sent to each PE, in all
-	doneAsked  int
+	// DoneInserting's counts of this PE's subtree, by PE they were sent
+	// to: its own in, and how many of its children's
+	insUp      map[int32]uint32
+	insOwn     bool
+	insKids    int
 	bcastHeld  []pe.Envelope // broadcasts that came before this PE's insertions were all in
 	countsSent bool
 

@@ -5,7 +5,9 @@ package manager
 // after which reductions know their contributor counts.
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/charmgo/charmgo/pe"
 )
@@ -75,12 +77,13 @@ func (m *Manager) onInsert(env *pe.Envelope) {
 // made for it. Every PE therefore reports how many insertions it sent
 // to each PE, and a PE is done once it received as many as were sent to
 // it (insertions made before DoneInserting was called are all counted:
-// their PEs made them before they answer).
+// their PEs made them before they answer). The question goes down the
+// spanning tree over every PE (from PE 0, which a caller elsewhere asks
+// first); the counts are summed up it, each subtree's by destination
+// PE, nonzero ones alone; and each PE's total comes down it, a subtree's
+// totals to its root. No PE hears from more than its tree neighbours.
 func (m *Manager) DoneInserting(c *Collection) {
-	c.doneAsked, c.doneSum = 0, make([]uint32, m.NumPEs())
-	for p := 0; p < m.NumPEs(); p++ {
-		m.send(p, &pe.Envelope{Type: tDone, Kind: pe.KindSystem, Coll: c.ID, Payload: &DoneInsertingMsg{Coll: c.ID}})
-	}
+	m.sendSys(0, tDone, &DoneInsertingMsg{Coll: c.ID})
 }
 
 func (m *Manager) onDoneInserting(env *pe.Envelope) {
@@ -91,31 +94,88 @@ func (m *Manager) onDoneInserting(env *pe.Envelope) {
 	}
 	switch d.Step {
 	case 0:
-		sent := c.insSent
-		if sent == nil {
-			sent = make([]uint32, m.NumPEs())
-		}
-		m.sendSys(int(env.Src), tDone, &DoneInsertingMsg{Coll: c.ID, Step: 1, Sent: sent})
+		m.relayDown(tDone, func() any { return &DoneInsertingMsg{Coll: c.ID} })
+		m.insertsCounted(c, true, c.insSent, nil)
 	case 1:
-		if len(d.Sent) != m.NumPEs() || c.doneSum == nil {
-			m.failf("DoneInserting %s: a count of %d PEs from PE %d", c.Name, len(d.Sent), env.Src)
-			return
-		}
-		for p, n := range d.Sent {
-			c.doneSum[p] += n
-		}
-		if c.doneAsked++; c.doneAsked == m.NumPEs() {
-			for p := 0; p < m.NumPEs(); p++ {
-				m.sendSys(p, tDone, &DoneInsertingMsg{Coll: c.ID, Step: 2, Expect: c.doneSum[p]})
-			}
-		}
+		m.insertsCounted(c, false, nil, d.Counts)
 	case 2:
 		if c.doneInserting {
 			return
 		}
-		c.doneExpect, c.doneKnown = d.Expect, true
-		m.maybeDoneInserting(c)
+		m.insertTotals(c, d.Counts)
 	}
+}
+
+// insertsCounted adds this PE's insertions (mine: sent, by PE) or a
+// tree child's subtree's (kid) to what its subtree sent; once it has its own
+// and its children's, they go up to its parent, and on PE 0 the totals
+// come down.
+func (m *Manager) insertsCounted(c *Collection, mine bool, sent []uint32, kid []InsertCount) {
+	if c.insUp == nil {
+		c.insUp = map[int32]uint32{}
+	}
+	if mine {
+		c.insOwn = true
+		for p, n := range sent {
+			if n > 0 {
+				c.insUp[int32(p)] += n
+			}
+		}
+	} else {
+		c.insKids++
+	}
+	for _, k := range kid {
+		if k.PE < 0 || int(k.PE) >= m.NumPEs() {
+			m.failf("DoneInserting %s: a count of insertions sent to PE %d of %d", c.Name, k.PE, m.NumPEs())
+			return
+		}
+		c.insUp[k.PE] += k.N
+	}
+	if !c.insOwn || c.insKids < len(m.everyPE().Children(m.Me(), m.kids[:0])) {
+		return
+	}
+	counts := make([]InsertCount, 0, len(c.insUp))
+	for p, n := range c.insUp {
+		counts = append(counts, InsertCount{PE: p, N: n})
+	}
+	slices.SortFunc(counts, func(a, b InsertCount) int { return cmp.Compare(a.PE, b.PE) })
+	c.insUp, c.insOwn, c.insKids = nil, false, 0
+	if m.Me() != 0 {
+		m.sendSys(m.everyPE().Parent(m.Me()), tDone, &DoneInsertingMsg{Coll: c.ID, Step: 1, Counts: counts})
+		return
+	}
+	m.insertTotals(c, counts)
+}
+
+// insertTotals takes, of the insertions sent to each PE of this PE's
+// subtree (by PE, ascending), its own count, and passes each child its
+// subtree's.
+func (m *Manager) insertTotals(c *Collection, totals []InsertCount) {
+	tree := m.everyPE()
+	var sub []int
+	for _, k := range tree.Children(m.Me(), nil) {
+		sub = tree.Subtree(k, sub[:0])
+		slices.Sort(sub)
+		var theirs []InsertCount
+		i := 0
+		for _, t := range totals {
+			for i < len(sub) && sub[i] < int(t.PE) {
+				i++
+			}
+			if i < len(sub) && sub[i] == int(t.PE) {
+				theirs = append(theirs, t)
+			}
+		}
+		m.sendSys(k, tDone, &DoneInsertingMsg{Coll: c.ID, Step: 2, Counts: theirs})
+	}
+	var expect uint32
+	for _, t := range totals {
+		if int(t.PE) == m.Me() {
+			expect = t.N
+		}
+	}
+	c.doneExpect, c.doneKnown = expect, true
+	m.maybeDoneInserting(c)
 }
 
 // maybeDoneInserting ends this PE's insertion phase once every insertion

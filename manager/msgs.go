@@ -191,12 +191,19 @@ type InsertMsg struct {
 // DoneInsertingMsg ends the insertion phase of a sparse array on every PE.
 type DoneInsertingMsg struct {
 	Coll uint32
-	// Step: 0 asks a PE for its counts, 1 is a PE's answer (Sent: the
-	// insertions it sent to each PE), 2 tells a PE how many insertions
-	// were sent to it in all (Expect): it is done once it received them.
+	// Step: 0 asks a PE for its counts (down the tree over every PE),
+	// 1 is a subtree's answer (Counts: the insertions its PEs sent, by
+	// destination), 2 tells the PEs of a subtree how many insertions were
+	// sent to each (Counts; a PE not listed: none): a PE is done once it
+	// received them.
 	Step   uint8
-	Sent   []uint32
-	Expect uint32
+	Counts []InsertCount `msgpack:",omitempty"`
+}
+
+// InsertCount is a number of insertions sent to a PE.
+type InsertCount struct {
+	PE int32
+	N  uint32
 }
 
 // CountMsg carries a subtree's contributor count to the tree parent once

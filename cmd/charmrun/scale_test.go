@@ -79,6 +79,11 @@ func TestManyProcesses(t *testing.T) {
 				bound = 8
 			}
 			require.LessOrEqual(t, p.Cost.DataLinks, bound, "process %d", p.Rank)
+			// the start (the list of the job's processes and the start
+			// itself, each passed down the tree) and the end go to the
+			// children alone: process 0 sent the list and the start to
+			// all 15 (30 messages with the end's)
+			require.LessOrEqual(t, p.Cost.ControlSent-p.Cost.HeartbeatsSent, uint64(3*8+1), "process %d: control messages besides heartbeats", p.Rank)
 		}
 	})
 	jacobi := programs.Build(t, "../../examples/jacobi2d", "jacobi2d")

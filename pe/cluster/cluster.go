@@ -250,9 +250,9 @@ type ctlKind uint8
 
 const (
 	ctlJoin           ctlKind = iota + 1 // → the steward (rank 0 at the start): Member
-	ctlMembers                           // the steward → all (at the start) or a replacement: Members
-	ctlReady                             // → the steward: data links up
-	ctlStart                             // rank 0 → all
+	ctlMembers                           // the steward → a replacement, or rank 0 → its children in the tree at the start, each passing it on (Code: the steward plus one): Members
+	ctlReady                             // a replacement → the steward: data links up; at the start, a process → its parent in the tree: it and its subtree (Code: how many) have the list
+	ctlStart                             // rank 0 → its children in the tree, each passing it on
 	ctlStop                              // any → its neighbours in the tree, each passing it on: the run ended (Code, Err; Orig, Gone)
 	ctlResult                            // → rank 0: this process's statistics (Data)
 	ctlRelease                           // rank 0 → its children in the tree, each passing it on: results in, go
@@ -418,6 +418,13 @@ func (j *Job) join(deadline time.Time) error {
 		for r, mm := range j.members {
 			j.pids[r] = actor.NewPID(mm.Control, actorName)
 		}
+		if cfg.Incarnation == 0 {
+			// at the start, down the tree: the children have it from here
+			_, children := treeNeighbours(cfg.Procs, cfg.Rank, func(int) bool { return false })
+			for _, c := range children {
+				j.send(c, control{Kind: ctlMembers, Members: j.members, Gen: m.Gen, Code: 1})
+			}
+		}
 		j.steward = m.From
 		if m.Code > 0 && m.Code <= cfg.Procs {
 			// the list from a process that took this one for the steward
@@ -458,23 +465,43 @@ func (j *Job) join(deadline time.Time) error {
 		j.log.Debug("rejoined", zap.Int("incarnation", cfg.Incarnation), zap.Uint64("generation", j.gen.Load()))
 		return nil
 	}
-	if cfg.Rank == 0 {
-		for got := 1; got < cfg.Procs; got++ {
-			if _, err := j.await(deadline, ctlReady, fmt.Sprintf("the data connections of %d more processes", cfg.Procs-got)); err != nil {
-				return err
-			}
+	// The start barrier, along the tree over the processes (none is lost
+	// yet): a process tells its parent once it and every process below it
+	// has the list; process 0, once its children did, starts the job, and
+	// each process passes the start on to its children.
+	parent, children := treeNeighbours(cfg.Procs, cfg.Rank, func(int) bool { return false })
+	ready := 1
+	for range children {
+		m, err := j.await(deadline, ctlReady, fmt.Sprintf("word that the %d processes below process %d in the tree have joined (%d have)", subtreeSize(cfg.Procs, cfg.Rank)-1, cfg.Rank, ready-1))
+		if err != nil {
+			return err
 		}
-		for r := 1; r < cfg.Procs; r++ {
-			j.send(r, control{Kind: ctlStart})
-		}
-	} else {
-		j.send(0, control{Kind: ctlReady})
+		ready += max(m.Code, 0)
+	}
+	if cfg.Rank != 0 {
+		j.send(parent, control{Kind: ctlReady, Code: ready})
 		if _, err := j.await(deadline, ctlStart, "the start from process 0"); err != nil {
 			return err
 		}
+	} else if ready != cfg.Procs {
+		return fmt.Errorf("start: %d of %d processes said they joined", ready, cfg.Procs)
+	}
+	for _, c := range children {
+		j.send(c, control{Kind: ctlStart})
 	}
 	j.log.Debug("joined", zap.Int("first PE", j.first), zap.Int("PEs", j.count))
 	return nil
+}
+
+// subtreeSize is how many processes the subtree of rank holds in the
+// tree over the procs processes of a job with none lost (its levels are
+// runs of ranks).
+func subtreeSize(procs, rank int) int {
+	n := 0
+	for lo, hi := rank, rank; lo < procs; lo, hi = lo*treeFanout+1, hi*treeFanout+treeFanout {
+		n += min(hi, procs-1) - lo + 1
+	}
+	return n
 }
 
 // admit is rank 0's side of the rendezvous: it waits for every other
@@ -515,8 +542,10 @@ func (j *Job) admit(deadline time.Time) error {
 		j.members[who.Rank], j.pids[who.Rank] = who, pid
 		got++
 	}
-	for r := 1; r < cfg.Procs; r++ {
-		j.send(r, control{Kind: ctlMembers, Members: j.members})
+	// down the tree, each process passing it on to its children
+	_, children := treeNeighbours(cfg.Procs, cfg.Rank, func(int) bool { return false })
+	for _, c := range children {
+		j.send(c, control{Kind: ctlMembers, Members: j.members, Code: 1})
 	}
 	return nil
 }

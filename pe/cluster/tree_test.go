@@ -89,6 +89,23 @@ func TestTreeSpansTheLiveProcesses(t *testing.T) {
 	}
 }
 
+// subtreeSize counts a process's subtree as the tree's own edges do: the
+// root's is the job, and a process's is one more than its children's.
+func TestSubtreeSizeCountsTheTree(t *testing.T) {
+	none := func(int) bool { return false }
+	for _, procs := range []int{1, 2, 8, 9, 10, 73, 256, 1000} {
+		require.Equal(t, procs, subtreeSize(procs, 0), "procs %d", procs)
+		for r := range procs {
+			_, children := treeNeighbours(procs, r, none)
+			want := 1
+			for _, c := range children {
+				want += subtreeSize(procs, c)
+			}
+			require.Equal(t, want, subtreeSize(procs, r), "procs %d, rank %d", procs, r)
+		}
+	}
+}
+
 // launchTwelve runs a job of 12 processes of this test binary, each the
 // process env (set to 1) makes it: what they printed, what they said on
 // standard error, and the job's exit code.

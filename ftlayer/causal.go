@@ -1079,6 +1079,13 @@ func (s *Causal) deliver(m *Message, out []Action) []Action {
 		}
 	case len(m.Dets) > 0 && m.Sender != s.me:
 		switch {
+		case s.passedOn(m):
+			// A CAMEL multicast a teammate of its root passed on to this
+			// team (SendHop): kept here, not acknowledged. The copy is
+			// not logged, so were this PE to fail nothing would bring
+			// them back; their owners keep them until a logged message
+			// had them stored.
+			s.storeDets(m.Dets, m.Sender)
 		case s.ownList(m):
 			// One run, the sender's, most of it stored already: only its
 			// new tail is read (a scan of the whole list per message cost
@@ -1268,6 +1275,12 @@ func (s *Causal) countAck(out []Action) []Action {
 		}
 	}
 	return out
+}
+
+// passedOn reports a CAMEL multicast's copy that a PE other than its root
+// passed on (unlogged).
+func (s *Causal) passedOn(m *Message) bool {
+	return s.camel && m.Kind == KindMulticast && m.Env != nil && int32(m.Env.Src) != m.Sender
 }
 
 // ownList reports whether m's determinants are its sender's own list

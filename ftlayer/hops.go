@@ -56,6 +56,22 @@ func (s *Causal) SendHop(to int32, role Role, g uint64, num uint64, first bool, 
 			// forwarded unlogged, without the root's determinants
 			fwd := *rx
 			fwd.Dets, fwd.Recver = nil, -1
+			if s.relay != nil && !s.teams.Same(to, s.me) {
+				// With teams, a copy leaving the team takes what the team
+				// has not yet made safe in another (the root's own, if a
+				// teammate, came here to be passed on): the PE it reaches
+				// depends on those receptions, and a copy of the root's
+				// that carried them may not have arrived anywhere when
+				// the team fails (found by ftsim: camel with teams, a
+				// team failing while its root's broadcast was in flight
+				// to another team, reached a third through a teammate,
+				// and the team's re-execution took a reply to it in
+				// another order than the one the broadcast depended on;
+				// the run ended with another result). The copy is not
+				// logged: its receiver keeps them without acknowledging
+				// them (Causal.passedOn).
+				fwd.Dets = s.carried()
+			}
 			return &fwd, nil
 		}
 	}

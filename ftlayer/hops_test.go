@@ -55,6 +55,7 @@ func (h *hopNet) multicast(t *testing.T, size int) map[int]pe.Envelope {
 		}
 		for i, c := range h.gs.Children(1, int32(p)) {
 			out := env
+			out.Src = int32(p) // (as pe's Send sets it)
 			require.NoError(t, h.hooks[p].Send(int(c), role, 1, 0, i == 0, &out))
 			a, err := h.hooks[c].Arrive(&out)
 			require.NoError(t, err)
@@ -775,4 +776,45 @@ func TestAcknowledgementsRideOnReplies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Under CAMEL with teams a multicast that a teammate of its root passes
+// on to another team takes the team's determinants not yet safe (the
+// root's among them): the PE it reaches depends on those receptions, and
+// the root's copies that carried them may never arrive if the team fails.
+func TestCamelTeamsForwardCarriesTheRootsDeterminants(t *testing.T) {
+	teams, err := BlockTeams(6, 2)
+	require.NoError(t, err)
+	h := newHopNetWith(t, 6, 2, "camel", HookConfig{Teams: teams})
+	// the root's reception from another team (its determinant: not safe
+	// yet, held by PE 0 alone)
+	env := pe.Envelope{Type: 1, Kind: pe.KindP2P, Payload: []byte{1}}
+	require.NoError(t, h.hooks[2].Send(0, RoleP2P, 0, 0, false, &env))
+	a, err := h.hooks[0].Arrive(&env)
+	require.NoError(t, err)
+	require.Equal(t, Handle, a)
+	rootsOwn := func(e pe.Envelope) bool {
+		return slices.ContainsFunc(e.FT.Dets, func(d Det) bool { return d.Recver == 0 && d.Sender == 2 })
+	}
+	got := h.multicast(t, 10)
+	require.Len(t, got, 5)
+	// PE 1, the root's teammate, passes the multicast on to PEs 3 and 4,
+	// of other teams; PE 2 has it from the root itself
+	for _, p := range []int{2, 3, 4} {
+		require.True(t, rootsOwn(got[p]), "PE %d's copy carries PE 0's reception", p)
+	}
+	// PEs 3 and 4 keep them but do not acknowledge them: the copy they
+	// had is not logged, so their failure would lose them for good; PE 2
+	// had them on the root's logged copy
+	h.acks = nil
+	for _, hk := range h.hooks {
+		hk.Idle()
+	}
+	ackedBy := map[int32]bool{}
+	for _, p := range h.acks {
+		if p.Kind == PktAck && p.To == 0 && slices.ContainsFunc(p.Dets, func(d Det) bool { return d.Recver == 0 && d.Sender == 2 }) {
+			ackedBy[p.From] = true
+		}
+	}
+	require.Equal(t, map[int32]bool{2: true}, ackedBy)
 }

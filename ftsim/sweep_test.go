@@ -369,6 +369,27 @@ func TestATeamFailingAgainAfterItsDeterminantsHoldersRecovered(t *testing.T) {
 	require.Equal(t, 3, res.Stats.FT.Failures)
 }
 
+// Found by the sweeps under FT_LONG once DoneInserting went down the
+// spanning tree (the schedules moved): a team ({0,1}) failed while its
+// root's broadcast of the next step was in flight to another team, which
+// had it from the root with the root's determinants; a third team had it
+// from PE 1, the root's teammate, without them, and replied. The team's
+// re-execution found none of those receptions recorded and took the
+// reply before a message of the step before: the run ended with another
+// result and no error. A copy a teammate passes on to another team now
+// takes the team's determinants not yet safe.
+func TestATeamFailingWithItsBroadcastInFlight(t *testing.T) {
+	args := MixArgs{Steps: 6, Ckpt: 3}
+	cfg := chare.Config{PEs: 6, FT: "camel", Teams: "2", Branching: 2}
+	free := Run(Mix, args, cfg, 5)
+	require.NoError(t, free.Err)
+	cfg.Kills = []chare.Kill{{PE: 0, Step: -1, Event: 889}, {PE: 1, Step: -1, Event: 889}}
+	res := Run(Mix, args, cfg, 5)
+	require.False(t, Unfired(res), "the failure happens")
+	require.NoError(t, res.Err)
+	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+}
+
 // A PE failed and recovered, then another whose checkpoint predates the
 // first failure: its restarted incarnation took the first PE's old
 // incarnation's partial, still waiting for it, and its re-execution's for

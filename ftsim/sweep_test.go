@@ -346,48 +346,53 @@ func TestTwoFailuresKeepTheDeterminantsOfReexecutedPartials(t *testing.T) {
 	require.Equal(t, 2, res.Stats.FT.Failures)
 }
 
-// Found by the random runs (camel with teams, three failures one after
-// another): team {4,5} recovered, and PE 4's re-execution made its
-// reception 8 again. PE 0 had stored that reception's determinant from
-// PE 4's old incarnation and acknowledged it again, so the new
-// incarnation dropped it before sending it on. Then team {0,1} failed and
-// recovered: nothing brought it back to them (the old incarnation's
-// message that carried it was gone with its log). When PE 5 failed again,
-// PE 4's recovery found reception 8's order nowhere and waited for ever.
-// A new incarnation now drops only what it sent on itself.
-func TestATeamFailingAgainAfterItsDeterminantsHoldersRecovered(t *testing.T) {
-	args := MixArgs{Steps: 8, Ckpt: 3}
-	const seed = 12875571126376018924
-	cfg := chare.Config{PEs: 6, FT: "camel", Teams: "2", Branching: 2}
-	free := Run(Mix, args, cfg, seed)
-	require.NoError(t, free.Err)
-	cfg.Kills = []chare.Kill{{PE: 5, Step: -1, Event: 218}, {PE: 0, Step: -1, HandOver: 48}, {PE: 5, Step: -1, Event: 752}}
-	res := Run(Mix, args, cfg, seed)
-	require.False(t, Unfired(res), "every failure happens")
-	require.NoError(t, res.Err)
-	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
-	require.Equal(t, 3, res.Stats.FT.Failures)
-}
-
-// Found by the sweeps under FT_LONG once DoneInserting went down the
-// spanning tree (the schedules moved): a team ({0,1}) failed while its
-// root's broadcast of the next step was in flight to another team, which
-// had it from the root with the root's determinants; a third team had it
-// from PE 1, the root's teammate, without them, and replied. The team's
-// re-execution found none of those receptions recorded and took the
-// reply before a message of the step before: the run ended with another
-// result and no error. A copy a teammate passes on to another team now
-// takes the team's determinants not yet safe.
-func TestATeamFailingWithItsBroadcastInFlight(t *testing.T) {
-	args := MixArgs{Steps: 6, Ckpt: 3}
-	cfg := chare.Config{PEs: 6, FT: "camel", Teams: "2", Branching: 2}
-	free := Run(Mix, args, cfg, 5)
-	require.NoError(t, free.Err)
-	cfg.Kills = []chare.Kill{{PE: 0, Step: -1, Event: 889}, {PE: 1, Step: -1, Event: 889}}
-	res := Run(Mix, args, cfg, 5)
-	require.False(t, Unfired(res), "the failure happens")
-	require.NoError(t, res.Err)
-	require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+// Runs the sweeps found ending wrongly, each pinned by its seed and its
+// failures (the moments are the schedules' of the day they were found):
+//
+//   - three failures one after another, camel with teams (the random
+//     runs): team {4,5} recovered, and PE 4's re-execution made its
+//     reception 8 again. PE 0 had stored that reception's determinant
+//     from PE 4's old incarnation and acknowledged it again, so the new
+//     incarnation dropped it before sending it on. Then team {0,1} failed
+//     and recovered: nothing brought it back to them (the old
+//     incarnation's message that carried it was gone with its log). When
+//     PE 5 failed again, PE 4's recovery found reception 8's order
+//     nowhere and waited for ever. A new incarnation now drops only what
+//     it sent on itself.
+//   - a team failing with its root's broadcast in flight (the sweeps
+//     under FT_LONG, once DoneInserting went down the spanning tree and
+//     the schedules moved): team {0,1} failed while the broadcast of the
+//     next step was on its way to another team, which had it from the
+//     root with the root's determinants; a third team had it from PE 1,
+//     the root's teammate, without them, and replied. The team's
+//     re-execution found none of those receptions recorded and took the
+//     reply before a message of the step before: the run ended with
+//     another result and no error. A copy a teammate passes on to
+//     another team now takes the team's determinants not yet safe.
+func TestFailuresTheSweepsFound(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		steps int
+		seed  uint64
+		kills []chare.Kill
+	}{
+		{"a team failing again after its determinants' holders recovered", 8, 12875571126376018924,
+			[]chare.Kill{{PE: 5, Step: -1, Event: 218}, {PE: 0, Step: -1, HandOver: 48}, {PE: 5, Step: -1, Event: 752}}},
+		{"a team failing with its root's broadcast in flight", 6, 5,
+			[]chare.Kill{{PE: 0, Step: -1, Event: 889}, {PE: 1, Step: -1, Event: 889}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := MixArgs{Steps: c.steps, Ckpt: 3}
+			cfg := chare.Config{PEs: 6, FT: "camel", Teams: "2", Branching: 2}
+			free := Run(Mix, args, cfg, c.seed)
+			require.NoError(t, free.Err)
+			cfg.Kills = c.kills
+			res := Run(Mix, args, cfg, c.seed)
+			require.False(t, Unfired(res), "every failure happens")
+			require.NoError(t, res.Err)
+			require.Equal(t, mixLogs(t, free), mixLogs(t, res))
+		})
+	}
 }
 
 // A PE failed and recovered, then another whose checkpoint predates the

@@ -41,8 +41,7 @@ type syncState struct {
 	moved    int64 // packed bytes this PE migrated away
 	// the end of the step's migrations, gathered up the tree: this PE's
 	// own, its children's, and the bytes their subtrees moved
-	doneOwn   bool
-	doneKids  int
+	done      subtreeIn
 	doneMoved int64
 }
 
@@ -276,26 +275,26 @@ func (m *Manager) planDecided(c *Collection, plan *PlanMsg) {
 }
 
 // relayDown passes a message of PE 0's on to this PE's children in the
-// tree over every PE, each with a copy of payload that mk makes. Each
-// copy goes with the header of the message being handled: it passes that
-// message on (the hook names and orders it as what it is, PE 0's, not as
-// a message of this PE's own, which would depend on everything this PE
-// handled before: under spmd a recovering PE then held a collection's
-// creation behind an orphan that the creation itself let it make again,
-// a broadcast to the new collection).
-func (m *Manager) relayDown(typ uint32, mk func() any) {
+// tree over every PE, each with a copy of payload that mk makes. via is
+// the header the message came with (nil: this PE makes it): each copy
+// goes with it, passing that message on, so the hook names and orders it
+// as what it is, not as a message of this PE's own, which would depend on
+// everything this PE handled before (under spmd a recovering PE then held
+// a collection's creation behind an orphan that the creation itself let
+// it make again, a broadcast to the new collection).
+func (m *Manager) relayDown(typ uint32, via *pe.FTHeader, mk func() any) {
 	m.kids = m.everyPE().Children(m.Me(), m.kids[:0])
 	for _, k := range m.kids {
 		env := &pe.Envelope{Type: typ, Kind: pe.KindSystem, Payload: mk()}
-		if m.passing != nil {
-			h := *m.passing
+		if via != nil {
+			h := *via
 			env.FT = &h
 		}
 		m.send(k, env)
 	}
 }
 
-func (m *Manager) onPlan(pm *PlanMsg) {
+func (m *Manager) onPlan(pm *PlanMsg, via *pe.FTHeader) {
 	c := m.coll(pm.Coll)
 	if c == nil {
 		m.failf("PE %d: a balancing plan for unknown collection %d", m.Me(), pm.Coll)
@@ -314,7 +313,7 @@ func (m *Manager) onPlan(pm *PlanMsg) {
 		return
 	}
 	if pm.Relay {
-		m.relayDown(tPlan, func() any { cp := *pm; return &cp })
+		m.relayDown(tPlan, via, func() any { cp := *pm; return &cp })
 	}
 	c.sync.plan = pm
 	if pm.Periodic {
@@ -363,13 +362,8 @@ func (m *Manager) onPlanDone(pd *PlanDoneMsg) {
 // bytes they moved; on PE 0 the step goes on. (Every PE says it once a
 // step, so they are waited for, and PE 0 hears from its children alone.)
 func (m *Manager) planDone(c *Collection, moved int64, own bool) {
-	if own {
-		c.sync.doneOwn = true
-	} else {
-		c.sync.doneKids++
-	}
 	c.sync.doneMoved += moved
-	if !c.sync.doneOwn || c.sync.doneKids < len(m.everyPE().Children(m.Me(), m.kids[:0])) {
+	if !c.sync.done.add(m, own) {
 		return
 	}
 	if m.Me() != 0 {
@@ -404,9 +398,9 @@ func (m *Manager) syncFinish(c *Collection) {
 	m.sendSys(m.Me(), tResume, &ResumeMsg{Coll: c.ID, Relay: true}) // down the tree over every PE, from PE 0 itself
 }
 
-func (m *Manager) onResume(rm *ResumeMsg) {
+func (m *Manager) onResume(rm *ResumeMsg, via *pe.FTHeader) {
 	if rm.Relay {
-		m.relayDown(tResume, func() any { cp := *rm; return &cp })
+		m.relayDown(tResume, via, func() any { cp := *rm; return &cp })
 	}
 	c := m.coll(rm.Coll)
 	c.sync = syncState{}

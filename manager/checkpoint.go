@@ -193,8 +193,7 @@ type ckptState struct {
 // PE for one epoch: its own and each child's subtree's.
 type ckptGather struct {
 	epoch uint64
-	own   bool
-	kids  int
+	in    subtreeIn
 	msg   CkptDoneMsg
 }
 
@@ -265,8 +264,8 @@ func (m *Manager) ckptQuiescent(epoch uint64) {
 	m.sendSys(m.Me(), tCkptTake, take)
 }
 
-func (m *Manager) onCkptTake(msg *CkptTakeMsg) {
-	m.relayDown(tCkptTake, func() any { cp := *msg; return &cp })
+func (m *Manager) onCkptTake(msg *CkptTakeMsg, via *pe.FTHeader) {
+	m.relayDown(tCkptTake, via, func() any { cp := *msg; return &cp })
 	m.PE.RecordPhase(fmt.Sprintf("checkpoint %d", msg.Epoch), true)
 	m.ckpt.nextTeams, m.ckpt.nextClusters = nil, nil
 	if msg.Clusters != nil {
@@ -422,14 +421,9 @@ func (m *Manager) ckptGathered(msg *CkptDoneMsg, own bool) {
 		// every PE with a new manager)
 		*g = ckptGather{epoch: msg.Epoch, msg: CkptDoneMsg{Epoch: msg.Epoch}}
 	}
-	if own {
-		g.own = true
-	} else {
-		g.kids++
-	}
 	g.msg.Bytes += msg.Bytes
 	g.msg.Done = append(g.msg.Done, msg.Done...)
-	if !g.own || g.kids < len(m.everyPE().Children(m.Me(), m.kids[:0])) {
+	if !g.in.add(m, own) {
 		return
 	}
 	up := g.msg

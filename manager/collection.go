@@ -94,8 +94,7 @@ type Collection struct {
 	// DoneInserting's counts of this PE's subtree, by PE they were sent
 	// to: its own in, and how many of its children's
 	insUp      map[int32]uint32
-	insOwn     bool
-	insKids    int
+	insIn      subtreeIn
 	bcastHeld  []pe.Envelope // broadcasts that came before this PE's insertions were all in
 	countsSent bool
 
@@ -143,7 +142,7 @@ func (m *Manager) NewCollectionID() uint32 {
 func (m *Manager) Create(cm *CreateMsg) {
 	cm.Creator, cm.Relay = int32(m.Me()), true
 	if m.Me() == 0 {
-		m.relayCreate(cm)
+		m.relayCreate(cm, nil)
 	} else {
 		c := *cm
 		m.sendSys(0, tCreate, &c)
@@ -153,17 +152,17 @@ func (m *Manager) Create(cm *CreateMsg) {
 }
 
 // relayCreate passes a creation on to this PE's children in the tree over
-// every PE.
-func (m *Manager) relayCreate(cm *CreateMsg) {
-	m.relayDown(tCreate, func() any { c := *cm; return &c })
+// every PE (via: the header it came with; nil: made here).
+func (m *Manager) relayCreate(cm *CreateMsg, via *pe.FTHeader) {
+	m.relayDown(tCreate, via, func() any { c := *cm; return &c })
 }
 
 // onCreateMsg is a creation that came as a message: passed on down the
 // tree if it travels it, and made here unless this PE created it (made
 // then).
-func (m *Manager) onCreateMsg(cm *CreateMsg) {
+func (m *Manager) onCreateMsg(cm *CreateMsg, via *pe.FTHeader) {
 	if cm.Relay {
-		m.relayCreate(cm)
+		m.relayCreate(cm, via)
 		if int(cm.Creator) == m.Me() {
 			return
 		}

@@ -62,8 +62,8 @@ func (m *Manager) Describe(w io.Writer) {
 	if c := &m.ckpt; c.epoch != 0 || len(c.queued) > 0 || len(c.pending) > 0 {
 		fmt.Fprintf(w, "  checkpoint %d in progress: %d more asked for; %d packets of a later epoch held\n", c.epoch, len(c.queued), len(c.pending))
 	}
-	if g := &m.ckpt.up; g.own || g.kids > 0 {
-		fmt.Fprintf(w, "  checkpoint %d's commits: this PE's %v, %d of %d tree children's subtrees\n", g.epoch, g.own, g.kids, len(m.everyPE().Children(m.Me(), nil)))
+	if g := &m.ckpt.up; g.in.own || g.in.kids > 0 {
+		fmt.Fprintf(w, "  checkpoint %d's commits: this PE's %v, %d of %d tree children's subtrees\n", g.epoch, g.in.own, g.in.kids, len(m.everyPE().Children(m.Me(), nil)))
 	}
 	if rb := m.rb; rb != nil {
 		fmt.Fprintf(w, "  rolling back: told %v, offers in %d, plan %v, own snapshot %v, neighbour's %v; %d messages kept until it restored\n",

@@ -94,7 +94,7 @@ func (m *Manager) onDoneInserting(env *pe.Envelope) {
 	}
 	switch d.Step {
 	case 0:
-		m.relayDown(tDone, func() any { return &DoneInsertingMsg{Coll: c.ID} })
+		m.relayDown(tDone, env.FT, func() any { return &DoneInsertingMsg{Coll: c.ID} })
 		m.insertsCounted(c, true, c.insSent, nil)
 	case 1:
 		m.insertsCounted(c, false, nil, d.Counts)
@@ -106,7 +106,8 @@ func (m *Manager) onDoneInserting(env *pe.Envelope) {
 	}
 }
 
-// insertsCounted adds this PE's insertions (mine: sent, by PE) or a
+// insertsCounted adds this PE's insertions (mine: sent, by PE; nil when
+// it sent none) or a
 // tree child's subtree's (kid) to what its subtree sent; once it has its own
 // and its children's, they go up to its parent, and on PE 0 the totals
 // come down.
@@ -114,15 +115,10 @@ func (m *Manager) insertsCounted(c *Collection, mine bool, sent []uint32, kid []
 	if c.insUp == nil {
 		c.insUp = map[int32]uint32{}
 	}
-	if mine {
-		c.insOwn = true
-		for p, n := range sent {
-			if n > 0 {
-				c.insUp[int32(p)] += n
-			}
+	for p, n := range sent {
+		if n > 0 {
+			c.insUp[int32(p)] += n
 		}
-	} else {
-		c.insKids++
 	}
 	for _, k := range kid {
 		if k.PE < 0 || int(k.PE) >= m.NumPEs() {
@@ -131,7 +127,7 @@ func (m *Manager) insertsCounted(c *Collection, mine bool, sent []uint32, kid []
 		}
 		c.insUp[k.PE] += k.N
 	}
-	if !c.insOwn || c.insKids < len(m.everyPE().Children(m.Me(), m.kids[:0])) {
+	if !c.insIn.add(m, mine) {
 		return
 	}
 	counts := make([]InsertCount, 0, len(c.insUp))
@@ -139,7 +135,7 @@ func (m *Manager) insertsCounted(c *Collection, mine bool, sent []uint32, kid []
 		counts = append(counts, InsertCount{PE: p, N: n})
 	}
 	slices.SortFunc(counts, func(a, b InsertCount) int { return cmp.Compare(a.PE, b.PE) })
-	c.insUp, c.insOwn, c.insKids = nil, false, 0
+	c.insUp, c.insIn = nil, subtreeIn{}
 	if m.Me() != 0 {
 		m.sendSys(m.everyPE().Parent(m.Me()), tDone, &DoneInsertingMsg{Coll: c.ID, Step: 1, Counts: counts})
 		return

@@ -172,10 +172,6 @@ type Manager struct {
 	// for a PE's children in it
 	allPEs *Tree
 	kids   []int
-	// passing is the header of the system message being handled: what
-	// relayDown passes on down the tree is that message, not one this PE
-	// makes (a protocol that orders by phases keeps its hop's)
-	passing *pe.FTHeader
 
 	pendingColl map[uint32][]pe.Envelope
 	pendingSec  map[uint64][]pe.Envelope
@@ -486,11 +482,9 @@ func (m *Manager) Idle(p *pe.PE) {
 }
 
 func (m *Manager) handleSys(env *pe.Envelope) {
-	m.passing = env.FT
-	defer func() { m.passing = nil }()
 	switch env.Type {
 	case tCreate:
-		m.onCreateMsg(env.Payload.(*CreateMsg))
+		m.onCreateMsg(env.Payload.(*CreateMsg), env.FT)
 	case tInsert:
 		m.onInsert(env)
 	case tDone:
@@ -522,11 +516,11 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 	case tSync:
 		m.onSync(env.Payload.(*SyncMsg))
 	case tPlan:
-		m.onPlan(env.Payload.(*PlanMsg))
+		m.onPlan(env.Payload.(*PlanMsg), env.FT)
 	case tPlanDone:
 		m.onPlanDone(env.Payload.(*PlanDoneMsg))
 	case tResume:
-		m.onResume(env.Payload.(*ResumeMsg))
+		m.onResume(env.Payload.(*ResumeMsg), env.FT)
 	case tSecRefresh:
 		m.onSecRefresh(env.Payload.(*SecRefreshMsg))
 	case tSecAlias:
@@ -544,7 +538,7 @@ func (m *Manager) handleSys(env *pe.Envelope) {
 	case tCkptStart:
 		m.onCkptStart(env.Payload.(*CkptStartMsg))
 	case tCkptTake:
-		m.onCkptTake(env.Payload.(*CkptTakeMsg))
+		m.onCkptTake(env.Payload.(*CkptTakeMsg), env.FT)
 	case tCkptPacket:
 		m.onCkptPacket(env)
 	case tCkptDone:

@@ -357,7 +357,7 @@ func (m *Manager) CheckQuiet(then func()) {
 	q := &m.quiet
 	q.round++
 	q.asked, q.then = true, then
-	q.own, q.kids, q.in = false, 0, nil
+	q.in, q.answers = subtreeIn{}, nil
 	m.PE.Send(m.Me(), &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{Round: q.round, All: then == nil}})
 }
 
@@ -383,9 +383,9 @@ type quietCheck struct {
 	asked bool   // PE 0: a question is out
 	then  func() // nil: the run fails whatever is pending
 	round uint64 // PE 0: the last question; every PE: the one it gathers
-	own   bool   // this PE's answer is in
-	kids  int    // its tree children's subtrees' answers in
-	in    []StrandedAnswer
+	// this PE's answer and its children's subtrees', as they come
+	in      subtreeIn
+	answers []StrandedAnswer
 }
 
 // QuietError ends a run that went quiet with work unfinished, or before
@@ -434,7 +434,7 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 		if s.Reply || s.Round < q.round {
 			return // an answer to an older question
 		}
-		q.round, q.own, q.kids, q.in = s.Round, false, 0, nil
+		q.round, q.in, q.answers = s.Round, subtreeIn{}, nil
 	}
 	if !s.Reply {
 		// (as the answers: not stamped or counted, the run being over)
@@ -451,17 +451,15 @@ func (m *Manager) onStranded(env *pe.Envelope) {
 			m.Describe(&b)
 			a.Dump = b.String()
 		}
-		q.own = true
-		q.in = append(q.in, a)
+		q.answers = append(q.answers, a)
 	} else {
-		q.kids++
-		q.in = append(q.in, s.Answers...)
+		q.answers = append(q.answers, s.Answers...)
 	}
-	if !q.own || q.kids < len(m.everyPE().Children(m.Me(), m.kids[:0])) {
+	if !q.in.add(m, !s.Reply) {
 		return
 	}
-	answers := q.in
-	q.own, q.kids, q.in = false, 0, nil
+	answers := q.answers
+	q.in, q.answers = subtreeIn{}, nil
 	if m.Me() != 0 {
 		m.PE.Send(m.everyPE().Parent(m.Me()), &pe.Envelope{Type: tStranded, Kind: pe.KindSystem, Payload: &StrandedMsg{Round: s.Round, Reply: true, Answers: answers}})
 		return

@@ -299,3 +299,22 @@ func (t *Tree) Subtree(pe int, dst []int) []int {
 	}
 	return dst
 }
+
+// subtreeIn counts, for a gather up the tree over every PE, what a PE
+// waits for before its subtree's part goes to its parent: its own part
+// and each child's subtree's.
+type subtreeIn struct {
+	own  bool
+	kids int
+}
+
+// add counts this PE's own part (own) or a child's, and reports whether
+// the subtree's part is complete.
+func (g *subtreeIn) add(m *Manager, own bool) bool {
+	if own {
+		g.own = true
+	} else {
+		g.kids++
+	}
+	return g.own && g.kids >= len(m.everyPE().Children(m.Me(), m.kids[:0]))
+}

@@ -1185,3 +1185,28 @@ func TestALossHeardAfterTheReplacementDialedKeepsItsLink(t *testing.T) {
 	require.False(t, l.down.Load(), "the replacement's link stays up")
 	require.Equal(t, []int{2}, rec.lost)
 }
+
+// A second process for a rank whose process stays connected is refused
+// once the handshake timeout passed; a replacement that connects before
+// the lost process's connection was read to its end waits for it
+// (TestTheRendezvousNamesOneSuccessor, under load, was refused).
+func TestTheRendezvousRefusesASecondProcessForOneRank(t *testing.T) {
+	secret, err := NewSecret()
+	require.NoError(t, err)
+	srv, err := ServeRendezvous("127.0.0.1", secret, 2, zap.NewNop(), 300*time.Millisecond)
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	at := func(rank int) *Charmrun { return &Charmrun{Addr: srv.Addr(), Secret: secret, Rank: rank} }
+	soon := func() time.Time { return time.Now().Add(5 * time.Second) }
+	require.NoError(t, at(0).Publish("127.0.0.1:10"))
+	first := at(1)
+	_, err = first.Lookup(soon())
+	require.NoError(t, err)
+	_, err = at(1).Lookup(soon())
+	require.Error(t, err, "a second process 1, the first still connected")
+	first.Close()
+	<-first.Gone()
+	addr, err := at(1).Lookup(soon())
+	require.NoError(t, err, "process 1's replacement")
+	require.Equal(t, "127.0.0.1:10", addr)
+}

@@ -410,10 +410,13 @@ type RendezvousServer struct {
 	addr string // the steward's, once published (process 0's first)
 	// by: the connection that published addr; once it ends, addr is of
 	// a process gone, and lookups wait for its successor's
-	by        net.Conn
-	waiting   []net.Conn // lookups before it was
-	looked    []net.Conn // the others that looked it up, told of a successor's
-	conns     map[int]net.Conn
+	by      net.Conn
+	waiting []net.Conn // lookups before it was
+	looked  []net.Conn // the others that looked it up, told of a successor's
+	conns   map[int]net.Conn
+	// left: per rank, closed once its connection's handler is done with
+	// it (a replacement connecting meanwhile waits for it)
+	left      map[int]chan struct{}
 	joined    chan int    // ranks as they connect
 	listed    chan int    // replacements' ranks as they have their list (Listed)
 	suspected chan Ending // processes the launcher is to end (Suspected)
@@ -446,7 +449,7 @@ func ServeRendezvous(host string, secret Secret, procs int, log *zap.Logger, han
 		handshake = DefaultHandshakeTimeout
 	}
 	s := &RendezvousServer{ln: ln, secret: secret, procs: procs, log: log, handshake: handshake, gate: newGate(MaxHandshakes, MaxHandshakeQueue),
-		conns: map[int]net.Conn{}, joined: make(chan int, 2*procs), listed: make(chan int, 2*procs), suspected: make(chan Ending, 2*procs),
+		conns: map[int]net.Conn{}, left: map[int]chan struct{}{}, joined: make(chan int, 2*procs), listed: make(chan int, 2*procs), suspected: make(chan Ending, 2*procs),
 		steward: -1, member: map[int]bool{}, knows: map[int]bool{}, seen: map[int]bool{}, inc: map[int]int{}}
 	go s.serve()
 	return s, nil
@@ -529,12 +532,28 @@ func (s *RendezvousServer) handle(c net.Conn) {
 	rank := int(id)
 	s.mu.Lock()
 	if _, dup := s.conns[rank]; dup {
+		// A replacement may come before the lost process's connection,
+		// closed by its end, was read to its end here (found by
+		// TestTheRendezvousNamesOneSuccessor under load): it waits for
+		// that, within the handshake timeout, and is refused only if
+		// the other connection stays (a second process for one rank).
+		left := s.left[rank]
 		s.mu.Unlock()
-		s.log.Warn("refused a second rendezvous connection for one rank", zap.Int("rank", rank))
-		c.Close()
-		return
+		select {
+		case <-left:
+		case <-time.After(time.Until(deadline)):
+		}
+		s.mu.Lock()
+		if _, dup := s.conns[rank]; dup {
+			s.mu.Unlock()
+			s.log.Warn("refused a second rendezvous connection for one rank", zap.Int("rank", rank))
+			c.Close()
+			return
+		}
 	}
 	s.conns[rank] = c
+	left := make(chan struct{})
+	s.left[rank] = left
 	s.inc[rank] = 0 // (until it says)
 	if !s.seen[rank] {
 		s.seen[rank], s.member[rank], s.knows[rank] = true, true, true
@@ -550,6 +569,8 @@ func (s *RendezvousServer) handle(c net.Conn) {
 		c.Close()
 		s.mu.Lock()
 		if s.conns[rank] == c {
+			close(left)
+			delete(s.left, rank)
 			delete(s.conns, rank)
 			delete(s.member, rank)
 			delete(s.knows, rank)
